@@ -1,0 +1,1 @@
+"""Engines (scripted, MLX), model sources and the per-model runner with its FIFO queue."""

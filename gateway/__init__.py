@@ -1,0 +1,1 @@
+"""The HTTP gateway: config, registry, protocol routes, events and the CLI."""

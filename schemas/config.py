@@ -1,0 +1,187 @@
+"""The structs of `models.yaml`: the one source of both validation and the JSON Schema.
+
+Every struct forbids unknown fields, so a misspelt key is an error rather than a
+silently ignored setting. Durations and sizes stay strings here ("120s", "12GiB");
+`seconds()` and `size_bytes()` turn them into numbers where they are used.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+import msgspec
+from msgspec import Meta
+
+
+class Strict(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    """Base of every hand-written config section."""
+
+
+DURATION_PATTERN = r"^\d+(\.\d+)?(ms|s|m|h)$"
+SIZE_PATTERN = r"^(auto|\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB))$"
+
+Duration = Annotated[
+    str, Meta(pattern=DURATION_PATTERN, description='A duration such as "500ms", "120s", "10m", "1h".')
+]
+Size = Annotated[str, Meta(pattern=SIZE_PATTERN, description='"auto" or a size such as "12GiB".')]
+Identifier = Annotated[
+    str,
+    Meta(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$",
+        max_length=128,
+        description="A model id or alias: letters, digits and . _ : / -",
+    ),
+]
+PositiveInt = Annotated[int, Meta(ge=1)]
+Port = Annotated[int, Meta(ge=1, le=65535)]
+
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_SIZE_UNITS = {
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KiB": 2**10,
+    "MiB": 2**20,
+    "GiB": 2**30,
+    "TiB": 2**40,
+}
+
+
+def seconds(duration: str) -> float:
+    """Seconds in a `Duration` string."""
+    number, unit = re.fullmatch(r"([\d.]+)(ms|s|m|h)", duration).groups()
+    return float(number) * _DURATION_UNITS[unit]
+
+
+def size_bytes(size: str) -> int | None:
+    """Bytes in a `Size` string; None for "auto"."""
+    if size == "auto":
+        return None
+    number, unit = re.fullmatch(r"([\d.]+)\s*(\w+)", size).groups()
+    return int(float(number) * _SIZE_UNITS[unit])
+
+
+class ServerConfig(Strict):
+    host: str = "127.0.0.1"
+    port: Port = 8000
+    api_keys: list[str] = []
+    admin_key: str | None = None
+    memory_budget: Size = "auto"
+    fallback: str | None = None
+    log_file: str | None = None
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    watch_config: bool = False
+
+
+class QueueConfig(Strict):
+    max_depth: PositiveInt = 64
+    max_wait: Duration = "120s"
+
+
+class GuardrailsConfig(Strict):
+    tool_calls: Literal["repair", "strict", "off"] = "repair"
+    max_output_tokens: PositiveInt | None = None
+
+
+class OnDemand(Strict):
+    on_demand: bool = True
+    idle_ttl: Duration = "10m"
+
+
+class ContextConfig(Strict):
+    max: PositiveInt | Literal["auto"] = "auto"
+    overflow: Literal["reject", "truncate"] = "reject"
+
+
+class SamplingConfig(Strict):
+    temperature: Annotated[float, Meta(ge=0, le=2)] | None = None
+    top_p: Annotated[float, Meta(gt=0, le=1)] | None = None
+    top_k: Annotated[int, Meta(ge=0)] | None = None
+    min_p: Annotated[float, Meta(ge=0, le=1)] | None = None
+    max_tokens: PositiveInt | None = None
+    seed: int | None = None
+
+
+class DraftConfig(Strict):
+    model: str
+    tokens: Annotated[int, Meta(ge=1, le=16)] = 3
+
+
+class RateConfig(Strict):
+    max_tokens_per_sec: Annotated[float, Meta(gt=0)] | None = None
+
+
+class ScriptConfig(Strict):
+    """What the scripted engine says: deterministic, streamed word by word."""
+
+    reply: str = "hello from echo"
+    token_delay: Annotated[float, Meta(ge=0, le=60)] = 0.0
+
+
+Residency = Literal["pinned"] | OnDemand
+# YAML 1.1 reads a bare `off` as false, so false stands for "off" too.
+ReasoningEffort = Literal["off", "low", "medium", "high"] | bool
+
+
+class ModelSettings(Strict):
+    """Every per-model setting that `defaults:` may also carry."""
+
+    engine: Literal["mlx", "scripted"] | None = None
+    source: str | None = None
+    aliases: list[Identifier] | None = None
+    residency: Residency | None = None
+    context: ContextConfig | None = None
+    concurrency: PositiveInt | None = None
+    prefix_reuse: bool | None = None
+    session_slots: Annotated[int, Meta(ge=0)] | None = None
+    kv_bits: Literal[4, 8] | None = None
+    draft: DraftConfig | None = None
+    system: str | None = None
+    guardrails: GuardrailsConfig | None = None
+    sampling: SamplingConfig | None = None
+    reasoning: ReasoningEffort | None = None
+    tool_parser: str | None = None
+    rate: RateConfig | None = None
+    task: Literal["chat", "embed"] | None = None
+    queue: QueueConfig | None = None
+    script: ScriptConfig | None = None
+
+
+class ModelConfig(Strict):
+    """One model, after `defaults:` has been merged under it."""
+
+    id: Identifier
+    engine: Literal["mlx", "scripted"] = "mlx"
+    source: str | None = None
+    aliases: list[Identifier] = []
+    residency: Residency = "pinned"
+    context: ContextConfig = ContextConfig()
+    concurrency: PositiveInt = 1
+    prefix_reuse: bool = True
+    session_slots: Annotated[int, Meta(ge=0)] = 4
+    kv_bits: Literal[4, 8] | None = None
+    draft: DraftConfig | None = None
+    system: str | None = None
+    guardrails: GuardrailsConfig = GuardrailsConfig()
+    sampling: SamplingConfig = SamplingConfig()
+    reasoning: ReasoningEffort = "off"
+    tool_parser: str | None = None
+    rate: RateConfig = RateConfig()
+    task: Literal["chat", "embed"] | None = None
+    queue: QueueConfig = QueueConfig()
+    script: ScriptConfig | None = None
+
+    @property
+    def pinned(self) -> bool:
+        return self.residency == "pinned"
+
+
+class GatewayConfig(Strict):
+    """The whole of `models.yaml`."""
+
+    server: ServerConfig = ServerConfig()
+    defaults: ModelSettings = ModelSettings()
+    models: Annotated[list[ModelConfig], Meta(min_length=1)]
