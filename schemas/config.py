@@ -179,7 +179,7 @@ class ModelConfig(Strict):
         return self.residency == "pinned"
 
 
-class GatewayConfig(Strict):
+class GatewayConfig(Strict, kw_only=True):
     """The whole of `models.yaml`."""
 
     server: ServerConfig = ServerConfig()
