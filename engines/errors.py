@@ -64,3 +64,15 @@ class ConfigInvalid(GatewayError):
     def __init__(self, errors: list[str]) -> None:
         super().__init__("invalid config:\n" + "\n".join(errors))
         self.errors = errors
+
+
+class ContextOverflow(BadRequest):
+    """A prompt that does not fit the model's context window."""
+
+    def __init__(self, model_id: str, prompt_tokens: int, window: int) -> None:
+        super().__init__(
+            f"model {model_id!r}: the prompt has {prompt_tokens} tokens and the context "
+            f"window is {window} (context.max); shorten the conversation"
+        )
+        self.prompt_tokens = prompt_tokens
+        self.window = window

@@ -1,0 +1,42 @@
+"""The Engine protocol: what a runner needs from a model, whatever runs it."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterator
+from typing import Protocol
+
+import msgspec
+
+from schemas.canonical import ChatRequest, Output
+
+
+class EngineState(enum.Enum):
+    UNLOADED = "unloaded"
+    LOADING = "loading"
+    READY = "ready"
+    FAILED = "failed"
+
+
+class LoadInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """What a load cost and what it resolved, for the `model_attached` event."""
+
+    memory_bytes: int
+    context: int
+    detail: dict[str, str] = {}
+
+
+class Engine(Protocol):
+    """One model. Every method blocks and runs on its runner's own thread, never the loop."""
+
+    def load(self) -> LoadInfo: ...
+
+    def count_prompt(self, request: ChatRequest) -> int:
+        """Tokens in the request's rendered prompt (chat template and special tokens)."""
+        ...
+
+    def generate(self, request: ChatRequest, cancelled: Callable[[], bool]) -> Iterator[Output]:
+        """Yield text deltas, then exactly one `Finished`; stop within a token of `cancelled()`."""
+        ...
+
+    def unload(self) -> None: ...

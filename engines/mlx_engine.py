@@ -1,0 +1,149 @@
+"""The MLX engine on mlx-lm: load, chat template, sampling, stop strings, engine-side counts."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from engines.base import LoadInfo
+from engines.errors import ContextOverflow
+from engines.platform import PlatformPath
+from engines.sources import resolve_source
+from engines.stops import StopMatcher
+from schemas.canonical import ChatRequest, Finished, Output, TextDelta
+from schemas.config import ModelConfig
+
+# Chat templates know system/user/assistant/tool; OpenAI's "developer" is a system turn.
+TEMPLATE_ROLES = {"developer": "system"}
+
+
+class MLXEngine:
+    def __init__(self, model: ModelConfig, platform: PlatformPath, base_dir: Path | None) -> None:
+        self._config = model
+        self._platform = platform
+        self._base_dir = base_dir
+        self._model = None
+        self._tokenizer = None
+        self._context = 0
+
+    def load(self) -> LoadInfo:
+        import mlx.core as mx
+        import mlx_lm
+        from mlx.utils import tree_flatten
+
+        path = resolve_source(self._config.id, self._config.source, base_dir=self._base_dir)
+        model, tokenizer = mlx_lm.load(str(path))
+        if self._platform.weights == "float32":
+            expand_quantized(model)
+        mx.eval(model.parameters())
+        self._model, self._tokenizer = model, tokenizer
+        trained = trained_context(model)
+        wanted = self._config.context.max
+        self._context = trained if wanted == "auto" else wanted
+        memory = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
+        return LoadInfo(
+            memory_bytes=memory,
+            context=self._context,
+            detail={"path": str(path), "weights": self._platform.weights},
+        )
+
+    def count_prompt(self, request: ChatRequest) -> int:
+        return len(self._encode(request))
+
+    def generate(self, request: ChatRequest, cancelled: Callable[[], bool]) -> Iterator[Output]:
+        import mlx.core as mx
+        from mlx_lm import stream_generate
+        from mlx_lm.sample_utils import make_sampler
+
+        prompt = self._encode(request)
+        if len(prompt) >= self._context:
+            raise ContextOverflow(self._config.id, len(prompt), self._context)
+        max_tokens = min(request.max_tokens, self._context - len(prompt))
+        sampling = request.sampling
+        sampler = make_sampler(
+            temp=sampling.temperature,
+            top_p=sampling.top_p,
+            min_p=sampling.min_p,
+            top_k=sampling.top_k,
+        )
+        if sampling.seed is not None:
+            mx.random.seed(sampling.seed)
+        matcher = StopMatcher(request.stop)
+        started = time.perf_counter()
+        first_at = None
+        new_tokens, stop_reason = 0, "stop"
+        for response in stream_generate(
+            self._model, self._tokenizer, mx.array(prompt), max_tokens=max_tokens, sampler=sampler
+        ):
+            first_at = first_at or time.perf_counter()
+            new_tokens = response.generation_tokens
+            text = matcher.feed(response.text)
+            if text:
+                yield TextDelta(text)
+            if matcher.stopped:
+                stop_reason = "stop_string"
+                break
+            if response.finish_reason:
+                stop_reason = response.finish_reason
+            if cancelled():
+                stop_reason = "cancelled"
+                break
+        tail = matcher.flush()
+        if tail:
+            yield TextDelta(tail)
+        ended = time.perf_counter()
+        first_at = first_at or ended
+        yield Finished(
+            stop_reason=stop_reason,
+            prompt_tokens=len(prompt),
+            new_tokens=new_tokens,
+            prefill_s=first_at - started,
+            decode_s=ended - first_at,
+        )
+
+    def unload(self) -> None:
+        import mlx.core as mx
+
+        self._model = self._tokenizer = None
+        mx.clear_cache()
+
+    def _encode(self, request: ChatRequest) -> list[int]:
+        messages = [
+            {"role": TEMPLATE_ROLES.get(m.role, m.role), "content": m.content}
+            for m in request.messages
+        ]
+        text = self._tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=False
+        )
+        # The template already wrote any BOS it wants; encoding must not add a second.
+        return self._tokenizer.encode(text, add_special_tokens=False)
+
+
+def trained_context(model) -> int:
+    args = getattr(model, "args", None)
+    return int(getattr(args, "max_position_embeddings", None) or 4096)
+
+
+def expand_quantized(model) -> None:
+    """Replace quantized layers by float32 ones (faster on CPU, see engines/platform.py)."""
+    import mlx.core as mx
+    import mlx.nn as nn
+    from mlx.utils import tree_unflatten
+
+    swaps = []
+    for name, module in model.named_modules():
+        if isinstance(module, nn.QuantizedLinear | nn.QuantizedEmbedding):
+            weight = mx.dequantize(
+                module.weight, module.scales, module.biases, module.group_size, module.bits
+            ).astype(mx.float32)
+            if isinstance(module, nn.QuantizedLinear):
+                dense = nn.Linear(weight.shape[1], weight.shape[0], bias="bias" in module)
+                if "bias" in module:
+                    dense.bias = module.bias.astype(mx.float32)
+            else:
+                dense = nn.Embedding(weight.shape[0], weight.shape[1])
+            dense.weight = weight
+            swaps.append((name, dense))
+    if swaps:
+        model.update_modules(tree_unflatten(swaps))

@@ -1,0 +1,90 @@
+"""Pick the fastest correct MLX path for this machine, and say what was picked and why.
+
+Measured on Linux CPU (DESIGN.md): the `mlx[cpu]` wheel links the reference BLAS (~5
+GFLOP/s); the same process started with Debian's OpenBLAS preloaded runs ~40x faster matrix
+products. MLX's CPU kernels for 4-bit matrices are slower than float32 products, so on the
+CPU quantized weights are expanded to float32 at load. On Apple Silicon (Metal) and CUDA
+the stored weights run as they are.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import msgspec
+
+OPENBLAS_CANDIDATES = (
+    "/usr/lib/x86_64-linux-gnu/libopenblas.so.0",
+    "/usr/lib/aarch64-linux-gnu/libopenblas.so.0",
+    "/usr/lib/libopenblas.so.0",
+)
+# Set by the gateway when it re-executes itself, so it never loops; set by a user to opt out.
+NO_REEXEC_ENV = "GATEWAY_NO_OPENBLAS"
+
+
+class PlatformPath(msgspec.Struct, frozen=True, kw_only=True):
+    device: str
+    blas: str
+    weights: str
+    why: str
+
+    def as_dict(self) -> dict[str, str]:
+        return msgspec.structs.asdict(self)
+
+
+def find_openblas() -> str | None:
+    return next((p for p in OPENBLAS_CANDIDATES if Path(p).exists()), None)
+
+
+def openblas_loaded() -> bool:
+    try:
+        return "libopenblas" in Path("/proc/self/maps").read_text()
+    except OSError:
+        return False
+
+
+def reexec_with_openblas() -> None:
+    """On Linux, restart this very process with OpenBLAS preloaded, once, if it is installed.
+
+    Must run before mlx is imported: a library can only be preloaded at process start.
+    """
+    if not sys.platform.startswith("linux") or os.environ.get(NO_REEXEC_ENV):
+        return
+    library = find_openblas()
+    if library is None or library in os.environ.get("LD_PRELOAD", ""):
+        return
+    env = dict(os.environ)
+    env["LD_PRELOAD"] = ":".join(filter(None, [library, env.get("LD_PRELOAD")]))
+    env[NO_REEXEC_ENV] = "1"
+    # orig_argv keeps "-m gateway" intact where sys.argv would not.
+    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+
+
+def detect() -> PlatformPath:
+    """What this process runs on; call after `reexec_with_openblas`."""
+    import mlx.core as mx
+
+    on_gpu = mx.default_device() == mx.gpu
+    if on_gpu:
+        backend = "metal" if mx.metal.is_available() else "cuda"
+        return PlatformPath(
+            device=f"gpu ({backend})",
+            blas="n/a",
+            weights="as stored",
+            why="GPU kernels run quantized weights fast",
+        )
+    if openblas_loaded():
+        blas, why = "openblas", "OpenBLAS preloaded: ~40x the wheel's reference BLAS"
+    elif sys.platform.startswith("linux"):
+        blas = "reference"
+        why = "OpenBLAS not found (apt-get install libopenblas0-pthread for ~40x faster BLAS)"
+    else:
+        blas, why = "accelerate", "the platform BLAS"
+    return PlatformPath(
+        device="cpu",
+        blas=blas,
+        weights="float32",
+        why=why + "; quantized weights expanded to float32 (MLX's 4-bit CPU kernels are slower)",
+    )

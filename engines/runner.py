@@ -1,0 +1,234 @@
+"""One runner per model: its engine, the one thread that touches it, and its FIFO queue."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+
+from engines.base import Engine, EngineState
+from engines.errors import GatewayError, ModelUnavailable, QueueFull, QueueTimeout
+from engines.log import emit
+from schemas.canonical import ChatRequest, Finished, Output, TextDelta
+from schemas.config import ModelConfig, seconds
+from schemas.events import Generated, ModelAttached, ModelDetached, ModelFailed, ModelLoading
+from schemas.events import RequestQueued
+
+# How long a refused client is told to wait before retrying, when nothing better is known.
+DEFAULT_RETRY_AFTER_S = 1.0
+
+
+class Job:
+    """One request in a runner: its place in line, its cancel flag and its own result channel."""
+
+    def __init__(self, request: ChatRequest) -> None:
+        self.request = request
+        self.enqueued_at = time.perf_counter()
+        self.started_at: float | None = None
+        self.first_token_at: float | None = None
+        self.outputs: asyncio.Queue[Output | BaseException] = asyncio.Queue()
+        self._cancelled = threading.Event()
+        self._expiry: asyncio.TimerHandle | None = None
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+
+    def is_cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+
+class Runner:
+    """Admits a model's requests in arrival order and runs them on the model's own thread.
+
+    Admission order:
+    1. `submit` refuses at once with `QueueFull` when `queue.max_depth` requests already wait.
+    2. Otherwise the job joins the back of the line; nothing overtakes it.
+    3. Whenever the engine is ready and free, the front job is handed to the runner's thread.
+    4. A job cancelled while waiting (its client went away) leaves the line without generating.
+    5. A job still waiting after `queue.max_wait` fails with `QueueTimeout` (503 + Retry-After).
+    A waiting job is only an entry in a deque: it holds no thread. All queue state lives on
+    the event loop; the thread only runs the engine and posts outputs back.
+    """
+
+    def __init__(self, model: ModelConfig, engine: Engine) -> None:
+        self.model = model
+        self.engine = engine
+        self.state = EngineState.UNLOADED
+        self.error: str | None = None
+        self.context: int | None = None
+        self._waiting: deque[Job] = deque()
+        self._running = 0
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"runner-{model.id}")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._load_task: asyncio.Task[None] | None = None
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def running(self) -> int:
+        return self._running
+
+    async def start(self) -> None:
+        """Bind to the running loop; pinned models load now, on-demand ones at first use."""
+        self._loop = asyncio.get_running_loop()
+        if self.model.pinned:
+            await self._ensure_loading()
+
+    def submit(self, request: ChatRequest) -> Job:
+        """Put a request at the back of the line, or refuse it at once."""
+        if self.state is EngineState.FAILED:
+            raise ModelUnavailable(f"model {self.model.id!r} failed to load: {self.error}")
+        if len(self._waiting) >= self.model.queue.max_depth:
+            raise QueueFull(
+                f"model {self.model.id!r} has {len(self._waiting)} requests queued "
+                f"(queue.max_depth {self.model.queue.max_depth}); retry later",
+                retry_after=DEFAULT_RETRY_AFTER_S,
+            )
+        job = Job(request)
+        self._waiting.append(job)
+        self._idle.clear()
+        emit(RequestQueued(model=self.model.id, position=len(self._waiting)))
+        job._expiry = self._loop.call_later(seconds(self.model.queue.max_wait), self._expire, job)
+        if self.state is EngineState.UNLOADED:
+            self._load_task = asyncio.ensure_future(self._ensure_loading())
+        self._pump()
+        return job
+
+    async def results(self, job: Job) -> AsyncIterator[Output]:
+        """The job's outputs as they come; leaving early (client gone) cancels the job."""
+        try:
+            while True:
+                item = await job.outputs.get()
+                if isinstance(item, BaseException):
+                    raise item
+                if isinstance(item, TextDelta) and job.first_token_at is None:
+                    job.first_token_at = time.perf_counter()
+                if isinstance(item, Finished):
+                    self._report(job, item)
+                yield item
+                if isinstance(item, Finished):
+                    return
+        finally:
+            self._withdraw(job)
+
+    async def stop(self, reason: str) -> None:
+        """Refuse what waits, let what runs finish, then unload on the model's thread."""
+        while self._waiting:
+            job = self._waiting.popleft()
+            job._expiry.cancel()
+            job.outputs.put_nowait(ModelUnavailable(f"model {self.model.id!r} is {reason}"))
+        self._settle()
+        await self._idle.wait()
+        if self.state is EngineState.READY:
+            await self._loop.run_in_executor(self._executor, self.engine.unload)
+            emit(ModelDetached(model=self.model.id, reason=reason))
+        self.state = EngineState.UNLOADED
+        self._executor.shutdown(wait=False)
+
+    async def _ensure_loading(self) -> None:
+        if self.state is not EngineState.UNLOADED:
+            return
+        self.state = EngineState.LOADING
+        emit(ModelLoading(model=self.model.id))
+        started = time.perf_counter()
+        try:
+            info = await self._loop.run_in_executor(self._executor, self.engine.load)
+        except Exception as error:  # any load failure is this model's alone
+            self.state = EngineState.FAILED
+            self.error = error.message if isinstance(error, GatewayError) else repr(error)
+            emit(ModelFailed(model=self.model.id, error=self.error), level="error")
+            self._fail_waiting()
+            return
+        self.state = EngineState.READY
+        self.context = info.context
+        emit(
+            ModelAttached(
+                model=self.model.id,
+                load_s=round(time.perf_counter() - started, 3),
+                memory_bytes=info.memory_bytes,
+                context=info.context,
+                detail=info.detail,
+            )
+        )
+        self._pump()
+
+    def _pump(self) -> None:
+        while self.state is EngineState.READY and self._running < 1 and self._waiting:
+            job = self._waiting.popleft()
+            job._expiry.cancel()
+            self._running += 1
+            job.started_at = time.perf_counter()
+            future = self._loop.run_in_executor(self._executor, self._generate, job)
+            future.add_done_callback(self._finished_one)
+
+    def _generate(self, job: Job) -> None:
+        """On the runner's thread: run the engine, post every output back to the loop."""
+        post = self._loop.call_soon_threadsafe
+        try:
+            for output in self.engine.generate(job.request, job.is_cancelled):
+                post(job.outputs.put_nowait, output)
+        except Exception as error:  # travels back as a value, raised on the async side
+            post(job.outputs.put_nowait, error)
+
+    def _finished_one(self, _future: object) -> None:
+        self._running -= 1
+        self._pump()
+        self._settle()
+
+    def _withdraw(self, job: Job) -> None:
+        job.cancel()
+        if job.started_at is None and job in self._waiting:
+            self._waiting.remove(job)
+            job._expiry.cancel()
+            self._settle()
+
+    def _expire(self, job: Job) -> None:
+        if job in self._waiting:
+            self._waiting.remove(job)
+            self._settle()
+            waited = self.model.queue.max_wait
+            job.outputs.put_nowait(
+                QueueTimeout(
+                    f"model {self.model.id!r}: waited {waited} in the queue (queue.max_wait)",
+                    retry_after=seconds(waited),
+                )
+            )
+
+    def _fail_waiting(self) -> None:
+        while self._waiting:
+            job = self._waiting.popleft()
+            job._expiry.cancel()
+            job.outputs.put_nowait(
+                ModelUnavailable(f"model {self.model.id!r} failed to load: {self.error}")
+            )
+        self._settle()
+
+    def _settle(self) -> None:
+        """Keep `_idle` true exactly when nothing waits or runs (what `stop` waits for)."""
+        if self._running or self._waiting:
+            self._idle.clear()
+        else:
+            self._idle.set()
+
+    def _report(self, job: Job, finished: Finished) -> None:
+        emit(
+            Generated(
+                model=self.model.id,
+                prompt_tokens=finished.prompt_tokens,
+                new_tokens=finished.new_tokens,
+                prefill_s=round(finished.prefill_s, 4),
+                decode_s=round(finished.decode_s, 4),
+                queue_wait_s=round(job.started_at - job.enqueued_at, 4),
+                ttft_s=None
+                if job.first_token_at is None
+                else round(job.first_token_at - job.enqueued_at, 4),
+                stop_reason=finished.stop_reason,
+            )
+        )

@@ -1,0 +1,89 @@
+"""A deterministic engine with no weights, for tests and demos.
+
+It renders the prompt with a ChatML template and counts tokens with a real byte-level
+tokenizer, so usage and the `generated` event carry real counts; the reply goes out word by
+word through the same stop-string handling as a real model's.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterator
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+from engines.base import LoadInfo
+from engines.stops import StopMatcher
+from schemas.canonical import ChatRequest, Finished, Output, TextDelta
+from schemas.config import ScriptConfig
+
+SCRIPTED_CONTEXT = 8192
+
+
+def make_byte_tokenizer() -> Tokenizer:
+    """One token per UTF-8 byte: no vocabulary file needed, and counts are exact."""
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    vocab = {symbol: i for i, symbol in enumerate(sorted(alphabet))}
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    return tokenizer
+
+
+def render_chatml(request: ChatRequest) -> str:
+    turns = [f"<|im_start|>{m.role}\n{m.content}<|im_end|>\n" for m in request.messages]
+    return "".join(turns) + "<|im_start|>assistant\n"
+
+
+class ScriptedEngine:
+    def __init__(self, script: ScriptConfig) -> None:
+        self._script = script
+        self._tokenizer = make_byte_tokenizer()
+
+    def load(self) -> LoadInfo:
+        return LoadInfo(memory_bytes=0, context=SCRIPTED_CONTEXT, detail={"engine": "scripted"})
+
+    def count_prompt(self, request: ChatRequest) -> int:
+        return self._count(render_chatml(request))
+
+    def generate(self, request: ChatRequest, cancelled: Callable[[], bool]) -> Iterator[Output]:
+        start = time.perf_counter()
+        prompt_tokens = self.count_prompt(request)
+        prefill_s = time.perf_counter() - start
+        words = re.findall(r"\s*\S+", self._script.reply)
+        matcher = StopMatcher(request.stop)
+        emitted = ""
+        stop_reason = "stop"
+        for i, word in enumerate(words):
+            if cancelled():
+                stop_reason = "cancelled"
+                break
+            if self._count(emitted + word) > request.max_tokens:
+                stop_reason = "length"
+                break
+            if i and self._script.token_delay:
+                time.sleep(self._script.token_delay)
+            emitted += word
+            text = matcher.feed(word)
+            if text:
+                yield TextDelta(text)
+            if matcher.stopped:
+                stop_reason = "stop_string"
+                break
+        tail = matcher.flush()
+        if tail:
+            yield TextDelta(tail)
+        yield Finished(
+            stop_reason=stop_reason,
+            prompt_tokens=prompt_tokens,
+            new_tokens=self._count(emitted),
+            prefill_s=prefill_s,
+            decode_s=time.perf_counter() - start - prefill_s,
+        )
+
+    def unload(self) -> None:
+        pass
+
+    def _count(self, text: str) -> int:
+        return len(self._tokenizer.encode(text, add_special_tokens=False).ids)

@@ -1,0 +1,52 @@
+"""Build the one canonical request from any protocol's fields, applying the model's policy.
+
+Every protocol adapter calls `build_chat_request`, so the model's defaults and limits are
+applied in one place: request > model `sampling` > file `defaults` > built-in.
+"""
+
+from __future__ import annotations
+
+from engines.errors import BadRequest
+from schemas.canonical import ChatRequest, Message, Sampling
+from schemas.config import ModelConfig
+
+DEFAULT_MAX_TOKENS = 512
+BUILTIN_SAMPLING = Sampling()
+
+
+def build_chat_request(
+    model: ModelConfig,
+    messages: list[Message],
+    *,
+    max_tokens: int | None = None,
+    temperature: float | None = None,
+    top_p: float | None = None,
+    top_k: int | None = None,
+    min_p: float | None = None,
+    seed: int | None = None,
+    stop: list[str] | None = None,
+) -> ChatRequest:
+    if not messages:
+        raise BadRequest("messages must hold at least one message")
+    if model.system and not any(m.role in ("system", "developer") for m in messages):
+        messages = [Message(role="system", content=model.system), *messages]
+    defaults = model.sampling
+    wanted = max_tokens or defaults.max_tokens or DEFAULT_MAX_TOKENS
+    cap = model.guardrails.max_output_tokens
+    sampling = Sampling(
+        temperature=_first(temperature, defaults.temperature, BUILTIN_SAMPLING.temperature),
+        top_p=_first(top_p, defaults.top_p, BUILTIN_SAMPLING.top_p),
+        top_k=_first(top_k, defaults.top_k, BUILTIN_SAMPLING.top_k),
+        min_p=_first(min_p, defaults.min_p, BUILTIN_SAMPLING.min_p),
+        seed=_first(seed, defaults.seed, None),
+    )
+    return ChatRequest(
+        messages=messages,
+        max_tokens=min(wanted, cap) if cap else wanted,
+        sampling=sampling,
+        stop=stop or [],
+    )
+
+
+def _first(*values):
+    return next((v for v in values if v is not None), None)

@@ -1,0 +1,107 @@
+"""The `gateway` command: serve, check, schema, models."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from engines.errors import ConfigInvalid
+
+DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "models.yaml"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gateway", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="serve the models of a config")
+    serve.add_argument("--config", type=Path, default=DEFAULT_CONFIG,
+                       help=f"models.yaml to serve (default: {DEFAULT_CONFIG})")
+    serve.add_argument("--host", help="override server.host")
+    serve.add_argument("--port", type=int, help="override server.port")
+
+    check = commands.add_parser("check", help="validate a config without serving it")
+    check.add_argument("config", type=Path)
+
+    schema = commands.add_parser("schema", help="print the JSON Schema of models.yaml")
+    schema.add_argument("--write", action="store_true", help="write it into schemas/")
+
+    models = commands.add_parser("models", help="list the models of a config")
+    models.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "serve":
+        return serve(args.config, args.host, args.port)
+    if args.command == "schema":
+        return schema(args.write)
+    # `models` lists what `check` validates: the same one line per model.
+    return check(args.config)
+
+
+def check(path: Path) -> int:
+    """Exit 0 with a line per model when valid; exit 1 with every error otherwise."""
+    from gateway.config import load_config, summarize
+
+    try:
+        config = load_config(path)
+    except ConfigInvalid as invalid:
+        for error in invalid.errors:
+            print(error, file=sys.stderr)
+        return 1
+    for line in summarize(config):
+        print(line)
+    return 0
+
+
+def schema(write: bool) -> int:
+    import json
+
+    from gateway.json_schema import SCHEMA_PATH, config_json_schema, write_schema
+
+    if write:
+        write_schema()
+        print(f"wrote {SCHEMA_PATH}")
+    else:
+        print(json.dumps(config_json_schema(), indent=2, sort_keys=True))
+    return 0
+
+
+def serve(path: Path, host: str | None, port: int | None) -> int:
+    from engines.platform import reexec_with_openblas
+
+    reexec_with_openblas()  # before mlx is imported: a preload only works at process start
+
+    import uvicorn
+
+    from engines import platform
+    from engines.log import emit
+    from gateway.app import create_app
+    from gateway.config import load_config
+    from gateway.logging import setup_logging
+    from schemas.events import ServerStarted
+
+    try:
+        config = load_config(path)
+    except ConfigInvalid as invalid:
+        print(f"gateway: {path} is invalid, not serving:", file=sys.stderr)
+        for error in invalid.errors:
+            print(error, file=sys.stderr)
+        return 1
+    server = config.server
+    host, port = host or server.host, port or server.port
+    setup_logging(server.log_level, server.log_file)
+    path_taken = platform.detect()
+    app = create_app(config, path_taken, base_dir=path.resolve().parent)
+    emit(ServerStarted(host=host, port=port, config=str(path),
+                       models=[m.id for m in config.models], platform=path_taken.as_dict()))
+    uvicorn.run(app, host=host, port=port, log_config=None, access_log=False,
+                log_level="warning", timeout_graceful_shutdown=30)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

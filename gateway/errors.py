@@ -1,0 +1,45 @@
+"""Every error, rendered once per protocol in that protocol's own envelope."""
+
+from __future__ import annotations
+
+import math
+
+from litestar import Request, Response
+from litestar.exceptions import HTTPException, ValidationException
+
+from engines.errors import GatewayError
+
+OPENAI_TYPES = {400: "invalid_request_error", 401: "authentication_error",
+                403: "permission_error", 404: "not_found_error", 413: "invalid_request_error",
+                429: "rate_limit_error", 503: "overloaded_error"}
+
+
+def _openai(status: int, message: str, kind: str | None) -> dict:
+    return {"error": {"message": message, "type": kind or OPENAI_TYPES.get(status, "server_error"),
+                      "param": None, "code": None}}
+
+
+def error_response(request: Request, error: Exception) -> Response:
+    """One app-wide exception handler: status, headers and body from the error's kind."""
+    headers: dict[str, str] = {}
+    if isinstance(error, GatewayError):
+        status, message, kind = error.status, error.message, error.kind
+        if error.retry_after is not None:
+            headers["Retry-After"] = str(max(1, math.ceil(error.retry_after)))
+    elif isinstance(error, ValidationException):
+        status, kind = 400, "invalid_request_error"
+        message = _validation_message(error)
+    elif isinstance(error, HTTPException):
+        status, message, kind = error.status_code, error.detail, None
+    else:
+        status, message, kind = 500, "internal error", "server_error"
+    request.scope.setdefault("state", {})["error"] = message
+    return Response(_openai(status, message, kind), status_code=status, headers=headers)
+
+
+def _validation_message(error: ValidationException) -> str:
+    """litestar's decoding error, with msgspec's precise reason where it has one."""
+    extra = error.extra if isinstance(error.extra, list) else []
+    reasons = [str(item.get("message", item)) if isinstance(item, dict) else str(item)
+               for item in extra]
+    return "; ".join([error.detail, *reasons]) if reasons else error.detail

@@ -1,0 +1,121 @@
+"""The OpenAI protocol: chat completions (plain and SSE) and the model list."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+import msgspec
+from litestar import Request, Response, get, post
+from litestar.response import ServerSentEvent
+
+from engines.errors import BadRequest
+from engines.log import emit
+from gateway.canonical import build_chat_request
+from gateway.registry import Generation
+from gateway.streaming import collect, unless_client_leaves
+from schemas import openai as wire
+from schemas.canonical import Finished, Message, Output, TextDelta
+from schemas.events import RequestRouted
+
+FINISH_REASONS = {"stop": "stop", "stop_string": "stop", "cancelled": "stop", "length": "length"}
+
+
+def to_messages(messages: list[wire.ChatMessage]) -> list[Message]:
+    canonical = []
+    for message in messages:
+        content = message.content
+        if isinstance(content, list):
+            if any(part.type != "text" for part in content):
+                raise BadRequest("only text content parts are supported by this model")
+            content = "".join(part.text or "" for part in content)
+        canonical.append(Message(role=message.role, content=content or ""))
+    return canonical
+
+
+def _usage(finished: Finished) -> wire.Usage:
+    return wire.Usage(
+        prompt_tokens=finished.prompt_tokens,
+        completion_tokens=finished.new_tokens,
+        total_tokens=finished.prompt_tokens + finished.new_tokens,
+    )
+
+
+@post("/v1/chat/completions", status_code=200)
+async def chat_completions(
+    request: Request, data: wire.ChatCompletionRequest, generation: Generation
+) -> Response | ServerSentEvent:
+    """Chat completions; `stream: true` answers as server-sent events."""
+    if data.n not in (None, 1):
+        raise BadRequest("n > 1 is not supported: send one request per completion")
+    route = generation.resolve(data.model)
+    emit(RequestRouted(requested=data.model, served=route.served, alias=route.alias,
+                       fallback=route.fallback, stream=data.stream, protocol="openai"))
+    stop = [data.stop] if isinstance(data.stop, str) else data.stop
+    chat = build_chat_request(
+        route.runner.model, to_messages(data.messages),
+        max_tokens=data.max_completion_tokens or data.max_tokens,
+        temperature=data.temperature, top_p=data.top_p, top_k=data.top_k, min_p=data.min_p,
+        seed=data.seed, stop=stop,
+    )
+    runner = route.runner
+    results = runner.results(runner.submit(chat))
+    completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
+    created = int(time.time())
+    if not data.stream:
+        text, finished = await unless_client_leaves(request, collect(results))
+        body = wire.ChatCompletion(
+            id=completion_id, created=created, model=route.served,
+            choices=[wire.Choice(message=wire.AssistantMessage(content=text),
+                                 finish_reason=FINISH_REASONS[finished.stop_reason])],
+            usage=_usage(finished),
+        )
+        return Response(body)
+    # Wait for the first output before answering, so queue and load errors keep their status.
+    first = await unless_client_leaves(request, anext(results))
+    include_usage = bool(data.stream_options and data.stream_options.include_usage)
+    chunks = _chunks(first, results, completion_id, created, route.served, include_usage)
+    return ServerSentEvent(chunks)
+
+
+async def _chunks(
+    first: Output, results: AsyncIterator[Output], completion_id: str, created: int,
+    model: str, include_usage: bool,
+) -> AsyncIterator[str]:
+    def chunk(delta: wire.Delta, finish: str | None = None, usage=None, choices=True) -> str:
+        body = wire.ChatCompletionChunk(
+            id=completion_id, created=created, model=model, usage=usage,
+            choices=[wire.ChunkChoice(delta=delta, finish_reason=finish)] if choices else [],
+        )
+        return msgspec.json.encode(body).decode()
+
+    async def outputs() -> AsyncIterator[Output]:
+        yield first
+        async for output in results:
+            yield output
+
+    try:
+        yield chunk(wire.Delta(role="assistant", content=""))
+        async for output in outputs():
+            if isinstance(output, TextDelta):
+                yield chunk(wire.Delta(content=output.text))
+            else:
+                yield chunk(wire.Delta(), FINISH_REASONS[output.stop_reason])
+                if include_usage:
+                    yield chunk(wire.Delta(), usage=_usage(output), choices=False)
+        yield "[DONE]"
+    finally:
+        # The client went away (or the stream ended): stop the job within a token.
+        await results.aclose()
+
+
+@get("/v1/models")
+async def list_models(generation: Generation) -> wire.ModelList:
+    """Every model id and alias this config generation answers to."""
+    created = int(time.time())
+    cards = []
+    for model in generation.config.models:
+        cards.append(wire.ModelCard(id=model.id, created=created, aliases=list(model.aliases)))
+        cards += [wire.ModelCard(id=a, created=created, alias_of=model.id) for a in model.aliases]
+    return wire.ModelList(data=cards)

@@ -1,0 +1,48 @@
+"""Names to runners, one config generation at a time."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from engines.errors import ModelNotFound
+from engines.runner import Runner
+from schemas.config import GatewayConfig
+
+
+class Route(NamedTuple):
+    runner: Runner
+    requested: str
+    alias: str | None
+    fallback: bool
+
+    @property
+    def served(self) -> str:
+        return self.runner.model.id
+
+
+class Generation:
+    """One config and the runners serving it. Never mutated: a reload builds a new one.
+
+    A request resolves against exactly one generation, captured once when it arrives.
+    """
+
+    def __init__(self, config: GatewayConfig, runners: dict[str, Runner]) -> None:
+        self.config = config
+        self.runners = runners
+        self._names: dict[str, tuple[str, str | None]] = {}
+        for model in config.models:
+            self._names[model.id] = (model.id, None)
+            for alias in model.aliases:
+                self._names[alias] = (model.id, alias)
+
+    def resolve(self, name: str) -> Route:
+        """The runner for a model id or alias, else the fallback, else `ModelNotFound`."""
+        if name in self._names:
+            model_id, alias = self._names[name]
+            return Route(self.runners[model_id], name, alias, fallback=False)
+        fallback = self.config.server.fallback
+        if fallback is not None:
+            model_id, _ = self._names[fallback]
+            return Route(self.runners[model_id], name, None, fallback=True)
+        known = ", ".join(sorted(self._names))
+        raise ModelNotFound(f"model {name!r} not found; known models: {known}")

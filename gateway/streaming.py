@@ -1,0 +1,56 @@
+"""Waiting on a runner while watching the client: a client that leaves stops its job."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable
+from typing import TypeVar
+
+from litestar import Request
+
+from engines.errors import GatewayError
+from schemas.canonical import Finished, Output, TextDelta
+
+T = TypeVar("T")
+
+
+class ClientGone(GatewayError):
+    """The client disconnected before its answer was ready (logged as 499)."""
+
+    status = 499
+    kind = "client_closed_request"
+
+
+async def _until_disconnect(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def unless_client_leaves(request: Request, work: Awaitable[T]) -> T:
+    """Await `work`; if the client disconnects first, cancel it and raise `ClientGone`.
+
+    Cancelling `work` unwinds the runner's result generator, which withdraws the job from
+    its queue (or stops its generation within a token).
+    """
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_until_disconnect(request))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    raise ClientGone("client disconnected")
+
+
+async def collect(results: AsyncIterator[Output]) -> tuple[str, Finished]:
+    """All of a job's text and its `Finished`."""
+    parts: list[str] = []
+    async for output in results:
+        if isinstance(output, TextDelta):
+            parts.append(output.text)
+        else:
+            return "".join(parts), output
+    raise RuntimeError("engine ended without a Finished output")

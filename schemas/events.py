@@ -1,0 +1,77 @@
+"""Every event the gateway logs: the name is the struct's tag, the payload its fields."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="event"):
+    """Base of every event; `request_id` is bound per request by the logger's context."""
+
+
+class RequestStarted(Event, tag="request_started"):
+    method: str
+    path: str
+
+
+class RequestRouted(Event, tag="request_routed"):
+    requested: str
+    served: str
+    alias: str | None
+    fallback: bool
+    stream: bool
+    protocol: str
+
+
+class RequestQueued(Event, tag="request_queued"):
+    model: str
+    position: int
+
+
+class Generated(Event, tag="generated"):
+    model: str
+    prompt_tokens: int
+    new_tokens: int
+    prefill_s: float
+    decode_s: float
+    queue_wait_s: float
+    ttft_s: float | None
+    stop_reason: str
+    reused_prefix_tokens: int = 0
+    session_evicted: bool = False
+
+
+class RequestFinished(Event, tag="request_finished"):
+    status: int
+    duration_ms: float
+    error: str | None = None
+
+
+class ModelLoading(Event, tag="model_loading"):
+    model: str
+
+
+class ModelAttached(Event, tag="model_attached"):
+    model: str
+    load_s: float
+    memory_bytes: int
+    context: int
+    detail: dict[str, str] = {}
+
+
+class ModelDetached(Event, tag="model_detached"):
+    model: str
+    reason: str
+
+
+class ModelFailed(Event, tag="model_failed"):
+    model: str
+    error: str
+
+
+class ServerStarted(Event, tag="server_started"):
+    host: str
+    port: int
+    config: str
+    models: list[str]
+    platform: dict[str, str]

@@ -1,0 +1,124 @@
+"""OpenAI wire formats. Lenient: clients send fields we do not use, and that is fine."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta
+
+NonNegativeFloat = Annotated[float, Meta(ge=0)]
+
+
+class Wire(msgspec.Struct, kw_only=True):
+    """Base of wire structs: unknown fields are ignored, not rejected."""
+
+
+class ContentPart(Wire):
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(Wire):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_call_id: str | None = None
+
+
+class StreamOptions(Wire):
+    include_usage: bool = False
+
+
+class ChatCompletionRequest(Wire):
+    model: Annotated[str, Meta(min_length=1)]
+    messages: Annotated[list[ChatMessage], Meta(min_length=1)]
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: Annotated[int, Meta(ge=1)] | None = None
+    max_completion_tokens: Annotated[int, Meta(ge=1)] | None = None
+    temperature: Annotated[float, Meta(ge=0, le=2)] | None = None
+    top_p: Annotated[float, Meta(gt=0, le=1)] | None = None
+    top_k: Annotated[int, Meta(ge=0)] | None = None
+    min_p: Annotated[float, Meta(ge=0, le=1)] | None = None
+    stop: str | Annotated[list[str], Meta(max_length=16)] | None = None
+    seed: int | None = None
+    n: Annotated[int, Meta(ge=1)] | None = None
+    presence_penalty: Annotated[float, Meta(ge=-2, le=2)] | None = None
+    frequency_penalty: Annotated[float, Meta(ge=-2, le=2)] | None = None
+    user: str | None = None
+
+
+class Usage(Wire):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class AssistantMessage(Wire):
+    role: Literal["assistant"] = "assistant"
+    content: str | None
+
+
+class Choice(Wire):
+    index: int = 0
+    message: AssistantMessage
+    finish_reason: str | None
+    logprobs: None = None
+
+
+class ChatCompletion(Wire):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[Choice]
+    usage: Usage
+    system_fingerprint: str | None = None
+
+
+class Delta(Wire, omit_defaults=True):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+
+
+class ChunkChoice(Wire):
+    index: int = 0
+    delta: Delta
+    finish_reason: str | None = None
+    logprobs: None = None
+
+
+class ChatCompletionChunk(Wire):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: Usage | None = None
+
+
+class ModelCard(Wire):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "mlx-gateway"
+    # Ours, beside OpenAI's fields: which id an alias routes to, and a model's aliases.
+    alias_of: str | None = None
+    aliases: list[str] = []
+
+
+class ModelList(Wire):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class ErrorBody(Wire):
+    message: str
+    type: str
+    param: str | None = None
+    code: Any = None
+
+
+class ErrorResponse(Wire):
+    error: ErrorBody
