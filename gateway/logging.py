@@ -28,7 +28,9 @@ class LineWriter:
 
 
 def _render(_logger: Any, _name: str, event: dict[str, Any]) -> str:
-    return msgspec.json.encode(event).decode()
+    # The fields every line has come first, so a line reads well in a terminal too.
+    head = {key: event.pop(key) for key in ("event", "ts", "level", "request_id") if key in event}
+    return msgspec.json.encode(head | event).decode()
 
 
 def setup_logging(level: str = "info", log_file: str | None = None) -> None:

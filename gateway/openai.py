@@ -12,6 +12,7 @@ from litestar.response import ServerSentEvent
 
 from engines.errors import BadRequest
 from engines.log import emit
+from gateway.body import decode_body
 from gateway.canonical import build_chat_request
 from gateway.registry import Generation
 from gateway.streaming import collect, unless_client_leaves
@@ -43,10 +44,9 @@ def _usage(finished: Finished) -> wire.Usage:
 
 
 @post("/v1/chat/completions", status_code=200)
-async def chat_completions(
-    request: Request, data: wire.ChatCompletionRequest, generation: Generation
-) -> Response | ServerSentEvent:
+async def chat_completions(request: Request, generation: Generation) -> Response | ServerSentEvent:
     """Chat completions; `stream: true` answers as server-sent events."""
+    data = await decode_body(request, wire.ChatCompletionRequest)
     if data.n not in (None, 1):
         raise BadRequest("n > 1 is not supported: send one request per completion")
     route = generation.resolve(data.model)

@@ -14,23 +14,23 @@ class Wire(msgspec.Struct, kw_only=True):
     """Base of wire structs: unknown fields are ignored, not rejected."""
 
 
-class ContentPart(Wire):
+class ContentPart(Wire, kw_only=True):
     type: str
     text: str | None = None
 
 
-class ChatMessage(Wire):
+class ChatMessage(Wire, kw_only=True):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
     name: str | None = None
     tool_call_id: str | None = None
 
 
-class StreamOptions(Wire):
+class StreamOptions(Wire, kw_only=True):
     include_usage: bool = False
 
 
-class ChatCompletionRequest(Wire):
+class ChatCompletionRequest(Wire, kw_only=True):
     model: Annotated[str, Meta(min_length=1)]
     messages: Annotated[list[ChatMessage], Meta(min_length=1)]
     stream: bool = False
@@ -49,25 +49,25 @@ class ChatCompletionRequest(Wire):
     user: str | None = None
 
 
-class Usage(Wire):
+class Usage(Wire, kw_only=True):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
 
 
-class AssistantMessage(Wire):
+class AssistantMessage(Wire, kw_only=True):
     role: Literal["assistant"] = "assistant"
     content: str | None
 
 
-class Choice(Wire):
+class Choice(Wire, kw_only=True):
     index: int = 0
     message: AssistantMessage
     finish_reason: str | None
     logprobs: None = None
 
 
-class ChatCompletion(Wire):
+class ChatCompletion(Wire, kw_only=True):
     id: str
     object: Literal["chat.completion"] = "chat.completion"
     created: int
@@ -77,19 +77,19 @@ class ChatCompletion(Wire):
     system_fingerprint: str | None = None
 
 
-class Delta(Wire, omit_defaults=True):
+class Delta(Wire, kw_only=True, omit_defaults=True):
     role: Literal["assistant"] | None = None
     content: str | None = None
 
 
-class ChunkChoice(Wire):
+class ChunkChoice(Wire, kw_only=True):
     index: int = 0
     delta: Delta
     finish_reason: str | None = None
     logprobs: None = None
 
 
-class ChatCompletionChunk(Wire):
+class ChatCompletionChunk(Wire, kw_only=True):
     id: str
     object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
     created: int
@@ -98,7 +98,7 @@ class ChatCompletionChunk(Wire):
     usage: Usage | None = None
 
 
-class ModelCard(Wire):
+class ModelCard(Wire, kw_only=True):
     id: str
     object: Literal["model"] = "model"
     created: int
@@ -108,17 +108,17 @@ class ModelCard(Wire):
     aliases: list[str] = []
 
 
-class ModelList(Wire):
+class ModelList(Wire, kw_only=True):
     object: Literal["list"] = "list"
     data: list[ModelCard]
 
 
-class ErrorBody(Wire):
+class ErrorBody(Wire, kw_only=True):
     message: str
     type: str
     param: str | None = None
     code: Any = None
 
 
-class ErrorResponse(Wire):
+class ErrorResponse(Wire, kw_only=True):
     error: ErrorBody
