@@ -1,0 +1,158 @@
+"""The runner's FIFO queue, overflow, timeouts and cancellation, on the scripted engine."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from engines.errors import ModelUnavailable, QueueFull, QueueTimeout
+from engines.runner import Runner
+from engines.scripted import ScriptedEngine
+from schemas.canonical import ChatRequest, Finished, Message, TextDelta
+from schemas.config import ModelConfig, QueueConfig, ScriptConfig
+
+
+class RecordingEngine(ScriptedEngine):
+    """The scripted engine, noting which prompts it generated for and how each ended."""
+
+    def __init__(self, script: ScriptConfig) -> None:
+        super().__init__(script)
+        self.started: list[str] = []
+        self.ended: list[tuple[str, str]] = []
+
+    def generate(self, request, cancelled):
+        name = request.messages[-1].content
+        self.started.append(name)
+        for output in super().generate(request, cancelled):
+            if isinstance(output, Finished):
+                self.ended.append((name, output.stop_reason))
+            yield output
+
+
+def make_runner(reply="one two three four", delay=0.0, max_depth=64, max_wait="120s"):
+    model = ModelConfig(id="m", engine="scripted",
+                        queue=QueueConfig(max_depth=max_depth, max_wait=max_wait))
+    engine = RecordingEngine(ScriptConfig(reply=reply, token_delay=delay))
+    return Runner(model, engine), engine
+
+
+def ask(name: str, max_tokens: int = 100) -> ChatRequest:
+    return ChatRequest(messages=[Message(role="user", content=name)], max_tokens=max_tokens)
+
+
+async def drain(runner, job):
+    return [o async for o in runner.results(job)]
+
+
+async def test_requests_are_served_in_arrival_order():
+    runner, engine = make_runner(delay=0.01)
+    await runner.start()
+    jobs = [runner.submit(ask(f"r{i}")) for i in range(6)]
+    # Drain in reverse to show order comes from the queue, not from who reads first.
+    await asyncio.gather(*(drain(runner, job) for job in reversed(jobs)))
+    assert engine.started == [f"r{i}" for i in range(6)]
+    await runner.stop("test")
+
+
+async def test_output_is_deltas_then_one_finished_with_engine_counts():
+    runner, _ = make_runner(reply="hello from echo")
+    await runner.start()
+    outputs = await drain(runner, runner.submit(ask("x")))
+    assert "".join(o.text for o in outputs[:-1]) == "hello from echo"
+    assert all(isinstance(o, TextDelta) for o in outputs[:-1])
+    finished = outputs[-1]
+    assert finished.new_tokens == len(b"hello from echo")  # one token per byte
+    assert finished.prompt_tokens > 0
+    await runner.stop("test")
+
+
+async def test_queue_past_max_depth_is_refused_at_once():
+    runner, _ = make_runner(delay=0.2, max_depth=2)
+    await runner.start()
+    running = runner.submit(ask("running"))
+    await asyncio.sleep(0.05)  # the first leaves the line and starts
+    waiting = [runner.submit(ask("w1")), runner.submit(ask("w2"))]
+    with pytest.raises(QueueFull) as refused:
+        runner.submit(ask("w3"))
+    assert refused.value.status == 429 and refused.value.retry_after > 0
+    for job in [running, *waiting]:
+        await drain(runner, job)
+    await runner.stop("test")
+
+
+async def test_request_withdrawn_while_queued_never_generates():
+    runner, engine = make_runner(delay=0.05)
+    await runner.start()
+    first = runner.submit(ask("first"))
+    gone = runner.submit(ask("gone"))
+    last = runner.submit(ask("last"))
+    results = runner.results(gone)
+    task = asyncio.ensure_future(anext(results))
+    await asyncio.sleep(0.02)
+    task.cancel()  # the client goes away while its request waits
+    await asyncio.gather(task, return_exceptions=True)
+    assert runner.queue_depth == 1
+    await drain(runner, first)
+    await drain(runner, last)
+    assert engine.started == ["first", "last"]
+    await runner.stop("test")
+
+
+async def test_request_cancelled_mid_generation_stops_within_a_token():
+    runner, engine = make_runner(reply=" ".join(["word"] * 100), delay=0.05)
+    await runner.start()
+    job = runner.submit(ask("long"))
+    results = runner.results(job)
+    await anext(results)
+    await anext(results)
+    cancelled_at = time.perf_counter()
+    await results.aclose()
+    follow = await drain(runner, runner.submit(ask("next")))
+    # The next request starts within about one token delay of the cancel.
+    assert engine.ended[0] == ("long", "cancelled")
+    assert time.perf_counter() - cancelled_at < 0.05 * 100 / 2
+    assert isinstance(follow[-1], Finished)
+    await runner.stop("test")
+
+
+async def test_request_waiting_past_max_wait_gets_503_with_retry_after():
+    runner, _ = make_runner(delay=0.1, max_wait="100ms")
+    await runner.start()
+    busy = runner.submit(ask("busy"))
+    late = runner.submit(ask("late"))
+    with pytest.raises(QueueTimeout) as timed_out:
+        await drain(runner, late)
+    assert timed_out.value.status == 503 and timed_out.value.retry_after
+    await drain(runner, busy)
+    await runner.stop("test")
+
+
+async def test_a_slow_model_never_delays_another():
+    slow, _ = make_runner(reply=" ".join(["slow"] * 20), delay=0.1)
+    fast, _ = make_runner(reply="quick")
+    await slow.start()
+    await fast.start()
+    slow_job = asyncio.ensure_future(drain(slow, slow.submit(ask("s"))))
+    await asyncio.sleep(0.05)
+    started = time.perf_counter()
+    await drain(fast, fast.submit(ask("f")))
+    assert time.perf_counter() - started < 0.5
+    assert not slow_job.done()
+    await slow_job
+    await slow.stop("test")
+    await fast.stop("test")
+
+
+async def test_stop_refuses_waiting_requests_and_finishes_running_ones():
+    runner, _ = make_runner(delay=0.05)
+    await runner.start()
+    running = runner.submit(ask("running"))
+    waiting = runner.submit(ask("waiting"))
+    first = await anext(runner.results(running))
+    stopping = asyncio.ensure_future(runner.stop("removed"))
+    with pytest.raises(ModelUnavailable):
+        await drain(runner, waiting)
+    assert isinstance(first, TextDelta)
+    await stopping
