@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 import time
 from collections import deque
@@ -14,8 +15,14 @@ from engines.errors import GatewayError, ModelUnavailable, QueueFull, QueueTimeo
 from engines.log import emit
 from schemas.canonical import ChatRequest, Finished, Output, TextDelta
 from schemas.config import ModelConfig, seconds
-from schemas.events import Generated, ModelAttached, ModelDetached, ModelFailed, ModelLoading
-from schemas.events import RequestQueued
+from schemas.events import (
+    Generated,
+    ModelAttached,
+    ModelDetached,
+    ModelFailed,
+    ModelLoading,
+    RequestQueued,
+)
 
 # How long a refused client is told to wait before retrying, when nothing better is known.
 DEFAULT_RETRY_AFTER_S = 1.0
@@ -30,6 +37,8 @@ class Job:
         self.started_at: float | None = None
         self.first_token_at: float | None = None
         self.outputs: asyncio.Queue[Output | BaseException] = asyncio.Queue()
+        # The request's log context (request_id), for events emitted from the model's thread.
+        self.context = contextvars.copy_context()
         self._cancelled = threading.Event()
         self._expiry: asyncio.TimerHandle | None = None
 
@@ -108,10 +117,6 @@ class Runner:
                 item = await job.outputs.get()
                 if isinstance(item, BaseException):
                     raise item
-                if isinstance(item, TextDelta) and job.first_token_at is None:
-                    job.first_token_at = time.perf_counter()
-                if isinstance(item, Finished):
-                    self._report(job, item)
                 yield item
                 if isinstance(item, Finished):
                     return
@@ -173,6 +178,11 @@ class Runner:
         post = self._loop.call_soon_threadsafe
         try:
             for output in self.engine.generate(job.request, job.is_cancelled):
+                if isinstance(output, TextDelta) and job.first_token_at is None:
+                    job.first_token_at = time.perf_counter()
+                if isinstance(output, Finished):
+                    # Reported even when nobody reads on (client gone): ops see what it cost.
+                    post(self._report, job, output, context=job.context)
                 post(job.outputs.put_nowait, output)
         except Exception as error:  # travels back as a value, raised on the async side
             post(job.outputs.put_nowait, error)

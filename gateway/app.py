@@ -27,7 +27,9 @@ class Registry:
         self.current = generation
 
 
-def build_generation(config: GatewayConfig, platform: PlatformPath, base_dir: Path | None) -> Generation:
+def build_generation(
+    config: GatewayConfig, platform: PlatformPath, base_dir: Path | None
+) -> Generation:
     runners = {m.id: Runner(m, make_engine(m, platform, base_dir)) for m in config.models}
     return Generation(config, runners)
 
@@ -37,7 +39,9 @@ def provide_generation(state: State) -> Generation:
     return state.registry.current
 
 
-def create_app(config: GatewayConfig, platform: PlatformPath, base_dir: Path | None = None) -> Litestar:
+def create_app(
+    config: GatewayConfig, platform: PlatformPath, base_dir: Path | None = None
+) -> Litestar:
     registry = Registry(build_generation(config, platform, base_dir))
 
     @asynccontextmanager

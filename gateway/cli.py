@@ -16,8 +16,12 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="serve the models of a config")
-    serve.add_argument("--config", type=Path, default=DEFAULT_CONFIG,
-                       help=f"models.yaml to serve (default: {DEFAULT_CONFIG})")
+    serve.add_argument(
+        "--config",
+        type=Path,
+        default=DEFAULT_CONFIG,
+        help=f"models.yaml to serve (default: {DEFAULT_CONFIG})",
+    )
     serve.add_argument("--host", help="override server.host")
     serve.add_argument("--port", type=int, help="override server.port")
 
@@ -96,10 +100,24 @@ def serve(path: Path, host: str | None, port: int | None) -> int:
     setup_logging(server.log_level, server.log_file)
     path_taken = platform.detect()
     app = create_app(config, path_taken, base_dir=path.resolve().parent)
-    emit(ServerStarted(host=host, port=port, config=str(path),
-                       models=[m.id for m in config.models], platform=path_taken.as_dict()))
-    uvicorn.run(app, host=host, port=port, log_config=None, access_log=False,
-                log_level="warning", timeout_graceful_shutdown=30)
+    emit(
+        ServerStarted(
+            host=host,
+            port=port,
+            config=str(path),
+            models=[m.id for m in config.models],
+            platform=path_taken.as_dict(),
+        )
+    )
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_config=None,
+        access_log=False,
+        log_level="warning",
+        timeout_graceful_shutdown=30,
+    )
     return 0
 
 

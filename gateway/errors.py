@@ -9,14 +9,26 @@ from litestar.exceptions import HTTPException, ValidationException
 
 from engines.errors import GatewayError
 
-OPENAI_TYPES = {400: "invalid_request_error", 401: "authentication_error",
-                403: "permission_error", 404: "not_found_error", 413: "invalid_request_error",
-                429: "rate_limit_error", 503: "overloaded_error"}
+OPENAI_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+}
 
 
 def _openai(status: int, message: str, kind: str | None) -> dict:
-    return {"error": {"message": message, "type": kind or OPENAI_TYPES.get(status, "server_error"),
-                      "param": None, "code": None}}
+    return {
+        "error": {
+            "message": message,
+            "type": kind or OPENAI_TYPES.get(status, "server_error"),
+            "param": None,
+            "code": None,
+        }
+    }
 
 
 def error_response(request: Request, error: Exception) -> Response:
@@ -40,6 +52,7 @@ def error_response(request: Request, error: Exception) -> Response:
 def _validation_message(error: ValidationException) -> str:
     """litestar's decoding error, with msgspec's precise reason where it has one."""
     extra = error.extra if isinstance(error.extra, list) else []
-    reasons = [str(item.get("message", item)) if isinstance(item, dict) else str(item)
-               for item in extra]
+    reasons = [
+        str(item.get("message", item)) if isinstance(item, dict) else str(item) for item in extra
+    ]
     return "; ".join([error.detail, *reasons]) if reasons else error.detail

@@ -30,16 +30,23 @@ def request_events(app: ASGIApp) -> ASGIApp:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                message["headers"] = [*message.get("headers", []),
-                                      (b"x-request-id", request_id.encode())]
+                message["headers"] = [
+                    *message.get("headers", []),
+                    (b"x-request-id", request_id.encode()),
+                ]
             await send(message)
 
         try:
             await app(scope, receive, send_with_id)
         finally:
             error = scope.get("state", {}).get("error")
-            emit(RequestFinished(status=status, duration_ms=round(
-                (time.perf_counter() - started) * 1000, 2), error=error))
+            emit(
+                RequestFinished(
+                    status=status,
+                    duration_ms=round((time.perf_counter() - started) * 1000, 2),
+                    error=error,
+                )
+            )
             structlog.contextvars.clear_contextvars()
 
     return middleware

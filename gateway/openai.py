@@ -50,14 +50,27 @@ async def chat_completions(request: Request, generation: Generation) -> Response
     if data.n not in (None, 1):
         raise BadRequest("n > 1 is not supported: send one request per completion")
     route = generation.resolve(data.model)
-    emit(RequestRouted(requested=data.model, served=route.served, alias=route.alias,
-                       fallback=route.fallback, stream=data.stream, protocol="openai"))
+    emit(
+        RequestRouted(
+            requested=data.model,
+            served=route.served,
+            alias=route.alias,
+            fallback=route.fallback,
+            stream=data.stream,
+            protocol="openai",
+        )
+    )
     stop = [data.stop] if isinstance(data.stop, str) else data.stop
     chat = build_chat_request(
-        route.runner.model, to_messages(data.messages),
+        route.runner.model,
+        to_messages(data.messages),
         max_tokens=data.max_completion_tokens or data.max_tokens,
-        temperature=data.temperature, top_p=data.top_p, top_k=data.top_k, min_p=data.min_p,
-        seed=data.seed, stop=stop,
+        temperature=data.temperature,
+        top_p=data.top_p,
+        top_k=data.top_k,
+        min_p=data.min_p,
+        seed=data.seed,
+        stop=stop,
     )
     runner = route.runner
     results = runner.results(runner.submit(chat))
@@ -66,9 +79,15 @@ async def chat_completions(request: Request, generation: Generation) -> Response
     if not data.stream:
         text, finished = await unless_client_leaves(request, collect(results))
         body = wire.ChatCompletion(
-            id=completion_id, created=created, model=route.served,
-            choices=[wire.Choice(message=wire.AssistantMessage(content=text),
-                                 finish_reason=FINISH_REASONS[finished.stop_reason])],
+            id=completion_id,
+            created=created,
+            model=route.served,
+            choices=[
+                wire.Choice(
+                    message=wire.AssistantMessage(content=text),
+                    finish_reason=FINISH_REASONS[finished.stop_reason],
+                )
+            ],
             usage=_usage(finished),
         )
         return Response(body)
@@ -80,12 +99,19 @@ async def chat_completions(request: Request, generation: Generation) -> Response
 
 
 async def _chunks(
-    first: Output, results: AsyncIterator[Output], completion_id: str, created: int,
-    model: str, include_usage: bool,
+    first: Output,
+    results: AsyncIterator[Output],
+    completion_id: str,
+    created: int,
+    model: str,
+    include_usage: bool,
 ) -> AsyncIterator[str]:
     def chunk(delta: wire.Delta, finish: str | None = None, usage=None, choices=True) -> str:
         body = wire.ChatCompletionChunk(
-            id=completion_id, created=created, model=model, usage=usage,
+            id=completion_id,
+            created=created,
+            model=model,
+            usage=usage,
             choices=[wire.ChunkChoice(delta=delta, finish_reason=finish)] if choices else [],
         )
         return msgspec.json.encode(body).decode()

@@ -32,9 +32,19 @@ class GatewayProcess:
         self.log = log
         self._out = log.open("w")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "gateway", "serve", "--config", str(config),
-             "--port", str(self.port)],
-            stdout=self._out, stderr=subprocess.STDOUT, cwd=REPO,
+            [
+                sys.executable,
+                "-m",
+                "gateway",
+                "serve",
+                "--config",
+                str(config),
+                "--port",
+                str(self.port),
+            ],
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
             env={**os.environ, **(env or {})},
         )
 

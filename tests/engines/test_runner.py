@@ -32,8 +32,9 @@ class RecordingEngine(ScriptedEngine):
 
 
 def make_runner(reply="one two three four", delay=0.0, max_depth=64, max_wait="120s"):
-    model = ModelConfig(id="m", engine="scripted",
-                        queue=QueueConfig(max_depth=max_depth, max_wait=max_wait))
+    model = ModelConfig(
+        id="m", engine="scripted", queue=QueueConfig(max_depth=max_depth, max_wait=max_wait)
+    )
     engine = RecordingEngine(ScriptConfig(reply=reply, token_delay=delay))
     return Runner(model, engine), engine
 
