@@ -14,6 +14,7 @@ from engines.factory import make_engine
 from engines.platform import PlatformPath
 from engines.runner import Runner
 from gateway import openai, ops
+from gateway.auth import require_api_key
 from gateway.errors import error_response
 from gateway.middleware import request_events
 from gateway.registry import Generation
@@ -60,6 +61,7 @@ def create_app(
         dependencies={"generation": Provide(provide_generation, sync_to_thread=False)},
         exception_handlers={Exception: error_response},
         middleware=[request_events],
+        guards=[require_api_key],
         lifespan=[lifespan],
         state=State({"registry": registry}),
         openapi_config=None,

@@ -45,7 +45,9 @@ def error_response(request: Request, error: Exception) -> Response:
         status, message, kind = error.status_code, error.detail, None
     else:
         status, message, kind = 500, "internal error", "server_error"
-    request.scope.setdefault("state", {})["error"] = message
+    # The event log gets the real cause; the client gets no internals.
+    logged = message if status != 500 else f"internal error: {error!r}"
+    request.scope.setdefault("state", {})["error"] = logged
     return Response(_openai(status, message, kind), status_code=status, headers=headers)
 
 

@@ -7,7 +7,7 @@ from litestar import get
 from gateway.registry import Generation
 
 
-@get("/health")
+@get("/health", opt={"public": True})
 async def health(generation: Generation) -> dict:
     """Liveness and each model's state; reads state only, never loads or wakes a model."""
     models = {

@@ -226,3 +226,25 @@ def _wait_health(gateway, model, condition, timeout=10):
             return
         time.sleep(0.02)
     raise TimeoutError(f"{model} never reached the expected state")
+
+
+def test_api_keys_guard_every_route_but_health(start_gateway):
+    gateway = start_gateway(
+        """
+        server:
+          api_keys: ["${TEST_GATEWAY_KEY}"]
+        models:
+          - id: echo
+            engine: scripted
+        """,
+        env={"TEST_GATEWAY_KEY": "sekret-123"},
+    )
+    assert httpx.get(f"{gateway.url}/health").status_code == 200
+    for headers in [{}, {"authorization": "Bearer wrong"}, {"x-api-key": "sekret-12"}]:
+        response = httpx.get(f"{gateway.url}/v1/models", headers=headers)
+        assert response.status_code == 401
+        assert response.json()["error"]["type"] == "authentication_error"
+    assert httpx.get(f"{gateway.url}/v1/models", headers={"x-api-key": "sekret-123"}).is_success
+    client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="sekret-123")
+    assert client.chat.completions.create(model="echo", messages=HELLO).choices
+    assert "sekret-123" not in gateway.log.read_text()
