@@ -62,15 +62,13 @@ def check(path: Path) -> int:
 
 
 def schema(write: bool) -> int:
-    import json
-
-    from gateway.json_schema import SCHEMA_PATH, config_json_schema, write_schema
+    from gateway.json_schema import SCHEMA_PATH, render_schema, write_schema
 
     if write:
         write_schema()
         print(f"wrote {SCHEMA_PATH}")
     else:
-        print(json.dumps(config_json_schema(), indent=2, sort_keys=True))
+        print(render_schema(), end="")
     return 0
 
 
