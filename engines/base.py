@@ -8,7 +8,7 @@ from typing import Protocol
 
 import msgspec
 
-from schemas.canonical import ChatRequest, Output
+from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Output
 
 
 class EngineState(enum.Enum):
@@ -36,7 +36,15 @@ class Engine(Protocol):
         ...
 
     def generate(self, request: ChatRequest, cancelled: Callable[[], bool]) -> Iterator[Output]:
-        """Yield text deltas, then exactly one `Finished`; stop within a token of `cancelled()`."""
+        """Yield text and tool-call outputs, then exactly one `Finished`.
+
+        Stops within a token of `cancelled()` turning true. An embedding model raises
+        `BadRequest`.
+        """
+        ...
+
+    def embed(self, request: EmbedRequest) -> Embedded:
+        """One vector per input; a chat model raises `BadRequest`."""
         ...
 
     def unload(self) -> None: ...

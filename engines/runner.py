@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from engines.base import Engine, EngineState
 from engines.errors import GatewayError, ModelUnavailable, QueueFull, QueueTimeout
 from engines.log import emit
-from schemas.canonical import ChatRequest, Finished, Output, TextDelta
+from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Finished, Output, TextDelta
 from schemas.config import ModelConfig, seconds
 from schemas.events import (
     Generated,
@@ -31,7 +31,7 @@ DEFAULT_RETRY_AFTER_S = 1.0
 class Job:
     """One request in a runner: its place in line, its cancel flag and its own result channel."""
 
-    def __init__(self, request: ChatRequest) -> None:
+    def __init__(self, request: ChatRequest | EmbedRequest) -> None:
         self.request = request
         self.enqueued_at = time.perf_counter()
         self.started_at: float | None = None
@@ -90,7 +90,7 @@ class Runner:
         if self.model.pinned:
             await self._ensure_loading()
 
-    def submit(self, request: ChatRequest) -> Job:
+    def submit(self, request: ChatRequest | EmbedRequest) -> Job:
         """Put a request at the back of the line, or refuse it at once."""
         if self.state is EngineState.FAILED:
             raise ModelUnavailable(f"model {self.model.id!r} failed to load: {self.error}")
@@ -118,7 +118,7 @@ class Runner:
                 if isinstance(item, BaseException):
                     raise item
                 yield item
-                if isinstance(item, Finished):
+                if isinstance(item, Finished | Embedded):
                     return
         finally:
             self._withdraw(job)
@@ -177,6 +177,11 @@ class Runner:
         """On the runner's thread: run the engine, post every output back to the loop."""
         post = self._loop.call_soon_threadsafe
         try:
+            if isinstance(job.request, EmbedRequest):
+                embedded = self.engine.embed(job.request)
+                post(self._report, job, embedded, context=job.context)
+                post(job.outputs.put_nowait, embedded)
+                return
             for output in self.engine.generate(job.request, job.is_cancelled):
                 if isinstance(output, TextDelta) and job.first_token_at is None:
                     job.first_token_at = time.perf_counter()
@@ -227,18 +232,28 @@ class Runner:
         else:
             self._idle.set()
 
-    def _report(self, job: Job, finished: Finished) -> None:
+    def _report(self, job: Job, done: Finished | Embedded) -> None:
+        if isinstance(done, Embedded):
+            prompt, new, prefill, decode, reason = (
+                done.prompt_tokens,
+                0,
+                done.seconds,
+                0.0,
+                "embedded",
+            )
+        else:
+            prompt, new, reason = done.prompt_tokens, done.new_tokens, done.stop_reason
+            prefill, decode = done.prefill_s, done.decode_s
+        first = job.first_token_at
         emit(
             Generated(
                 model=self.model.id,
-                prompt_tokens=finished.prompt_tokens,
-                new_tokens=finished.new_tokens,
-                prefill_s=round(finished.prefill_s, 4),
-                decode_s=round(finished.decode_s, 4),
+                prompt_tokens=prompt,
+                new_tokens=new,
+                prefill_s=round(prefill, 4),
+                decode_s=round(decode, 4),
                 queue_wait_s=round(job.started_at - job.enqueued_at, 4),
-                ttft_s=None
-                if job.first_token_at is None
-                else round(job.first_token_at - job.enqueued_at, 4),
-                stop_reason=finished.stop_reason,
+                ttft_s=None if first is None else round(first - job.enqueued_at, 4),
+                stop_reason=reason,
             )
         )

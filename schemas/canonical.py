@@ -1,19 +1,37 @@
 """The one request and the one stream of output that every protocol adapter maps to and from.
 
-Protocol adapters in `gateway/` build a `ChatRequest`; engines in `engines/` consume it and
-yield `TextDelta`s followed by exactly one `Finished`.
+Protocol adapters in `gateway/` build a `ChatRequest` (or an `EmbedRequest`); engines in
+`engines/` consume it and yield `TextDelta`s and `ToolCallOutput`s followed by exactly one
+`Finished` (or one `Embedded`).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
+Role = Literal["system", "developer", "user", "assistant", "tool"]
+
+
+class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    name: str
+    arguments: str  # JSON text, as every protocol carries it or parses it from
+
 
 class Message(msgspec.Struct, frozen=True, kw_only=True):
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str
+    role: Role
+    content: str = ""
+    tool_calls: list[ToolCall] = []
+    tool_call_id: str | None = None  # on a `tool` message: the call it answers
+    name: str | None = None  # on a `tool` message: the tool's name
+
+
+class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = {}  # JSON Schema of the arguments
 
 
 class Sampling(msgspec.Struct, frozen=True, kw_only=True):
@@ -31,13 +49,24 @@ class ChatRequest(msgspec.Struct, frozen=True, kw_only=True):
     max_tokens: int
     sampling: Sampling = Sampling()
     stop: list[str] = []
+    tools: list[ToolSpec] = []
+    # Set for plain completions: the text is the prompt as is, no chat template.
+    raw_prompt: str | None = None
 
 
-StopReason = Literal["stop", "length", "stop_string", "cancelled"]
+class EmbedRequest(msgspec.Struct, frozen=True, kw_only=True):
+    inputs: list[str]
+
+
+StopReason = Literal["stop", "length", "stop_string", "tool_calls", "cancelled"]
 
 
 class TextDelta(msgspec.Struct, frozen=True, tag="text"):
     text: str
+
+
+class ToolCallOutput(msgspec.Struct, frozen=True, tag="tool_call"):
+    call: ToolCall
 
 
 class Finished(msgspec.Struct, frozen=True, kw_only=True, tag="finished"):
@@ -50,4 +79,10 @@ class Finished(msgspec.Struct, frozen=True, kw_only=True, tag="finished"):
     decode_s: float
 
 
-Output = TextDelta | Finished
+class Embedded(msgspec.Struct, frozen=True, kw_only=True, tag="embedded"):
+    vectors: list[list[float]]
+    prompt_tokens: int
+    seconds: float
+
+
+Output = TextDelta | ToolCallOutput | Finished | Embedded

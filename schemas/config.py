@@ -22,7 +22,7 @@ DURATION_PATTERN = r"^\d+(\.\d+)?(ms|s|m|h)$"
 SIZE_PATTERN = r"^(auto|\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB))$"
 
 Duration = Annotated[
-    str, Meta(pattern=DURATION_PATTERN, description='A duration such as "500ms", "120s", "10m", "1h".')
+    str, Meta(pattern=DURATION_PATTERN, description='A duration: "500ms", "120s", "10m", "1h".')
 ]
 Size = Annotated[str, Meta(pattern=SIZE_PATTERN, description='"auto" or a size such as "12GiB".')]
 Identifier = Annotated[
