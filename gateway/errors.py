@@ -20,15 +20,36 @@ OPENAI_TYPES = {
 }
 
 
-def _openai(status: int, message: str, kind: str | None) -> dict:
-    return {
-        "error": {
-            "message": message,
-            "type": kind or OPENAI_TYPES.get(status, "server_error"),
-            "param": None,
-            "code": None,
-        }
-    }
+ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    503: "overloaded_error",
+}
+
+
+def protocol_of(path: str) -> str:
+    """Which protocol's envelope an error on `path` is written in."""
+    if path.startswith("/v1/messages"):
+        return "anthropic"
+    if path.startswith("/api/"):
+        return "ollama"
+    return "openai"
+
+
+def error_body(protocol: str, status: int, message: str, kind: str | None = None) -> dict:
+    """The error envelope of `protocol`: OpenAI's, Anthropic's or Ollama's."""
+    if protocol == "anthropic":
+        kind = ANTHROPIC_TYPES.get(status, "api_error")
+        return {"type": "error", "error": {"type": kind, "message": message}}
+    if protocol == "ollama":
+        return {"error": message}
+    kind = kind or OPENAI_TYPES.get(status, "server_error")
+    return {"error": {"message": message, "type": kind, "param": None, "code": None}}
 
 
 def error_response(request: Request, error: Exception) -> Response:
@@ -48,7 +69,8 @@ def error_response(request: Request, error: Exception) -> Response:
     # The event log gets the real cause; the client gets no internals.
     logged = message if status != 500 else f"internal error: {error!r}"
     request.scope.setdefault("state", {})["error"] = logged
-    return Response(_openai(status, message, kind), status_code=status, headers=headers)
+    body = error_body(protocol_of(request.url.path), status, message, kind)
+    return Response(body, status_code=status, headers=headers)
 
 
 def _validation_message(error: ValidationException) -> str:

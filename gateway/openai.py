@@ -145,3 +145,6 @@ async def list_models(generation: Generation) -> wire.ModelList:
         cards.append(wire.ModelCard(id=model.id, created=created, aliases=list(model.aliases)))
         cards += [wire.ModelCard(id=a, created=created, alias_of=model.id) for a in model.aliases]
     return wire.ModelList(data=cards)
+
+
+ROUTES = [chat_completions, list_models]

@@ -20,3 +20,6 @@ async def health(generation: Generation) -> dict:
         for model_id, runner in generation.runners.items()
     }
     return {"status": "ok", "models": models}
+
+
+ROUTES = [health]

@@ -1,0 +1,5 @@
+"""The Anthropic Messages protocol."""
+
+from __future__ import annotations
+
+ROUTES: list = []

@@ -1,0 +1,5 @@
+"""The Ollama protocol."""
+
+from __future__ import annotations
+
+ROUTES: list = []
