@@ -13,7 +13,7 @@ from litestar.di import Provide
 from engines.factory import make_engine
 from engines.platform import PlatformPath
 from engines.runner import Runner
-from gateway import anthropic, ollama, openai, ops
+from gateway import anthropic, completions, ollama, openai, ops, responses
 from gateway.auth import require_api_key
 from gateway.errors import error_response
 from gateway.middleware import request_events
@@ -57,7 +57,14 @@ def create_app(
                 await runner.stop("shutdown")
 
     return Litestar(
-        route_handlers=[*openai.ROUTES, *anthropic.ROUTES, *ollama.ROUTES, *ops.ROUTES],
+        route_handlers=[
+            *openai.ROUTES,
+            *completions.ROUTES,
+            *responses.ROUTES,
+            *anthropic.ROUTES,
+            *ollama.ROUTES,
+            *ops.ROUTES,
+        ],
         dependencies={"generation": Provide(provide_generation, sync_to_thread=False)},
         exception_handlers={Exception: error_response},
         middleware=[request_events],

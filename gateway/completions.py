@@ -1,0 +1,5 @@
+"""OpenAI completions."""
+
+from __future__ import annotations
+
+ROUTES: list = []

@@ -1,0 +1,5 @@
+"""OpenAI responses."""
+
+from __future__ import annotations
+
+ROUTES: list = []
