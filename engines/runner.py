@@ -110,6 +110,18 @@ class Runner:
         self._pump()
         return job
 
+    async def count_prompt(self, request: ChatRequest) -> int:
+        """Tokens in the rendered prompt, without queueing behind generations.
+
+        Rendering and tokenizing touch no MLX state, so a worker thread other than the
+        model's may do it while the model generates.
+        """
+        if self.state is EngineState.UNLOADED:
+            await self._ensure_loading()
+        if self.state is not EngineState.READY:
+            raise ModelUnavailable(f"model {self.model.id!r} is not available: {self.error}")
+        return await asyncio.to_thread(self.engine.count_prompt, request)
+
     async def results(self, job: Job) -> AsyncIterator[Output]:
         """The job's outputs as they come; leaving early (client gone) cancels the job."""
         try:

@@ -7,7 +7,7 @@ applied in one place: request > model `sampling` > file `defaults` > built-in.
 from __future__ import annotations
 
 from engines.errors import BadRequest
-from schemas.canonical import ChatRequest, Message, Sampling
+from schemas.canonical import ChatRequest, Message, Sampling, ToolSpec
 from schemas.config import ModelConfig
 
 DEFAULT_MAX_TOKENS = 512
@@ -25,10 +25,17 @@ def build_chat_request(
     min_p: float | None = None,
     seed: int | None = None,
     stop: list[str] | None = None,
+    tools: list[ToolSpec] | None = None,
+    raw_prompt: str | None = None,
 ) -> ChatRequest:
-    if not messages:
+    """The canonical request for `model`; `raw_prompt` (plain completions) skips the template."""
+    if not messages and raw_prompt is None:
         raise BadRequest("messages must hold at least one message")
-    if model.system and not any(m.role in ("system", "developer") for m in messages):
+    if (
+        model.system
+        and raw_prompt is None
+        and not any(m.role in ("system", "developer") for m in messages)
+    ):
         messages = [Message(role="system", content=model.system), *messages]
     defaults = model.sampling
     wanted = max_tokens or defaults.max_tokens or DEFAULT_MAX_TOKENS
@@ -45,6 +52,8 @@ def build_chat_request(
         max_tokens=min(wanted, cap) if cap else wanted,
         sampling=sampling,
         stop=stop or [],
+        tools=tools or [],
+        raw_prompt=raw_prompt,
     )
 
 

@@ -77,7 +77,8 @@ async def chat_completions(request: Request, generation: Generation) -> Response
     completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
     created = int(time.time())
     if not data.stream:
-        text, finished = await unless_client_leaves(request, collect(results))
+        answer = await unless_client_leaves(request, collect(results))
+        text, finished = answer.text, answer.finished
         body = wire.ChatCompletion(
             id=completion_id,
             created=created,

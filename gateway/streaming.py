@@ -6,10 +6,11 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable
 from typing import TypeVar
 
+import msgspec
 from litestar import Request
 
 from engines.errors import GatewayError
-from schemas.canonical import Finished, Output, TextDelta
+from schemas.canonical import Finished, Output, TextDelta, ToolCall, ToolCallOutput
 
 T = TypeVar("T")
 
@@ -45,12 +46,23 @@ async def unless_client_leaves(request: Request, work: Awaitable[T]) -> T:
     raise ClientGone("client disconnected")
 
 
-async def collect(results: AsyncIterator[Output]) -> tuple[str, Finished]:
-    """All of a job's text and its `Finished`."""
+class Collected(msgspec.Struct, frozen=True, kw_only=True):
+    """A whole answer: its text, its tool calls and the engine's accounting."""
+
+    text: str
+    tool_calls: list[ToolCall]
+    finished: Finished
+
+
+async def collect(results: AsyncIterator[Output]) -> Collected:
+    """All of a job's outputs, gathered into one answer."""
     parts: list[str] = []
+    calls: list[ToolCall] = []
     async for output in results:
         if isinstance(output, TextDelta):
             parts.append(output.text)
-        else:
-            return "".join(parts), output
+        elif isinstance(output, ToolCallOutput):
+            calls.append(output.call)
+        elif isinstance(output, Finished):
+            return Collected(text="".join(parts), tool_calls=calls, finished=output)
     raise RuntimeError("engine ended without a Finished output")
