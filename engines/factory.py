@@ -13,7 +13,7 @@ def make_engine(model: ModelConfig, platform: PlatformPath, base_dir: Path | Non
     if model.engine == "scripted":
         from engines.scripted import ScriptedEngine
 
-        return ScriptedEngine(model.script or ScriptConfig())
+        return ScriptedEngine(model.script or ScriptConfig(), model.tool_parser)
     from engines.mlx_engine import MLXEngine
 
     return MLXEngine(model, platform, base_dir)

@@ -8,14 +8,12 @@ from pathlib import Path
 
 from engines.base import LoadInfo
 from engines.errors import ContextOverflow
+from engines.output import DEFAULT_TOOL_PARSER, OutputParser, ToolFormat, load_tool_format
 from engines.platform import PlatformPath
 from engines.sources import resolve_source
-from engines.stops import StopMatcher
-from schemas.canonical import ChatRequest, Finished, Output, TextDelta
+from engines.tools import template_knows_tools, template_messages, tool_specs
+from schemas.canonical import ChatRequest, Finished, Output
 from schemas.config import ModelConfig
-
-# Chat templates know system/user/assistant/tool; OpenAI's "developer" is a system turn.
-TEMPLATE_ROLES = {"developer": "system"}
 
 
 class MLXEngine:
@@ -26,6 +24,7 @@ class MLXEngine:
         self._model = None
         self._tokenizer = None
         self._context = 0
+        self._tool_format: ToolFormat | None = None
 
     def load(self) -> LoadInfo:
         import mlx.core as mx
@@ -38,6 +37,7 @@ class MLXEngine:
             expand_quantized(model)
         mx.eval(model.parameters())
         self._model, self._tokenizer = model, tokenizer
+        self._tool_format = self._pick_tool_format(tokenizer)
         trained = trained_context(model)
         wanted = self._config.context.max
         self._context = trained if wanted == "auto" else wanted
@@ -69,7 +69,11 @@ class MLXEngine:
         )
         if sampling.seed is not None:
             mx.random.seed(sampling.seed)
-        matcher = StopMatcher(request.stop)
+        parser = OutputParser(
+            request.stop,
+            self._tool_format if request.tools else None,
+            tool_specs(request.tools),
+        )
         started = time.perf_counter()
         first_at = None
         new_tokens, stop_reason = 0, "stop"
@@ -78,10 +82,8 @@ class MLXEngine:
         ):
             first_at = first_at or time.perf_counter()
             new_tokens = response.generation_tokens
-            text = matcher.feed(response.text)
-            if text:
-                yield TextDelta(text)
-            if matcher.stopped:
+            yield from parser.feed(response.text)
+            if parser.stopped:
                 stop_reason = "stop_string"
                 break
             if response.finish_reason:
@@ -89,9 +91,9 @@ class MLXEngine:
             if cancelled():
                 stop_reason = "cancelled"
                 break
-        tail = matcher.flush()
-        if tail:
-            yield TextDelta(tail)
+        yield from parser.finish()
+        if parser.tool_calls and stop_reason == "stop":
+            stop_reason = "tool_calls"
         ended = time.perf_counter()
         first_at = first_at or ended
         yield Finished(
@@ -108,13 +110,24 @@ class MLXEngine:
         self._model = self._tokenizer = None
         mx.clear_cache()
 
+    def _pick_tool_format(self, tokenizer) -> ToolFormat:
+        """The config's `tool_parser`, else the tokenizer's own, else the fallback format."""
+        if self._config.tool_parser:
+            return load_tool_format(self._config.tool_parser)
+        if tokenizer.has_tool_calling:
+            return ToolFormat(
+                tokenizer.tool_call_start, tokenizer.tool_call_end, tokenizer.tool_parser
+            )
+        return load_tool_format(DEFAULT_TOOL_PARSER)
+
     def _encode(self, request: ChatRequest) -> list[int]:
-        messages = [
-            {"role": TEMPLATE_ROLES.get(m.role, m.role), "content": m.content}
-            for m in request.messages
-        ]
+        if request.raw_prompt is not None:
+            return self._tokenizer.encode(request.raw_prompt)
+        knows_tools = template_knows_tools(self._tokenizer.chat_template)
+        messages = template_messages(request.messages, request.tools, knows_tools)
+        extra = {"tools": tool_specs(request.tools)} if request.tools and knows_tools else {}
         text = self._tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=False
+            messages, add_generation_prompt=True, tokenize=False, **extra
         )
         # The template already wrote any BOS it wants; encoding must not add a second.
         return self._tokenizer.encode(text, add_special_tokens=False)

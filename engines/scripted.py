@@ -14,8 +14,10 @@ from collections.abc import Callable, Iterator
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 from engines.base import LoadInfo
-from engines.stops import StopMatcher
-from schemas.canonical import ChatRequest, Finished, Output, TextDelta
+from engines.errors import BadRequest
+from engines.output import DEFAULT_TOOL_PARSER, OutputParser, load_tool_format
+from engines.tools import template_messages, tool_specs
+from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Finished, Output
 from schemas.config import ScriptConfig
 
 SCRIPTED_CONTEXT = 8192
@@ -32,14 +34,19 @@ def make_byte_tokenizer() -> Tokenizer:
 
 
 def render_chatml(request: ChatRequest) -> str:
-    turns = [f"<|im_start|>{m.role}\n{m.content}<|im_end|>\n" for m in request.messages]
+    """The prompt a ChatML model would see, tools included, or the raw prompt as is."""
+    if request.raw_prompt is not None:
+        return request.raw_prompt
+    messages = template_messages(request.messages, request.tools, knows_tools=False)
+    turns = [f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages]
     return "".join(turns) + "<|im_start|>assistant\n"
 
 
 class ScriptedEngine:
-    def __init__(self, script: ScriptConfig) -> None:
+    def __init__(self, script: ScriptConfig, tool_parser: str | None = None) -> None:
         self._script = script
         self._tokenizer = make_byte_tokenizer()
+        self._tool_format = load_tool_format(tool_parser or DEFAULT_TOOL_PARSER)
 
     def load(self) -> LoadInfo:
         return LoadInfo(memory_bytes=0, context=SCRIPTED_CONTEXT, detail={"engine": "scripted"})
@@ -52,7 +59,11 @@ class ScriptedEngine:
         prompt_tokens = self.count_prompt(request)
         prefill_s = time.perf_counter() - start
         words = re.findall(r"\s*\S+", self._script.reply)
-        matcher = StopMatcher(request.stop)
+        parser = OutputParser(
+            request.stop,
+            self._tool_format if request.tools else None,
+            tool_specs(request.tools),
+        )
         emitted = ""
         stop_reason = "stop"
         for i, word in enumerate(words):
@@ -65,15 +76,13 @@ class ScriptedEngine:
             if i and self._script.token_delay:
                 time.sleep(self._script.token_delay)
             emitted += word
-            text = matcher.feed(word)
-            if text:
-                yield TextDelta(text)
-            if matcher.stopped:
+            yield from parser.feed(word)
+            if parser.stopped:
                 stop_reason = "stop_string"
                 break
-        tail = matcher.flush()
-        if tail:
-            yield TextDelta(tail)
+        yield from parser.finish()
+        if parser.tool_calls and stop_reason == "stop":
+            stop_reason = "tool_calls"
         yield Finished(
             stop_reason=stop_reason,
             prompt_tokens=prompt_tokens,
@@ -81,6 +90,9 @@ class ScriptedEngine:
             prefill_s=prefill_s,
             decode_s=time.perf_counter() - start - prefill_s,
         )
+
+    def embed(self, request: EmbedRequest) -> Embedded:
+        raise BadRequest("a scripted model is a chat model; it does not embed")
 
     def unload(self) -> None:
         pass

@@ -17,10 +17,24 @@ from gateway.canonical import build_chat_request
 from gateway.registry import Generation
 from gateway.streaming import collect, unless_client_leaves
 from schemas import openai as wire
-from schemas.canonical import Finished, Message, Output, TextDelta
+from schemas.canonical import (
+    Finished,
+    Message,
+    Output,
+    TextDelta,
+    ToolCall,
+    ToolCallOutput,
+    ToolSpec,
+)
 from schemas.events import RequestRouted
 
-FINISH_REASONS = {"stop": "stop", "stop_string": "stop", "cancelled": "stop", "length": "length"}
+FINISH_REASONS = {
+    "stop": "stop",
+    "stop_string": "stop",
+    "cancelled": "stop",
+    "length": "length",
+    "tool_calls": "tool_calls",
+}
 
 
 def to_messages(messages: list[wire.ChatMessage]) -> list[Message]:
@@ -31,8 +45,37 @@ def to_messages(messages: list[wire.ChatMessage]) -> list[Message]:
             if any(part.type != "text" for part in content):
                 raise BadRequest("only text content parts are supported by this model")
             content = "".join(part.text or "" for part in content)
-        canonical.append(Message(role=message.role, content=content or ""))
+        calls = [
+            ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments)
+            for c in message.tool_calls or []
+        ]
+        canonical.append(
+            Message(
+                role=message.role,
+                content=content or "",
+                tool_calls=calls,
+                tool_call_id=message.tool_call_id,
+                name=message.name,
+            )
+        )
     return canonical
+
+
+def to_tools(tools: list[wire.Tool] | None) -> list[ToolSpec]:
+    return [
+        ToolSpec(
+            name=t.function.name,
+            description=t.function.description,
+            parameters=t.function.parameters,
+        )
+        for t in tools or []
+    ]
+
+
+def wire_tool_call(call: ToolCall) -> wire.ToolCall:
+    return wire.ToolCall(
+        id=call.id, function=wire.FunctionCall(name=call.name, arguments=call.arguments)
+    )
 
 
 def _usage(finished: Finished) -> wire.Usage:
@@ -71,6 +114,7 @@ async def chat_completions(request: Request, generation: Generation) -> Response
         min_p=data.min_p,
         seed=data.seed,
         stop=stop,
+        tools=to_tools(data.tools),
     )
     runner = route.runner
     results = runner.results(runner.submit(chat))
@@ -85,7 +129,10 @@ async def chat_completions(request: Request, generation: Generation) -> Response
             model=route.served,
             choices=[
                 wire.Choice(
-                    message=wire.AssistantMessage(content=text),
+                    message=wire.AssistantMessage(
+                        content=text if text or not answer.tool_calls else None,
+                        tool_calls=[wire_tool_call(c) for c in answer.tool_calls] or None,
+                    ),
                     finish_reason=FINISH_REASONS[finished.stop_reason],
                 )
             ],
@@ -124,9 +171,16 @@ async def _chunks(
 
     try:
         yield chunk(wire.Delta(role="assistant", content=""))
+        calls = 0
         async for output in outputs():
             if isinstance(output, TextDelta):
                 yield chunk(wire.Delta(content=output.text))
+            elif isinstance(output, ToolCallOutput):
+                call = output.call
+                function = wire.FunctionCallDelta(name=call.name, arguments=call.arguments)
+                delta = wire.ToolCallDelta(index=calls, id=call.id, function=function)
+                yield chunk(wire.Delta(tool_calls=[delta]))
+                calls += 1
             else:
                 yield chunk(wire.Delta(), FINISH_REASONS[output.stop_reason])
                 if include_usage:

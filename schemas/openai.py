@@ -19,11 +19,34 @@ class ContentPart(Wire, kw_only=True):
     text: str | None = None
 
 
+class FunctionCall(Wire, kw_only=True):
+    name: str
+    arguments: str
+
+
+class ToolCall(Wire, kw_only=True):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChatMessage(Wire, kw_only=True):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
     name: str | None = None
     tool_call_id: str | None = None
+    tool_calls: list[ToolCall] | None = None
+
+
+class FunctionSpec(Wire, kw_only=True):
+    name: Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")]
+    description: str = ""
+    parameters: dict[str, Any] = {}
+
+
+class Tool(Wire, kw_only=True):
+    type: Literal["function"]
+    function: FunctionSpec
 
 
 class StreamOptions(Wire, kw_only=True):
@@ -44,6 +67,8 @@ class ChatCompletionRequest(Wire, kw_only=True):
     stop: str | Annotated[list[str], Meta(max_length=16)] | None = None
     seed: int | None = None
     n: Annotated[int, Meta(ge=1)] | None = None
+    tools: Annotated[list[Tool], Meta(max_length=128)] | None = None
+    tool_choice: Any = None
     presence_penalty: Annotated[float, Meta(ge=-2, le=2)] | None = None
     frequency_penalty: Annotated[float, Meta(ge=-2, le=2)] | None = None
     user: str | None = None
@@ -58,6 +83,7 @@ class Usage(Wire, kw_only=True):
 class AssistantMessage(Wire, kw_only=True):
     role: Literal["assistant"] = "assistant"
     content: str | None
+    tool_calls: list[ToolCall] | None = None
 
 
 class Choice(Wire, kw_only=True):
@@ -77,9 +103,22 @@ class ChatCompletion(Wire, kw_only=True):
     system_fingerprint: str | None = None
 
 
+class FunctionCallDelta(Wire, kw_only=True):
+    name: str
+    arguments: str
+
+
+class ToolCallDelta(Wire, kw_only=True):
+    index: int
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCallDelta
+
+
 class Delta(Wire, kw_only=True, omit_defaults=True):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
 
 
 class ChunkChoice(Wire, kw_only=True):
