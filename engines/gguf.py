@@ -1,0 +1,440 @@
+"""GGUF → MLX: check the file in pure Python, load it with MLX, write an mlx-lm directory.
+
+MLX reads GGUF through gguflib, which trusts every length and offset in the file: a
+truncated or corrupt file crashes the process instead of raising. So `read_gguf_header`
+walks the whole header with bounded reads first, and only a file that passes reaches MLX.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import mmap
+import os
+import shutil
+import struct
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from engines.errors import SourceError
+
+# Bump when the converted layout changes, so stale cache entries are rebuilt.
+CONVERTER_VERSION = 1
+MARKER = "mlx-gateway.json"
+
+_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q"}
+_SCALARS |= {11: "<q"}
+_STRING, _ARRAY, _FLOAT64 = 8, 9, 12
+# Tensor types MLX delivers as plain arrays or quantized triples: id -> (name, block, bytes).
+_TENSOR_TYPES = {
+    0: ("F32", 1, 4),
+    1: ("F16", 1, 2),
+    2: ("Q4_0", 32, 18),
+    3: ("Q4_1", 32, 20),
+    8: ("Q8_0", 32, 34),
+}
+_OTHER_TYPES = {6: "Q5_0", 7: "Q5_1", 9: "Q8_1", 10: "Q2_K", 11: "Q3_K", 12: "Q4_K"}
+_OTHER_TYPES |= {13: "Q5_K", 14: "Q6_K", 15: "Q8_K", 30: "BF16"}
+_BITS = {"Q4_0": 4, "Q4_1": 4, "Q8_0": 8}
+
+
+class GGUFFormatError(ValueError):
+    """The file is not a GGUF that MLX can read safely; the message is the reason."""
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    shape: tuple[int, ...]  # MLX order (GGUF stores dimensions innermost first)
+    kind: str  # "F32", "Q4_1", ...
+
+
+@dataclass
+class GGUFHeader:
+    version: int
+    metadata: dict[str, object] = field(default_factory=dict)  # scalars and strings only
+    tensors: list[TensorInfo] = field(default_factory=list)
+
+
+class _Reader:
+    """Bounded reads over the mapped file: every length is checked against what is left."""
+
+    def __init__(self, buf: mmap.mmap, size: int) -> None:
+        self.buf, self.size, self.pos = buf, size, 0
+
+    def need(self, n: int, what: str) -> None:
+        if n > self.size - self.pos:
+            left = self.size - self.pos
+            raise GGUFFormatError(
+                f"truncated or corrupt: {what} needs {n} bytes at offset "
+                f"{self.pos}, only {left} left"
+            )
+
+    def unpack(self, fmt: str, what: str) -> object:
+        n = struct.calcsize(fmt)
+        self.need(n, what)
+        (value,) = struct.unpack_from(fmt, self.buf, self.pos)
+        self.pos += n
+        return value
+
+    def string(self, what: str) -> str:
+        n = self.unpack("<Q", what)
+        self.need(n, what)
+        start, self.pos = self.pos, self.pos + n
+        try:  # MLX hands strings to Python, which raises on bad UTF-8 only after the load
+            return self.buf[start : self.pos].decode()
+        except UnicodeDecodeError:
+            raise GGUFFormatError(f"corrupt: {what} at offset {start} is not UTF-8") from None
+
+    def value(self, vtype: int, key: str, *, top: bool = True) -> object:
+        if vtype == 6:  # float32: keep its shortest decimal (1e-05, not 9.99999974e-06)
+            return float(str(np.float32(self.unpack("<f", key))))
+        if vtype in _SCALARS:
+            return self.unpack(_SCALARS[vtype], key)
+        if vtype == _STRING:
+            return self.string(key)
+        if vtype == _FLOAT64:
+            # MLX 0.32 segfaults on float64 metadata (scalar or array), measured.
+            raise GGUFFormatError(f"metadata {key!r} is float64, which MLX cannot read")
+        if vtype == _ARRAY and top:
+            etype, count = self.unpack("<I", key), self.unpack("<Q", key)
+            if etype in (_ARRAY, _FLOAT64):
+                raise GGUFFormatError(f"metadata {key!r}: unsupported array element type {etype}")
+            if count > min(self.size - self.pos, 2**31 - 1):
+                raise GGUFFormatError(f"corrupt: metadata {key!r} claims {count} elements")
+            if etype in _SCALARS:
+                n = count * struct.calcsize(_SCALARS[etype])
+                self.need(n, f"metadata {key!r}")
+                self.pos += n
+            else:
+                for _ in range(count):
+                    self.value(etype, key, top=False)
+            return None
+        raise GGUFFormatError(f"corrupt: metadata {key!r} has unknown value type {vtype}")
+
+
+def read_gguf_header(path: Path) -> GGUFHeader:
+    """Validate a GGUF file's header and tensor table; raise GGUFFormatError saying why not."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size < 24:
+            raise GGUFFormatError(f"not a GGUF file: {size} bytes, too short for a header")
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            return _walk(_Reader(buf, size))
+
+
+def _walk(r: _Reader) -> GGUFHeader:
+    if r.buf[:4] != b"GGUF":
+        raise GGUFFormatError(f"not a GGUF file: magic is {bytes(r.buf[:4])!r}, expected b'GGUF'")
+    r.pos = 4
+    version, n_tensors, n_kv = (r.unpack(f, "header") for f in ("<I", "<Q", "<Q"))
+    if version not in (2, 3):
+        raise GGUFFormatError(f"unsupported GGUF version {version} (2 and 3 are read)")
+    # A tensor entry takes at least 32 bytes and a metadata entry 13: cheap bounds on counts.
+    if n_tensors * 32 > r.size or n_kv * 13 > r.size:
+        raise GGUFFormatError(
+            f"corrupt: header claims {n_tensors} tensors and {n_kv} metadata "
+            f"entries, more than {r.size} bytes can hold"
+        )
+    header = GGUFHeader(version)
+    for _ in range(n_kv):
+        key = r.string("metadata key")
+        vtype = r.unpack("<I", f"type of {key!r}")
+        if key in header.metadata:
+            raise GGUFFormatError(f"corrupt: metadata key {key!r} appears twice")
+        header.metadata[key] = r.value(vtype, key)
+        if key == "general.alignment" and vtype != 4:  # gguflib only honours a uint32 one
+            raise GGUFFormatError("corrupt: general.alignment is not a uint32")
+    alignment = header.metadata.get("general.alignment", 32)
+    if not 0 < alignment <= 1 << 16 or alignment % 8:  # 0 would divide by zero in gguflib
+        raise GGUFFormatError(f"corrupt: general.alignment is {alignment}")
+    placed = []
+    for _ in range(n_tensors):
+        name = r.string("tensor name")
+        ndim = r.unpack("<I", f"tensor {name!r}")
+        if not 1 <= ndim <= 4:
+            raise GGUFFormatError(f"corrupt: tensor {name!r} has {ndim} dimensions")
+        dims = [r.unpack("<Q", f"tensor {name!r}") for _ in range(ndim)]
+        ttype, offset = r.unpack("<I", f"tensor {name!r}"), r.unpack("<Q", f"tensor {name!r}")
+        if ttype not in _TENSOR_TYPES:
+            kind = _OTHER_TYPES.get(ttype, f"type {ttype}")
+            raise GGUFFormatError(
+                f"tensor {name!r} is {kind}; supported: F32, F16, Q4_0, Q4_1, Q8_0"
+            )
+        kind, block, nbytes = _TENSOR_TYPES[ttype]
+        if not all(0 < d < 2**31 for d in dims) or dims[0] % block or offset % alignment:
+            raise GGUFFormatError(f"corrupt: tensor {name!r} has shape {dims}, offset {offset}")
+        count = 1
+        for d in dims:
+            count *= d
+        placed.append((name, offset, count // block * nbytes))
+        header.tensors.append(TensorInfo(name, tuple(reversed(dims)), kind))
+    data_start = r.pos + (-r.pos) % alignment
+    for name, offset, nbytes in placed:
+        if data_start + offset + nbytes > r.size:
+            raise GGUFFormatError(
+                f"truncated: data of tensor {name!r} ends at byte "
+                f"{data_start + offset + nbytes}, file has {r.size}"
+            )
+    return header
+
+
+_TOP = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+_BLOCK = {
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+}
+_PRE_TOKENIZERS = ("smollm", "gpt2")  # tokenizer.ggml.pre values we know how to rebuild
+
+
+def _mlx_name(gguf_name: str) -> str | None:
+    """`blk.3.attn_q.scales` -> `model.layers.3.self_attn.q_proj.scales`; None if unknown."""
+    stem, _, suffix = gguf_name.rpartition(".")
+    if stem in _TOP:
+        return f"{_TOP[stem]}.{suffix}"
+    parts = stem.split(".")
+    if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in _BLOCK:
+        return f"model.layers.{int(parts[1])}.{_BLOCK[parts[2]]}.{suffix}"
+    return None
+
+
+def _check_supported(model_id: str, path: str, header: GGUFHeader) -> None:
+    """Refuse what the conversion cannot express, before MLX reads a byte."""
+    meta = header.metadata
+    arch = meta.get("general.architecture")
+    if arch != "llama":
+        raise SourceError(model_id, path, f"unsupported architecture {arch!r} (only llama)")
+    layers = meta.get("llama.block_count")
+    if not isinstance(layers, int) or not 0 < layers <= len(header.tensors):
+        raise SourceError(model_id, path, f"bad llama.block_count {layers!r}")
+    tok_model, pre = meta.get("tokenizer.ggml.model"), meta.get("tokenizer.ggml.pre", "gpt2")
+    if tok_model != "gpt2" or pre not in _PRE_TOKENIZERS:
+        raise SourceError(
+            model_id,
+            path,
+            f"unsupported tokenizer {tok_model!r}/{pre!r} "
+            f"(only byte-level BPE 'gpt2' with pre-tokenizer {_PRE_TOKENIZERS})",
+        )
+    for t in header.tensors:
+        if _mlx_name(t.name) is None or (t.kind in _BITS and not t.name.endswith(".weight")):
+            raise SourceError(model_id, path, f"unsupported tensor {t.name!r} for llama")
+
+
+def check_gguf(model_id: str, path: Path | str, file: Path | None = None) -> GGUFHeader:
+    """Validate a GGUF file and check the conversion supports it; SourceError if not.
+
+    `file` is the bytes to read when they are a private copy of `path`.
+    """
+    path = str(path)
+    file = file or Path(path)
+    try:
+        header = read_gguf_header(file)
+    except GGUFFormatError as e:
+        raise SourceError(model_id, path, str(e)) from None
+    except OSError as e:
+        raise SourceError(model_id, path, f"unreadable: {e.strerror or e}") from None
+    _check_supported(model_id, path, header)
+    return header
+
+
+def _hash_file(src: Path, copy_to: Path | None = None) -> str:
+    digest = hashlib.sha256()
+    with open(src, "rb") as fi, open(copy_to or os.devnull, "wb") as fo:
+        while chunk := fi.read(1 << 20):
+            digest.update(chunk)
+            if copy_to is not None:
+                fo.write(chunk)
+    return digest.hexdigest()
+
+
+def _is_complete(out: Path) -> bool:
+    try:
+        marker = json.loads((out / MARKER).read_text())
+    except (OSError, ValueError):
+        return False
+    return marker.get("converter_version") == CONVERTER_VERSION
+
+
+def convert_gguf(model_id: str, gguf_path: Path, cache_dir: Path) -> Path:
+    """Convert a GGUF file once into `cache_dir/gguf/<sha256>/`; return that directory.
+
+    The file is validated before MLX opens it. The output is built in a private temp
+    dir beside the final one and published by one rename, so concurrent converters never
+    see, use or leave a half-written directory.
+    """
+    path = str(gguf_path)
+    check_gguf(model_id, path)  # fail fast, before hashing a large file
+    root = cache_dir / "gguf"
+    try:
+        final = root / _hash_file(gguf_path)
+    except OSError as e:
+        raise SourceError(model_id, path, f"unreadable: {e.strerror or e}") from None
+    if _is_complete(final):
+        return final
+    tmp = None
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
+        # gguflib maps the file read-write, so MLX fails on a read-only one (measured); a
+        # private copy also pins the bytes we validated. Its hash names the result.
+        copy = tmp / "source.gguf"
+        final = root / _hash_file(gguf_path, copy)
+        header = check_gguf(model_id, path, copy)
+        _write_model(model_id, path, copy, header, tmp)
+        copy.unlink()
+        marker = {"converter_version": CONVERTER_VERSION, "source": path, "sha256": final.name}
+        (tmp / MARKER).write_text(json.dumps(marker, indent=2))
+        if _publish(tmp, final):
+            tmp = None  # renamed into place: nothing of ours left to clean
+        return final
+    except (OSError, RuntimeError) as e:  # MLX reports a failed write as RuntimeError
+        raise SourceError(model_id, path, f"converting into {root}: {e}") from None
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _publish(tmp: Path, final: Path) -> bool:
+    """Rename `tmp` to `final`; False when another converter got there first (theirs stays)."""
+    if final.exists() and not _is_complete(final):
+        # Damaged or from an older converter: move it aside (atomic) before replacing it.
+        stale = tmp.with_name(tmp.name + "-stale")
+        with contextlib.suppress(OSError):
+            os.rename(final, stale)
+        shutil.rmtree(stale, ignore_errors=True)
+    try:
+        os.rename(tmp, final)
+    except OSError:
+        if not _is_complete(final):
+            raise
+        return False
+    return True
+
+
+def _write_model(model_id: str, path: str, copy: Path, header: GGUFHeader, out: Path) -> None:
+    import mlx.core as mx  # here, so validating configs never pays for importing MLX
+
+    try:
+        weights, meta = mx.load(str(copy), return_metadata=True)
+    except Exception as e:  # MLX raises RuntimeError/ValueError with its own wording
+        raise SourceError(model_id, path, f"MLX could not read it: {e}") from None
+    renamed = {_mlx_name(k): v for k, v in weights.items()}
+    hm = header.metadata
+    try:
+        n_layers = int(hm["llama.block_count"])
+        tokens = list(meta["tokenizer.ggml.tokens"])
+        config = {
+            "model_type": "llama",
+            "architectures": ["LlamaForCausalLM"],
+            "hidden_size": int(hm["llama.embedding_length"]),
+            "num_hidden_layers": n_layers,
+            "intermediate_size": int(hm["llama.feed_forward_length"]),
+            "num_attention_heads": int(hm["llama.attention.head_count"]),
+            "num_key_value_heads": int(
+                hm.get("llama.attention.head_count_kv") or hm["llama.attention.head_count"]
+            ),
+            "rms_norm_eps": float(hm["llama.attention.layer_norm_rms_epsilon"]),
+            "vocab_size": len(tokens),
+            "rope_theta": float(hm.get("llama.rope.freq_base", 10000.0)),
+            # GGUF llama Q/K weights are permuted for the interleaved rotary layout.
+            "rope_traditional": True,
+            "tie_word_embeddings": "lm_head.weight" not in renamed,
+            "max_position_embeddings": int(hm["llama.context_length"]),
+        }
+    except (KeyError, TypeError, ValueError) as e:
+        raise SourceError(model_id, path, f"missing or bad metadata {e}") from None
+    if "llama.attention.key_length" in hm:
+        config["head_dim"] = int(hm["llama.attention.key_length"])
+    for key in ("bos_token_id", "eos_token_id"):
+        if f"tokenizer.ggml.{key}" in hm:
+            config[key] = int(hm[f"tokenizer.ggml.{key}"])
+    config["gguf"] = {k: v for k, v in hm.items() if k.startswith("general.") and v is not None}
+    expected = {f"model.layers.{i}.{m}.weight" for i in range(n_layers) for m in _BLOCK.values()}
+    expected |= {"model.embed_tokens.weight", "model.norm.weight"}
+    if missing := sorted(expected - renamed.keys()):
+        raise SourceError(model_id, path, f"missing tensor {missing[0]} ({len(missing)} missing)")
+    if renamed["model.embed_tokens.weight"].shape[0] != len(tokens):
+        raise SourceError(model_id, path, "embedding rows do not match the vocabulary size")
+    quant = _quantization(header)
+    if quant:
+        config["quantization"] = quant
+    _write_tokenizer(model_id, path, hm, meta, tokens, out)
+    mx.save_safetensors(str(out / "model.safetensors"), renamed, metadata={"format": "mlx"})
+    (out / "config.json").write_text(json.dumps(config, indent=2, default=str))
+
+
+def _quantization(header: GGUFHeader) -> dict[str, object]:
+    """mlx-lm's quantization block: the commonest bit width, per-module entries for others."""
+    bits = {
+        _mlx_name(t.name)[: -len(".weight")]: _BITS[t.kind]
+        for t in header.tensors
+        if t.kind in _BITS
+    }
+    if not bits:
+        return {}
+    common = Counter(bits.values()).most_common(1)[0][0]
+    quant: dict[str, object] = {"group_size": 32, "bits": common}  # GGUF blocks are 32 wide
+    quant |= {m: {"group_size": 32, "bits": b} for m, b in bits.items() if b != common}
+    return quant
+
+
+def _write_tokenizer(model_id: str, path: str, hm: dict, meta: dict, tokens: list, out: Path):
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
+
+    merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges", [])]
+    types = (
+        meta["tokenizer.ggml.token_type"].tolist() if "tokenizer.ggml.token_type" in meta else []
+    )
+    ids = {k: hm.get(f"tokenizer.ggml.{k}_token_id") for k in ("bos", "eos", "padding", "unknown")}
+    names = {k: tokens[i] for k, i in ids.items() if isinstance(i, int) and 0 <= i < len(tokens)}
+    add_bos = bool(hm.get("tokenizer.ggml.add_bos_token", False)) and "bos" in names
+    try:
+        tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges))
+        space = bool(hm.get("tokenizer.ggml.add_space_prefix", False))
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=space, use_regex=True)
+        if hm.get("tokenizer.ggml.pre") == "smollm":
+            # SmolLM's own tokenizer splits every digit before the GPT-2 byte-level regex.
+            digits = pre_tokenizers.Digits(individual_digits=True)
+            tok.pre_tokenizer = pre_tokenizers.Sequence([digits, tok.pre_tokenizer])
+        tok.decoder = decoders.ByteLevel()
+        if add_bos:
+            bos = names["bos"]
+            tok.post_processor = processors.TemplateProcessing(
+                single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, ids["bos"])]
+            )
+        # Token type 3 is "control" (special), 4 is "user defined" (kept whole, not special).
+        added: dict[int, list] = {3: [], 4: []}
+        for i, t in enumerate(types):
+            if t in added:
+                added[t].append(AddedToken(tokens[i], special=t == 3, normalized=False))
+        tok.add_special_tokens(added[3])
+        tok.add_tokens(added[4])
+        tok.save(str(out / "tokenizer.json"))
+    except Exception as e:  # tokenizers raises plain Exceptions on a bad vocab or merges
+        raise SourceError(model_id, path, f"cannot build the tokenizer: {e}") from None
+    tok_config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": names.get("bos"),
+        "eos_token": names.get("eos"),
+        "pad_token": names.get("padding"),
+        "unk_token": names.get("unknown"),
+        "add_bos_token": add_bos,
+        "add_eos_token": bool(hm.get("tokenizer.ggml.add_eos_token", False)),
+        "chat_template": hm.get("tokenizer.chat_template"),
+        "model_max_length": int(hm.get("llama.context_length", 2048)),
+        "clean_up_tokenization_spaces": False,
+    }
+    tok_config = {k: v for k, v in tok_config.items() if v is not None}
+    (out / "tokenizer_config.json").write_text(json.dumps(tok_config, indent=2))
