@@ -56,6 +56,8 @@ class ChatRequest(msgspec.Struct, frozen=True, kw_only=True):
 
 class EmbedRequest(msgspec.Struct, frozen=True, kw_only=True):
     inputs: list[str]
+    # Cut inputs longer than the model's window (sentence-transformers does); False: refuse.
+    truncate: bool = True
 
 
 StopReason = Literal["stop", "length", "stop_string", "tool_calls", "cancelled"]
