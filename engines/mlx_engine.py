@@ -7,12 +7,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from engines.base import LoadInfo
-from engines.errors import ContextOverflow
+from engines.errors import BadRequest, ContextOverflow
 from engines.output import DEFAULT_TOOL_PARSER, OutputParser, ToolFormat, load_tool_format
 from engines.platform import PlatformPath
 from engines.sources import resolve_source
 from engines.tools import template_knows_tools, template_messages, tool_specs
-from schemas.canonical import ChatRequest, Finished, Output
+from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Finished, Output
 from schemas.config import ModelConfig
 
 
@@ -103,6 +103,9 @@ class MLXEngine:
             prefill_s=first_at - started,
             decode_s=ended - first_at,
         )
+
+    def embed(self, request: EmbedRequest) -> Embedded:
+        raise BadRequest(f"model {self._config.id!r} is a chat model; it does not embed")
 
     def unload(self) -> None:
         import mlx.core as mx
