@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from engines.base import Engine
+from engines.errors import GatewayError
 from engines.platform import PlatformPath
+from engines.sources import check_source
 from schemas.config import ModelConfig, ScriptConfig
 
 
@@ -14,6 +17,31 @@ def make_engine(model: ModelConfig, platform: PlatformPath, base_dir: Path | Non
         from engines.scripted import ScriptedEngine
 
         return ScriptedEngine(model.script or ScriptConfig(), model.tool_parser)
+    if infer_task(model, base_dir) == "embed":
+        from engines.embedding import EmbeddingEngine
+
+        return EmbeddingEngine(model, base_dir)
     from engines.mlx_engine import MLXEngine
 
     return MLXEngine(model, platform, base_dir)
+
+
+def infer_task(model: ModelConfig, base_dir: Path | None) -> str:
+    """`task` when the config says; else "embed" for an embedding architecture, else "chat".
+
+    Only a model directory's config.json is read (cheap); a .gguf is a chat model, and a
+    source that cannot be read is left for the load to report, for this model alone.
+    """
+    from engines.embedding import EMBEDDING_ARCHITECTURES
+
+    if model.task is not None:
+        return model.task
+    if not model.source or model.source.lower().endswith(".gguf"):
+        return "chat"
+    try:
+        path = check_source(model.id, model.source, base_dir=base_dir)
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (GatewayError, OSError, ValueError):
+        return "chat"
+    architectures = (config.get("architectures") or []) if isinstance(config, dict) else []
+    return "embed" if EMBEDDING_ARCHITECTURES.intersection(architectures) else "chat"

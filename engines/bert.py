@@ -1,0 +1,174 @@
+"""BERT as sentence-transformers runs it, on MLX: the encoder, its weights, its pooling.
+
+One architecture in one flat file, mlx-lm style: `BertArgs` from config.json, the layers,
+then the loaders. The pooling (mean over real tokens, or the CLS token), the L2
+normalization and the window come from sentence-transformers' own files beside the weights
+(`modules.json`, `1_Pooling/config.json`, `sentence_bert_config.json`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import msgspec
+
+from engines.errors import SourceError
+
+# Hugging Face names -> ours, applied in order (attention.output.* before output.*).
+RENAMES = (
+    ("encoder.layer.", "layers."),
+    (".attention.self.", ".attention."),
+    (".attention.output.dense.", ".attention.out."),
+    (".attention.output.LayerNorm.", ".attention_norm."),
+    (".intermediate.dense.", ".mlp_in."),
+    (".output.dense.", ".mlp_out."),
+    (".output.LayerNorm.", ".mlp_norm."),
+    ("embeddings.LayerNorm.", "embeddings.norm."),
+)
+
+
+class BertArgs(msgspec.Struct, frozen=True, kw_only=True):
+    """The fields of a BERT config.json the encoder needs (the rest are ignored)."""
+
+    vocab_size: int
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    intermediate_size: int
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    layer_norm_eps: float = 1e-12
+    hidden_act: str = "gelu"
+
+
+class Pooling(msgspec.Struct, frozen=True, kw_only=True):
+    """How token states become one vector, per sentence-transformers' files."""
+
+    mode: str = "mean"  # "mean" | "cls"
+    normalize: bool = True
+    max_length: int = 512
+
+
+def build_encoder(args: BertArgs):
+    """The BERT encoder as an `nn.Module` (imported lazily: MLX runs on the runner's thread)."""
+    import mlx.core as mx
+    import mlx.nn as nn
+
+    class Embeddings(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.word_embeddings = nn.Embedding(args.vocab_size, args.hidden_size)
+            self.position_embeddings = nn.Embedding(args.max_position_embeddings, args.hidden_size)
+            self.token_type_embeddings = nn.Embedding(args.type_vocab_size, args.hidden_size)
+            self.norm = nn.LayerNorm(args.hidden_size, eps=args.layer_norm_eps)
+
+        def __call__(self, ids: mx.array) -> mx.array:
+            positions = mx.arange(ids.shape[1])[None]
+            # One segment per sentence: token type 0 everywhere.
+            x = self.word_embeddings(ids) + self.position_embeddings(positions)
+            return self.norm(x + self.token_type_embeddings(mx.zeros_like(ids)))
+
+    class Attention(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            size = args.hidden_size
+            self.heads = args.num_attention_heads
+            self.query, self.key, self.value = (nn.Linear(size, size) for _ in range(3))
+            self.out = nn.Linear(size, size)
+
+        def __call__(self, x: mx.array, mask: mx.array) -> mx.array:
+            batch, length, size = x.shape
+
+            def split(t: mx.array) -> mx.array:
+                return t.reshape(batch, length, self.heads, -1).transpose(0, 2, 1, 3)
+
+            q, k, v = split(self.query(x)), split(self.key(x)), split(self.value(x))
+            scale = (size // self.heads) ** -0.5
+            o = mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
+            return self.out(o.transpose(0, 2, 1, 3).reshape(batch, length, size))
+
+    class Layer(nn.Module):
+        """Post-norm BERT layer: attention, add & norm, GELU MLP, add & norm."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            size, eps = args.hidden_size, args.layer_norm_eps
+            self.attention = Attention()
+            self.attention_norm = nn.LayerNorm(size, eps=eps)
+            self.mlp_in = nn.Linear(size, args.intermediate_size)
+            self.mlp_out = nn.Linear(args.intermediate_size, size)
+            self.mlp_norm = nn.LayerNorm(size, eps=eps)
+
+        def __call__(self, x: mx.array, mask: mx.array) -> mx.array:
+            x = self.attention_norm(x + self.attention(x, mask))
+            return self.mlp_norm(x + self.mlp_out(nn.gelu(self.mlp_in(x))))  # erf GELU
+
+    class Encoder(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embeddings = Embeddings()
+            self.layers = [Layer() for _ in range(args.num_hidden_layers)]
+
+        def __call__(self, ids: mx.array, real: mx.array) -> mx.array:
+            """Hidden states (batch, length, hidden); `real` is 1 on tokens, 0 on padding."""
+            mask = real.astype(mx.bool_)[:, None, None, :]  # no query attends to padding
+            x = self.embeddings(ids)
+            for layer in self.layers:
+                x = layer(x, mask)
+            return x
+
+    return Encoder()
+
+
+def load_weights(encoder, path: Path) -> None:
+    """Load `model*.safetensors` into the encoder, renamed; the unused pooler is dropped."""
+    import mlx.core as mx
+
+    weights = {}
+    for file in sorted(path.glob("model*.safetensors")):
+        weights.update(mx.load(str(file)))
+    renamed = []
+    for name, value in weights.items():
+        name = name.removeprefix("bert.")
+        if name.startswith("pooler.") or name.endswith("position_ids"):
+            continue
+        for old, new in RENAMES:
+            name = name.replace(old, new)
+        renamed.append((name, value))
+    encoder.load_weights(renamed, strict=True)
+
+
+def read_pooling(model_id: str, path: Path, args: BertArgs) -> Pooling:
+    """Pooling, normalization and window from sentence-transformers' files, if present.
+
+    A bare `BertModel` directory gets mean pooling and normalization: what all-MiniLM and
+    most sentence embedders use, and what clients of an embeddings API expect.
+    """
+    modules = read_json(model_id, path / "modules.json") or []
+    types = {m.get("type", ""): m.get("path", "") for m in modules if isinstance(m, dict)}
+    normalize = any(t.endswith(".Normalize") for t in types) if types else True
+    folder = next((p for t, p in types.items() if t.endswith(".Pooling")), "1_Pooling")
+    pooling = read_json(model_id, path / folder / "config.json") or {}
+    if pooling.get("pooling_mode_cls_token"):
+        mode = "cls"
+    elif pooling.get("pooling_mode_mean_tokens", True):
+        mode = "mean"
+    else:
+        modes = sorted(k for k, v in pooling.items() if k.startswith("pooling_mode") and v)
+        raise SourceError(model_id, str(path / folder), f"pooling {modes}: only mean or CLS")
+    st = read_json(model_id, path / "sentence_bert_config.json") or {}
+    window = int(st.get("max_seq_length") or args.max_position_embeddings)
+    return Pooling(
+        mode=mode, normalize=normalize, max_length=min(window, args.max_position_embeddings)
+    )
+
+
+def read_json(model_id: str, file: Path):
+    """The file's JSON, or None when it is absent; a SourceError when it is unreadable."""
+    try:
+        return json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise SourceError(model_id, str(file), f"unreadable: {e}") from None

@@ -1,0 +1,166 @@
+"""Sentence embeddings on MLX: the engine that serves a BERT encoder (engines/bert.py).
+
+Inputs are tokenized with the model's own tokenizer.json, cut to the window (for
+all-MiniLM-L6-v2 256 word pieces, [CLS] and [SEP] included, per sentence_bert_config.json,
+not the 512 positions the weights have), sorted by length and run in padded batches.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import msgspec
+from tokenizers import Tokenizer
+
+from engines.base import LoadInfo
+from engines.bert import BertArgs, Pooling, build_encoder, load_weights, read_json, read_pooling
+from engines.errors import BadRequest, GatewayError, SourceError
+from engines.sources import check_source, resolve_source
+from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Output
+from schemas.config import ModelConfig
+
+# Architectures in config.json that mean "this model embeds" (task inference, factory.py).
+EMBEDDING_ARCHITECTURES = frozenset({"BertModel"})
+# Padded tokens per forward pass: bounds one pass's activations (~50 MB of attention scores
+# at the 256-token window), so 2048 inputs need no more memory than 16.
+DEFAULT_BATCH_TOKENS = 4096
+
+
+class EmbeddingEngine:
+    """An embedding model behind the Engine protocol: `embed` works, `generate` refuses."""
+
+    def __init__(self, model: ModelConfig, base_dir: Path | None) -> None:
+        self._config = model
+        self._base_dir = base_dir
+        self._encoder = None
+        self._tokenizer: Tokenizer | None = None  # truncates to the window
+        self._counter: Tokenizer | None = None  # never truncates: real lengths
+        self._pooling = Pooling()
+        self._window = 0
+
+    def estimate_memory(self) -> int:
+        """The weights' size on disk: they load as stored (float32), and there is no KV cache."""
+        path = check_source(self._config.id, self._config.source, base_dir=self._base_dir)
+        return (
+            sum(f.stat().st_size for f in path.glob("model*.safetensors")) if path.is_dir() else 0
+        )
+
+    def load(self, memory_left: int | None = None) -> LoadInfo:
+        """Load the encoder; `memory_left` is not needed: activations are bounded per batch."""
+        import mlx.core as mx
+        from mlx.utils import tree_flatten
+
+        model_id = self._config.id
+        path = resolve_source(model_id, self._config.source, base_dir=self._base_dir)
+        config = read_json(model_id, path / "config.json") or {}
+        if config.get("model_type") != "bert":
+            found = config.get("architectures") or config.get("model_type")
+            raise SourceError(model_id, str(path), f"architecture {found}: only BERT embeds here")
+        try:
+            args = msgspec.convert(config, BertArgs)
+        except msgspec.ValidationError as e:
+            raise SourceError(model_id, str(path / "config.json"), str(e)) from None
+        pooling = read_pooling(model_id, path, args)
+        wanted = self._config.context.max
+        window = pooling.max_length if wanted == "auto" else wanted
+        if window > args.max_position_embeddings:
+            raise GatewayError(
+                f"model {model_id!r}: context.max {window} exceeds the "
+                f"{args.max_position_embeddings} positions the model was trained with"
+            )
+        file = path / "tokenizer.json"
+        if not file.is_file():
+            raise SourceError(model_id, str(file), "not found (an embedding model needs it)")
+        tokenizer, counter = Tokenizer.from_file(str(file)), Tokenizer.from_file(str(file))
+        # tokenizer.json may carry its own padding/truncation (this one: fixed 128); ours wins.
+        for t in tokenizer, counter:
+            t.no_padding()
+            t.no_truncation()
+        tokenizer.enable_truncation(window)  # counts [CLS] and [SEP], as sentence-transformers
+        encoder = build_encoder(args)
+        load_weights(encoder, path)
+        mx.eval(encoder.parameters())
+        self._encoder, self._tokenizer, self._counter = encoder, tokenizer, counter
+        self._pooling, self._window = pooling, window
+        memory = sum(v.nbytes for _, v in tree_flatten(encoder.parameters()))
+        detail = {"path": str(path), "task": "embed", "dimensions": str(args.hidden_size)}
+        return LoadInfo(memory_bytes=memory, context=window, detail=detail)
+
+    def embed(self, request: EmbedRequest) -> Embedded:
+        """One vector per input, in order; batched by length so padding stays small."""
+        import mlx.core as mx
+
+        started = time.perf_counter()
+        if not request.truncate:
+            self._refuse_overlong(request.inputs)
+        ids = [e.ids for e in self._tokenizer.encode_batch(request.inputs)]
+        vectors: list[list[float]] = [[] for _ in ids]
+        for batch in _batches(sorted(range(len(ids)), key=lambda i: len(ids[i])), ids):
+            length = max(len(ids[i]) for i in batch)
+            # Padding id 0 is never seen: the mask hides it from attention and pooling.
+            tokens = mx.array([ids[i] + [0] * (length - len(ids[i])) for i in batch])
+            real = mx.array([[1] * len(ids[i]) + [0] * (length - len(ids[i])) for i in batch])
+            pooled = self._pool(self._encoder(tokens, real), real)
+            for i, vector in zip(batch, pooled.tolist(), strict=True):
+                vectors[i] = vector
+        return Embedded(
+            vectors=vectors,
+            prompt_tokens=sum(len(x) for x in ids),
+            seconds=time.perf_counter() - started,
+        )
+
+    def count_prompt(self, request: ChatRequest) -> int:
+        """Tokens of the messages' text as this model reads it, special tokens included."""
+        text = request.raw_prompt
+        if text is None:
+            text = "\n".join(m.content for m in request.messages)
+        return len(self._counter.encode(text).ids)
+
+    def generate(self, request: ChatRequest, cancelled: Callable[[], bool]) -> Iterator[Output]:
+        raise BadRequest(
+            f"model {self._config.id!r} is an embedding model; it does not generate text: "
+            "send it embedding requests"
+        )
+
+    def unload(self) -> None:
+        import mlx.core as mx
+
+        self._encoder = self._tokenizer = self._counter = None
+        mx.clear_cache()
+
+    def _pool(self, states, real):
+        import mlx.core as mx
+
+        if self._pooling.mode == "cls":
+            pooled = states[:, 0]
+        else:
+            weights = real[..., None].astype(states.dtype)
+            pooled = (states * weights).sum(axis=1) / weights.sum(axis=1)
+        if self._pooling.normalize:
+            norm = mx.linalg.norm(pooled, axis=-1, keepdims=True)
+            pooled = pooled / mx.maximum(norm, 1e-12)  # torch's F.normalize eps
+        return pooled
+
+    def _refuse_overlong(self, inputs: list[str]) -> None:
+        for index, encoding in enumerate(self._counter.encode_batch(inputs)):
+            if len(encoding.ids) > self._window:
+                raise BadRequest(
+                    f"input {index} has {len(encoding.ids)} tokens and model "
+                    f"{self._config.id!r} reads at most {self._window} (context.max); "
+                    "shorten it or allow truncation"
+                )
+
+
+def _batches(order: list[int], ids: list[list[int]]) -> Iterator[list[int]]:
+    """Indices in ascending length, grouped so each padded batch stays within the budget."""
+    batch: list[int] = []
+    for i in order:
+        # Ascending order: the newest input is the longest, so it sets the padded length.
+        if batch and (len(batch) + 1) * len(ids[i]) > DEFAULT_BATCH_TOKENS:
+            yield batch
+            batch = []
+        batch.append(i)
+    if batch:
+        yield batch
