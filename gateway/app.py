@@ -13,7 +13,7 @@ from litestar.di import Provide
 from engines.factory import make_engine
 from engines.platform import PlatformPath
 from engines.runner import Runner
-from gateway import anthropic, completions, ollama, openai, ops, responses
+from gateway import anthropic, completions, embeddings, ollama, openai, ops, responses
 from gateway.auth import require_api_key
 from gateway.errors import error_response
 from gateway.middleware import request_events
@@ -63,6 +63,7 @@ def create_app(
             *responses.ROUTES,
             *anthropic.ROUTES,
             *ollama.ROUTES,
+            *embeddings.ROUTES,
             *ops.ROUTES,
         ],
         dependencies={"generation": Provide(provide_generation, sync_to_thread=False)},

@@ -1,0 +1,167 @@
+"""End to end: embeddings from `gateway serve` on the shipped config, via `openai` and `ollama`."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import httpx
+import numpy as np
+import ollama
+import openai
+import pytest
+from conftest import REPO, GatewayProcess
+
+FOOD = "A man is eating food."
+BREAD = "A man is eating a piece of bread."
+BABY = "The girl is carrying a baby."
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory):
+    log = tmp_path_factory.mktemp("e2e-embeddings") / "events.jsonl"
+    process = GatewayProcess(REPO / "configs" / "models.yaml", log)
+    try:
+        process.wait_ready()
+        yield process
+    finally:
+        process.stop()
+
+
+@pytest.fixture(scope="module")
+def client(gateway):
+    with openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="unused") as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def ollama_client(gateway):
+    with ollama.Client(host=gateway.url) as client:
+        yield client
+
+
+def post(gateway, path, **body):
+    return httpx.post(f"{gateway.url}{path}", json=body, timeout=60)
+
+
+def test_the_model_attaches_with_its_window_and_size(gateway):
+    attached = gateway.wait_event("model_attached", model="minilm", timeout=60)
+    assert attached["context"] == 256
+    assert attached["detail"]["dimensions"] == "384"
+    assert 85_000_000 < attached["memory_bytes"] < 95_000_000
+
+
+def test_float_and_base64_vectors_are_equal(client):
+    floats = client.embeddings.create(model="minilm", input=FOOD, encoding_format="float")
+    # The openai package asks for base64 when no format is given, and decodes it itself.
+    decoded = client.embeddings.create(model="minilm", input=FOOD)
+    assert floats.model == decoded.model == "minilm"
+    assert floats.object == "list" and floats.data[0].object == "embedding"
+    vector = np.array(floats.data[0].embedding, dtype=np.float32)
+    assert vector.shape == (384,) and abs(np.linalg.norm(vector) - 1) < 1e-5
+    assert np.array_equal(vector, np.array(decoded.data[0].embedding, dtype=np.float32))
+
+
+def test_a_batch_keeps_order_and_meaning(client):
+    batch = client.embeddings.create(model="all-minilm", input=[FOOD, BREAD, BABY])
+    assert [item.index for item in batch.data] == [0, 1, 2]
+    food, bread, baby = (np.array(item.embedding) for item in batch.data)
+    assert food @ bread > food @ baby + 0.5
+    single = client.embeddings.create(model="minilm", input=BABY)
+    assert np.allclose(single.data[0].embedding, baby, atol=1e-5)
+    assert batch.usage.prompt_tokens == batch.usage.total_tokens > single.usage.prompt_tokens
+
+
+def test_usage_equals_the_generated_event(gateway, client):
+    raw = client.embeddings.with_raw_response.create(model="minilm", input=[FOOD, BABY])
+    request_id = raw.headers["x-request-id"]
+    usage = raw.parse().usage
+    generated = gateway.wait_event("generated", request_id=request_id)
+    assert usage.prompt_tokens == generated["prompt_tokens"] == 8 + 9  # [CLS] + pieces + [SEP]
+    assert generated["model"] == "minilm" and generated["stop_reason"] == "embedded"
+    routed = gateway.wait_event("request_routed", request_id=request_id)
+    assert (routed["protocol"], routed["stream"], routed["served"]) == ("openai", False, "minilm")
+
+
+def test_a_chat_model_refuses_to_embed(client):
+    for model in ("smollm2", "echo"):
+        with pytest.raises(openai.BadRequestError, match="chat model; it does not embed"):
+            client.embeddings.create(model=model, input=FOOD)
+
+
+def test_the_embedding_model_refuses_to_chat(gateway, client):
+    hello = [{"role": "user", "content": "hi"}]
+    with pytest.raises(openai.BadRequestError, match="'minilm' is an embedding model"):
+        client.chat.completions.create(model="minilm", messages=hello)
+    with pytest.raises(openai.BadRequestError, match="'minilm' is an embedding model"):
+        client.chat.completions.create(model="minilm", messages=hello, stream=True)
+    reply = post(gateway, "/api/chat", model="minilm", messages=hello, stream=False)
+    assert reply.status_code == 400 and "embedding model" in reply.json()["error"]
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"input": [[101, 102]]}, "$.input[0]: token-id inputs are not supported"),
+        ({"input": [FOOD, ""]}, "$.input[1]: empty input"),
+        ({"input": ""}, "$.input: empty input"),
+        ({"input": []}, "$.input"),
+        ({"input": ["x"] * 2049}, "$.input"),
+        ({"input": FOOD, "dimensions": 100}, "384-dimensional"),
+        ({"input": FOOD, "dimensions": 0}, "$.dimensions"),
+        ({"input": FOOD, "encoding_format": "hex"}, "$.encoding_format"),
+    ],
+)
+def test_bad_requests_are_400s_naming_the_field(gateway, body, message):
+    reply = post(gateway, "/v1/embeddings", model="minilm", **body)
+    assert reply.status_code == 400
+    error = reply.json()["error"]
+    assert error["type"] == "invalid_request_error" and message in error["message"]
+
+
+def test_dimensions_equal_to_the_model_are_fine(client):
+    reply = client.embeddings.create(model="minilm", input=FOOD, dimensions=384)
+    assert len(reply.data[0].embedding) == 384
+
+
+def test_ollama_embed_matches_openai(gateway, client, ollama_client):
+    reply = ollama_client.embed(model="all-minilm", input=[FOOD, BABY])
+    assert reply.model == "minilm" and reply.prompt_eval_count == 17
+    assert reply.total_duration > 0
+    openai_reply = client.embeddings.create(model="minilm", input=[FOOD, BABY])
+    for mine, theirs in zip(reply.embeddings, openai_reply.data, strict=True):
+        assert np.allclose(mine, theirs.embedding, atol=1e-6)
+    one = ollama_client.embed(model="minilm", input=FOOD)
+    assert len(one.embeddings) == 1 and len(one.embeddings[0]) == 384
+    routed = gateway.events("request_routed", protocol="ollama", served="minilm")
+    assert routed and routed[-1]["stream"] is False
+
+
+def test_ollama_truncation_and_errors(gateway, ollama_client):
+    long = "hello " * 600
+    assert ollama_client.embed(model="minilm", input=long).prompt_eval_count == 256
+    with pytest.raises(ollama.ResponseError, match="602 tokens") as refused:
+        ollama_client.embed(model="minilm", input=long, truncate=False)
+    assert refused.value.status_code == 400
+    with pytest.raises(ollama.ResponseError, match="chat model") as chat:
+        ollama_client.embed(model="smollm2", input=FOOD)
+    assert chat.value.status_code == 400
+    # An empty input only loads the model, as with Ollama itself.
+    assert ollama_client.embed(model="minilm", input="").embeddings == []
+    reply = post(gateway, "/api/embed", model="minilm", input=[FOOD, ""])
+    assert reply.status_code == 400 and "$.input[1]" in reply.json()["error"]
+
+
+def test_the_example_runs(gateway):
+    done = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "openai_embeddings.py")],
+        env={**os.environ, "GATEWAY_URL": gateway.url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "384 dimensions" in lines[0]
+    assert lines[1].endswith(BREAD)  # the closest sentence comes first
