@@ -1,5 +1,277 @@
-"""The Ollama protocol."""
+"""The Ollama protocol: chat and generate as NDJSON streams (the model routes: `ollama_models`)."""
 
 from __future__ import annotations
 
-ROUTES: list = []
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import msgspec
+from litestar import Request, Response, post
+from litestar.response import Stream
+
+from engines.base import EngineState
+from engines.errors import BadRequest, GatewayError
+from engines.log import emit
+from engines.runner import Runner
+from gateway import ollama_models
+from gateway.body import decode_body
+from gateway.canonical import build_chat_request
+from gateway.ollama_models import json_reply, local_name, now
+from gateway.registry import Generation, Route
+from gateway.streaming import collect, unless_client_leaves
+from schemas import ollama as wire
+from schemas.canonical import (
+    ChatRequest,
+    Finished,
+    Message,
+    Output,
+    TextDelta,
+    ToolCall,
+    ToolCallOutput,
+    ToolSpec,
+)
+from schemas.events import RequestRouted
+
+NDJSON = "application/x-ndjson"
+
+# A frame turns output into one reply object: text, tool calls, and the Finished on the last.
+Frame = Callable[[str, list[ToolCall], Finished | None], wire.Answer]
+
+
+def _route(generation: Generation, name: str, stream: bool) -> Route:
+    route = generation.resolve(local_name(generation, name))
+    emit(
+        RequestRouted(
+            requested=name,
+            served=route.served,
+            alias=route.alias,
+            fallback=route.fallback,
+            stream=stream,
+            protocol="ollama",
+        )
+    )
+    return route
+
+
+def _refuse_unsupported(
+    format: Any,
+    images: list[str] | None = None,
+    suffix: str | None = None,
+    template: str | None = None,
+) -> None:
+    if format not in (None, ""):
+        raise BadRequest("format (JSON mode and JSON schemas) is not supported yet")
+    if images:
+        raise BadRequest("images are not supported: the served models read text only")
+    if suffix:
+        raise BadRequest("suffix (fill-in-the-middle) is not supported")
+    if template:
+        raise BadRequest("template overrides are not supported: the model's own template applies")
+
+
+def _options(options: wire.Options | None) -> dict[str, Any]:
+    """Ollama's options as `build_chat_request` keywords.
+
+    `num_ctx` is accepted and not applied: the model's window (`context.max`) always rules;
+    a larger one cannot widen it, and narrowing it per request is not supported yet.
+    """
+    o = options or wire.Options()
+    return {
+        "max_tokens": o.num_predict if o.num_predict and o.num_predict > 0 else None,
+        "temperature": o.temperature,
+        "top_p": o.top_p,
+        "top_k": o.top_k,
+        "min_p": o.min_p,
+        "seed": o.seed,
+        "stop": [o.stop] if isinstance(o.stop, str) else o.stop,
+    }
+
+
+def to_messages(messages: list[wire.Message]) -> list[Message]:
+    """Ollama messages as canonical ones.
+
+    Ollama's tool calls carry no ids, so each gets one here, and the tool turns after an
+    assistant turn answer its calls in order (what templates that want ids need).
+    """
+    canonical: list[Message] = []
+    pending: deque[ToolCall] = deque()
+    for i, message in enumerate(messages):
+        if message.images:
+            raise BadRequest(f"$.messages[{i}].images: images are not supported")
+        calls = [
+            ToolCall(
+                id=f"call_{i}_{j}",
+                name=call.function.name,
+                arguments=msgspec.json.encode(call.function.arguments).decode(),
+            )
+            for j, call in enumerate(message.tool_calls or [])
+        ]
+        if calls:
+            pending = deque(calls)
+        answered = pending.popleft() if message.role == "tool" and pending else None
+        canonical.append(
+            Message(
+                role=message.role,
+                content=message.content or "",
+                tool_calls=calls,
+                tool_call_id=answered.id if answered else None,
+                name=message.tool_name or (answered.name if answered else None),
+            )
+        )
+    return canonical
+
+
+def _reply_calls(calls: list[ToolCall]) -> list[wire.ReplyToolCall] | None:
+    """Canonical tool calls in Ollama's shape: arguments as an object, not JSON text."""
+    replies = []
+    for call in calls:
+        try:
+            arguments = msgspec.json.decode(call.arguments, type=dict[str, Any])
+        except msgspec.DecodeError:
+            # Ollama's arguments are an object; text that is not one (a parser passed it
+            # through) has no faithful form here. Repairing it is guardrails.tool_calls' job.
+            arguments = {}
+        replies.append(
+            wire.ReplyToolCall(function=wire.ReplyFunction(name=call.name, arguments=arguments))
+        )
+    return replies or None
+
+
+def _final(finished: Finished | None, started_ns: int) -> dict[str, Any]:
+    """The counts Ollama puts on the last object, from the engine's own accounting."""
+    if finished is None:
+        return {}
+    return {
+        "done_reason": "length" if finished.stop_reason == "length" else "stop",
+        "total_duration": time.perf_counter_ns() - started_ns,
+        "load_duration": 0,
+        "prompt_eval_count": finished.prompt_tokens,
+        "prompt_eval_duration": round(finished.prefill_s * 1e9),
+        "eval_count": finished.new_tokens,
+        "eval_duration": round(finished.decode_s * 1e9),
+    }
+
+
+async def _load(runner: Runner) -> None:
+    """Ollama's load request (no prompt): make the model resident, generate nothing."""
+    if runner.state is not EngineState.READY:
+        # Counting a prompt loads an unloaded model without queueing behind generations.
+        empty = build_chat_request(runner.model, [Message(role="user", content="")])
+        await runner.count_prompt(empty)
+
+
+async def _answer(
+    request: Request, route: Route, chat: ChatRequest, stream: bool, frame: Frame
+) -> Response | Stream:
+    runner = route.runner
+    results = runner.results(runner.submit(chat))
+    if not stream:
+        answer = await unless_client_leaves(request, collect(results))
+        return json_reply(frame(answer.text, answer.tool_calls, answer.finished))
+    # Wait for the first output before answering, so queue and load errors keep their status.
+    first = await unless_client_leaves(request, anext(results))
+    return Stream(_lines(request, first, results, frame), media_type=NDJSON)
+
+
+def _line(output: Output, frame: Frame) -> bytes:
+    if isinstance(output, TextDelta):
+        answer = frame(output.text, [], None)
+    elif isinstance(output, ToolCallOutput):
+        answer = frame("", [output.call], None)
+    else:
+        answer = frame("", [], output)
+    return msgspec.json.encode(answer) + b"\n"
+
+
+async def _lines(
+    request: Request, first: Output, results: AsyncIterator[Output], frame: Frame
+) -> AsyncIterator[bytes]:
+    try:
+        yield _line(first, frame)
+        async for output in results:
+            yield _line(output, frame)
+    except GatewayError as error:
+        # Past the status line Ollama reports a failure as a last `{"error"}` object.
+        request.scope.setdefault("state", {})["error"] = error.message
+        yield msgspec.json.encode({"error": error.message}) + b"\n"
+    finally:
+        # The client went away (or the stream ended): stop the job within a token.
+        await results.aclose()
+
+
+@post("/api/chat", status_code=200)
+async def chat(request: Request, generation: Generation) -> Response | Stream:
+    """Chat; an NDJSON stream unless `stream: false`. No messages: load the model."""
+    started = time.perf_counter_ns()
+    data = await decode_body(request, wire.ChatRequest)
+    _refuse_unsupported(data.format)
+    route = _route(generation, data.model, data.stream)
+    served = route.served
+
+    def frame(text: str, calls: list[ToolCall], finished: Finished | None) -> wire.ChatAnswer:
+        message = wire.ReplyMessage(role="assistant", content=text, tool_calls=_reply_calls(calls))
+        return wire.ChatAnswer(
+            model=served,
+            created_at=now(),
+            message=message,
+            done=finished is not None,
+            **_final(finished, started),
+        )
+
+    if not data.messages:
+        await _load(route.runner)
+        message = wire.ReplyMessage(role="assistant", content="")
+        loaded = wire.ChatAnswer(
+            model=served, created_at=now(), message=message, done=True, done_reason="load"
+        )
+        return json_reply(loaded)
+    tools = [
+        ToolSpec(
+            name=t.function.name,
+            description=t.function.description,
+            parameters=t.function.parameters,
+        )
+        for t in data.tools or []
+    ]
+    chat = build_chat_request(
+        route.runner.model, to_messages(data.messages), tools=tools, **_options(data.options)
+    )
+    return await _answer(request, route, chat, data.stream, frame)
+
+
+@post("/api/generate", status_code=200)
+async def generate(request: Request, generation: Generation) -> Response | Stream:
+    """Completion of a prompt (templated unless `raw`); an empty prompt loads the model."""
+    started = time.perf_counter_ns()
+    data = await decode_body(request, wire.GenerateRequest)
+    _refuse_unsupported(data.format, data.images, data.suffix, data.template)
+    route = _route(generation, data.model, data.stream)
+    served, model = route.served, route.runner.model
+
+    def frame(text: str, _calls: list[ToolCall], finished: Finished | None) -> wire.GenerateAnswer:
+        return wire.GenerateAnswer(
+            model=served,
+            created_at=now(),
+            response=text,
+            done=finished is not None,
+            **_final(finished, started),
+        )
+
+    if not data.prompt:
+        await _load(route.runner)
+        loaded = wire.GenerateAnswer(
+            model=served, created_at=now(), response="", done=True, done_reason="load"
+        )
+        return json_reply(loaded)
+    if data.raw:  # no template, and so no system prompt either
+        chat = build_chat_request(model, [], raw_prompt=data.prompt, **_options(data.options))
+    else:
+        system = [Message(role="system", content=data.system)] if data.system else []
+        prompt = [*system, Message(role="user", content=data.prompt)]
+        chat = build_chat_request(model, prompt, **_options(data.options))
+    return await _answer(request, route, chat, data.stream, frame)
+
+
+ROUTES = [chat, generate, *ollama_models.ROUTES]

@@ -1,0 +1,176 @@
+"""Ollama's model routes: tags, ps, show and version, and the naming shared with chat.
+
+Everything here reads the config and the runners' state; nothing loads a model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+from litestar import MediaType, Request, Response, get, post
+
+from engines.base import EngineState
+from engines.errors import BadRequest, ModelNotFound
+from engines.runner import Runner
+from engines.scripted import SCRIPTED_CONTEXT
+from gateway.body import decode_body
+from gateway.registry import Generation
+from schemas import ollama as wire
+from schemas.config import ModelConfig
+
+# Ollama's default tag: clients write `smollm2:latest` for a model we call `smollm2`.
+LATEST = ":latest"
+# Nothing unloads a model yet (idle_ttl arrives with the reload issue), so a loaded model
+# never expires; Ollama shows keep_alive -1 the same way, as a date far in the future.
+FAR_FUTURE = "2318-01-01T00:00:00Z"
+# Ollama's ChatML Go template, for the scripted engine, which renders exactly that.
+CHATML_TEMPLATE = (
+    "{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n"
+    "{{ end }}<|im_start|>assistant\n"
+)
+
+
+def now() -> str:
+    """The current time in RFC 3339, as Ollama writes `created_at`."""
+    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+# Ollama's tags say when a model was pulled; ours were "pulled" when this process started.
+STARTED_AT = now()
+
+
+def json_reply(body: msgspec.Struct) -> Response:
+    """One JSON object (reply structs omit their defaults, which litestar's encoder keeps)."""
+    return Response(content=msgspec.json.encode(body), media_type=MediaType.JSON)
+
+
+def _names(generation: Generation) -> set[str]:
+    return {n for m in generation.config.models for n in (m.id, *m.aliases)}
+
+
+def local_name(generation: Generation, name: str) -> str:
+    """`name` with a `:latest` tag dropped when only the bare name is known."""
+    known = _names(generation)
+    bare = name.removesuffix(LATEST)
+    return bare if name not in known and bare in known else name
+
+
+def _details(model: ModelConfig) -> wire.ModelDetails:
+    # Family, size and quantization are only known once the weights are read: left empty.
+    family = "scripted" if model.engine == "scripted" else ""
+    return wire.ModelDetails(
+        format=model.engine,
+        family=family,
+        families=[family] if family else None,
+        parameter_size="",
+        quantization_level="",
+    )
+
+
+def _digest(model: ModelConfig) -> str:
+    # One model, one digest: its aliases share it, as tags of one Ollama model do.
+    return hashlib.sha256(model.id.encode()).hexdigest()
+
+
+def _context(model: ModelConfig, runner: Runner) -> int | None:
+    """The context window, as far as it is known without loading the model."""
+    if runner.context:
+        return runner.context
+    if isinstance(model.context.max, int):
+        return model.context.max
+    return SCRIPTED_CONTEXT if model.engine == "scripted" else None
+
+
+@get("/api/tags")
+async def tags(generation: Generation) -> Response:
+    """Every model id and alias, listed as Ollama lists pulled models."""
+    listed = [
+        wire.TagModel(
+            name=name,
+            model=name,
+            modified_at=STARTED_AT,
+            size=0,
+            digest=_digest(model),
+            details=_details(model),
+        )
+        for model in generation.config.models
+        for name in (model.id, *model.aliases)
+    ]
+    return json_reply(wire.Tags(models=listed))
+
+
+@get("/api/ps")
+async def ps(generation: Generation) -> Response:
+    """The models loaded now; reads runner state only, never loads one."""
+    loaded = [
+        wire.RunningModel(
+            name=runner.model.id,
+            model=runner.model.id,
+            size=0,  # the runner keeps no weight size yet
+            digest=_digest(runner.model),
+            details=_details(runner.model),
+            expires_at=FAR_FUTURE,
+            size_vram=0,
+            context_length=runner.context,
+        )
+        for runner in generation.runners.values()
+        if runner.state is EngineState.READY
+    ]
+    return json_reply(wire.Running(models=loaded))
+
+
+def _parameters(model: ModelConfig) -> str:
+    """The model's sampling defaults as Ollama's `name value` lines."""
+    s = model.sampling
+    pairs = [
+        ("temperature", s.temperature),
+        ("top_p", s.top_p),
+        ("top_k", s.top_k),
+        ("min_p", s.min_p),
+        ("num_predict", s.max_tokens),
+        ("seed", s.seed),
+        ("num_ctx", model.context.max if isinstance(model.context.max, int) else None),
+    ]
+    return "\n".join(f"{name} {value}" for name, value in pairs if value is not None)
+
+
+@post("/api/show", status_code=200)
+async def show(request: Request, generation: Generation) -> Response:
+    """What the config says about one model (no fallback here: an unknown name is a 404)."""
+    data = await decode_body(request, wire.ShowRequest)
+    if not (data.model or data.name):
+        raise BadRequest("$.model: name the model to show")
+    name = local_name(generation, data.model or data.name)
+    model = next((m for m in generation.config.models if name in (m.id, *m.aliases)), None)
+    if model is None:
+        known = ", ".join(sorted(_names(generation)))
+        raise ModelNotFound(f"model {name!r} not found; known models: {known}")
+    info: dict[str, Any] = {"general.architecture": model.engine}
+    context = _context(model, generation.runners[model.id])
+    if context:
+        info[f"{model.engine}.context_length"] = context
+    parameters = _parameters(model)
+    lines = [f"FROM {model.id}", *(f"PARAMETER {p}" for p in parameters.splitlines() if p)]
+    body = wire.ShowAnswer(
+        modelfile="\n".join(lines) + "\n",
+        parameters=parameters,
+        template=CHATML_TEMPLATE if model.engine == "scripted" else "",
+        details=_details(model),
+        model_info=info,
+        capabilities=["embedding"] if model.task == "embed" else ["completion", "tools"],
+        modified_at=STARTED_AT,
+    )
+    return json_reply(body)
+
+
+@get("/api/version")
+async def version() -> Response:
+    """The gateway's package version, where Ollama clients look for the server's."""
+    return json_reply(wire.Version(version=importlib.metadata.version("mlx-gateway")))
+
+
+ROUTES = [tags, ps, show, version]

@@ -1,0 +1,191 @@
+"""Ollama wire formats (`/api/*`). Lenient: clients send fields we do not use, and that is fine.
+
+Replies omit what Ollama omits (`done_reason` and the counts appear on the final object only),
+so every reply struct sets `omit_defaults` and keeps the always-present fields required.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta
+
+ModelName = Annotated[str, Meta(min_length=1)]
+
+
+class Wire(msgspec.Struct, kw_only=True):
+    """Base of request structs: unknown fields are ignored, not rejected."""
+
+
+class Reply(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Base of reply structs: fields left at their default are not written."""
+
+
+class Options(Wire, kw_only=True):
+    """The `options` Ollama clients send; the ones not listed here are accepted and ignored."""
+
+    # -1 (no limit) and -2 (fill the context) mean "the model's default" here; so does 0.
+    num_predict: Annotated[int, Meta(ge=-2)] | None = None
+    temperature: Annotated[float, Meta(ge=0, le=2)] | None = None
+    top_p: Annotated[float, Meta(gt=0, le=1)] | None = None
+    top_k: Annotated[int, Meta(ge=0)] | None = None
+    min_p: Annotated[float, Meta(ge=0, le=1)] | None = None
+    stop: str | Annotated[list[str], Meta(max_length=16)] | None = None
+    seed: int | None = None
+    num_ctx: Annotated[int, Meta(ge=1)] | None = None
+
+
+class ToolCallFunction(Wire, kw_only=True):
+    name: ModelName
+    arguments: dict[str, Any] = {}
+
+
+class ToolCall(Wire, kw_only=True):
+    function: ToolCallFunction
+
+
+class Message(Wire, kw_only=True):
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str | None = None
+    images: list[str] | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_name: str | None = None  # on a `tool` message: the tool that answered
+
+
+class ToolFunction(Wire, kw_only=True):
+    name: ModelName
+    description: str = ""
+    parameters: dict[str, Any] = {}
+
+
+class Tool(Wire, kw_only=True):
+    type: Literal["function"] = "function"
+    function: ToolFunction
+
+
+KeepAlive = str | float | None
+Think = bool | Literal["low", "medium", "high"] | None
+
+
+class ChatRequest(Wire, kw_only=True):
+    model: ModelName
+    messages: list[Message] = []
+    tools: list[Tool] | None = None
+    stream: bool = True
+    format: Any = None
+    options: Options | None = None
+    keep_alive: KeepAlive = None
+    think: Think = None
+
+
+class GenerateRequest(Wire, kw_only=True):
+    model: ModelName
+    prompt: str = ""
+    suffix: str | None = None
+    system: str | None = None
+    template: str | None = None
+    context: list[int] | None = None
+    raw: bool = False
+    images: list[str] | None = None
+    stream: bool = True
+    format: Any = None
+    options: Options | None = None
+    keep_alive: KeepAlive = None
+    think: Think = None
+
+
+class ShowRequest(Wire, kw_only=True):
+    model: str = ""
+    name: str = ""  # older clients send the model as `name`
+    verbose: bool = False
+
+
+class ReplyFunction(Reply, kw_only=True):
+    name: str
+    arguments: dict[str, Any]
+
+
+class ReplyToolCall(Reply, kw_only=True):
+    function: ReplyFunction
+
+
+class ReplyMessage(Reply, kw_only=True):
+    role: Literal["assistant"]
+    content: str
+    tool_calls: list[ReplyToolCall] | None = None
+
+
+class Answer(Reply, kw_only=True):
+    """What every `/api/chat` and `/api/generate` object carries; counts on the final one."""
+
+    model: str
+    created_at: str  # RFC 3339
+    done: bool
+    done_reason: str | None = None
+    # Durations are nanoseconds, as in Ollama.
+    total_duration: int | None = None
+    load_duration: int | None = None
+    prompt_eval_count: int | None = None
+    prompt_eval_duration: int | None = None
+    eval_count: int | None = None
+    eval_duration: int | None = None
+
+
+class ChatAnswer(Answer, kw_only=True):
+    message: ReplyMessage
+
+
+class GenerateAnswer(Answer, kw_only=True):
+    response: str
+
+
+class ModelDetails(Reply, kw_only=True):
+    parent_model: str = ""
+    format: str
+    family: str
+    families: list[str] | None = None
+    parameter_size: str
+    quantization_level: str
+
+
+class TagModel(Reply, kw_only=True):
+    name: str
+    model: str
+    modified_at: str
+    size: int
+    digest: str
+    details: ModelDetails
+
+
+class Tags(Reply, kw_only=True):
+    models: list[TagModel]
+
+
+class RunningModel(Reply, kw_only=True):
+    name: str
+    model: str
+    size: int
+    digest: str
+    details: ModelDetails
+    expires_at: str
+    size_vram: int
+    context_length: int | None = None
+
+
+class Running(Reply, kw_only=True):
+    models: list[RunningModel]
+
+
+class ShowAnswer(Reply, kw_only=True):
+    modelfile: str
+    parameters: str
+    template: str
+    details: ModelDetails
+    model_info: dict[str, Any]
+    capabilities: list[str]
+    modified_at: str
+
+
+class Version(Reply, kw_only=True):
+    version: str
