@@ -90,14 +90,13 @@ def test_a_chat_model_refuses_to_embed(client):
             client.embeddings.create(model=model, input=FOOD)
 
 
-def test_the_embedding_model_refuses_to_chat(gateway, client):
+def test_the_embedding_model_refuses_to_chat(client):
     hello = [{"role": "user", "content": "hi"}]
     with pytest.raises(openai.BadRequestError, match="'minilm' is an embedding model"):
         client.chat.completions.create(model="minilm", messages=hello)
+    # Streamed too: the error comes before the stream starts, so it keeps its status.
     with pytest.raises(openai.BadRequestError, match="'minilm' is an embedding model"):
         client.chat.completions.create(model="minilm", messages=hello, stream=True)
-    reply = post(gateway, "/api/chat", model="minilm", messages=hello, stream=False)
-    assert reply.status_code == 400 and "embedding model" in reply.json()["error"]
 
 
 @pytest.mark.parametrize(
