@@ -1,0 +1,208 @@
+"""Anthropic Messages wire formats. Lenient: fields we do not use (cache_control, metadata,
+service_tier, ...) are ignored; numbers out of Anthropic's ranges fail naming the field."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta
+
+
+class Wire(msgspec.Struct, kw_only=True):
+    """Base of wire structs: unknown fields are ignored, not rejected."""
+
+
+# Content blocks, tagged by their `type`. Request and response share them.
+
+
+class Block(Wire, kw_only=True, tag_field="type"):
+    """A content block; its `type` picks the struct."""
+
+
+class TextBlock(Block, kw_only=True, tag="text"):
+    text: str
+
+
+class ImageBlock(Block, kw_only=True, tag="image"):
+    source: Any = None
+
+
+class DocumentBlock(Block, kw_only=True, tag="document"):
+    source: Any = None
+
+
+class ToolUseBlock(Block, kw_only=True, tag="tool_use"):
+    id: str
+    name: str
+    input: dict[str, Any]
+
+
+class ToolResultBlock(Block, kw_only=True, tag="tool_result"):
+    tool_use_id: str
+    content: str | list[TextBlock | ImageBlock | DocumentBlock] = ""
+    is_error: bool = False
+
+
+class ThinkingBlock(Block, kw_only=True, tag="thinking"):
+    thinking: str = ""
+    signature: str | None = None
+
+
+class RedactedThinkingBlock(Block, kw_only=True, tag="redacted_thinking"):
+    data: str = ""
+
+
+InputBlock = (
+    TextBlock
+    | ImageBlock
+    | DocumentBlock
+    | ToolUseBlock
+    | ToolResultBlock
+    | ThinkingBlock
+    | RedactedThinkingBlock
+)
+
+
+class InputMessage(Wire, kw_only=True):
+    role: Literal["user", "assistant"]
+    content: str | list[InputBlock]
+
+
+class Tool(Wire, kw_only=True):
+    # Absent or "custom" for client tools; Anthropic's server tools (web_search_...) set it.
+    type: str | None = None
+    name: Annotated[str, Meta(min_length=1)]
+    description: str = ""
+    input_schema: dict[str, Any] = {}
+
+
+class ToolChoice(Wire, kw_only=True):
+    type: Literal["auto", "any", "tool", "none"]
+    name: str | None = None
+    disable_parallel_tool_use: bool = False
+
+
+class PromptRequest(Wire, kw_only=True):
+    """What a prompt is made of: shared by messages and count_tokens."""
+
+    model: Annotated[str, Meta(min_length=1)]
+    messages: Annotated[list[InputMessage], Meta(min_length=1)]
+    system: str | list[TextBlock] | None = None
+    tools: list[Tool] = []
+    tool_choice: ToolChoice | None = None
+    thinking: Any = None  # accepted; reasoning control arrives with the reasoning work
+
+
+class MessagesRequest(PromptRequest, kw_only=True):
+    max_tokens: Annotated[int, Meta(ge=1)]  # required, as Anthropic requires it
+    stream: bool = False
+    stop_sequences: Annotated[list[str], Meta(max_length=32)] = []
+    temperature: Annotated[float, Meta(ge=0, le=1)] | None = None
+    top_p: Annotated[float, Meta(gt=0, le=1)] | None = None
+    top_k: Annotated[int, Meta(ge=0)] | None = None
+    metadata: Any = None  # accepted and ignored
+
+
+class CountTokensRequest(PromptRequest, kw_only=True):
+    pass
+
+
+class TokenCount(Wire, kw_only=True):
+    input_tokens: int
+
+
+# Responses.
+
+
+class Usage(Wire, kw_only=True):
+    input_tokens: int
+    output_tokens: int
+
+
+StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use"]
+
+
+class Message(Wire, kw_only=True):
+    id: str
+    type: Literal["message"] = "message"
+    role: Literal["assistant"] = "assistant"
+    model: str
+    content: list[TextBlock | ToolUseBlock]
+    stop_reason: StopReason | None = None
+    stop_sequence: str | None = None
+    usage: Usage
+
+
+# Stream events: the SSE `event:` name is the struct's tag, which is also its `type`.
+
+
+class StreamEvent(Wire, kw_only=True, tag_field="type"):
+    """One server-sent event of a streamed message."""
+
+
+class MessageStart(StreamEvent, kw_only=True, tag="message_start"):
+    message: Message
+
+
+class ContentBlockStart(StreamEvent, kw_only=True, tag="content_block_start"):
+    index: int
+    content_block: TextBlock | ToolUseBlock
+
+
+class Ping(StreamEvent, kw_only=True, tag="ping"):
+    pass
+
+
+class TextDelta(Block, kw_only=True, tag="text_delta"):
+    text: str
+
+
+class InputJsonDelta(Block, kw_only=True, tag="input_json_delta"):
+    partial_json: str
+
+
+class ContentBlockDelta(StreamEvent, kw_only=True, tag="content_block_delta"):
+    index: int
+    delta: TextDelta | InputJsonDelta
+
+
+class ContentBlockStop(StreamEvent, kw_only=True, tag="content_block_stop"):
+    index: int
+
+
+class MessageDeltaBody(Wire, kw_only=True):
+    stop_reason: StopReason
+    stop_sequence: str | None = None
+
+
+class MessageDeltaUsage(Wire, kw_only=True):
+    # Cumulative totals: the engine's input count is authoritative and overrides message_start's.
+    input_tokens: int
+    output_tokens: int
+
+
+class MessageDelta(StreamEvent, kw_only=True, tag="message_delta"):
+    delta: MessageDeltaBody
+    usage: MessageDeltaUsage
+
+
+class MessageStop(StreamEvent, kw_only=True, tag="message_stop"):
+    pass
+
+
+# The model list in Anthropic's shape (GET /v1/models with an `anthropic-version` header).
+
+
+class ModelInfo(Wire, kw_only=True):
+    type: Literal["model"] = "model"
+    id: str
+    display_name: str
+    created_at: str  # RFC 3339
+
+
+class ModelPage(Wire, kw_only=True):
+    data: list[ModelInfo]
+    has_more: bool = False
+    first_id: str | None = None
+    last_id: str | None = None

@@ -1,0 +1,86 @@
+"""End to end: the shipped config and the real SmolLM2 over the Anthropic protocol, and the
+Anthropic examples run against it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import anthropic
+import pytest
+from conftest import REPO, GatewayProcess
+
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+# This SDK no longer takes sampling arguments (Claude's newest models refuse them); the
+# gateway still reads `temperature` from the body, as older clients and curl send it.
+GREEDY = {"temperature": 0}
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory):
+    log = tmp_path_factory.mktemp("e2e-anthropic") / "events.jsonl"
+    process = GatewayProcess(REPO / "configs" / "models.yaml", log)
+    try:
+        process.wait_ready()
+        yield process
+    finally:
+        process.stop()
+
+
+@pytest.fixture(scope="module")
+def client(gateway):
+    return anthropic.Anthropic(base_url=gateway.url, api_key="unused", max_retries=0)
+
+
+def test_answers_the_capital_of_france(client):
+    reply = client.messages.create(
+        model="smollm2", messages=QUESTION, extra_body=GREEDY, max_tokens=40
+    )
+    assert "Paris" in reply.content[0].text
+    assert reply.model == "smollm2"
+
+
+def test_streamed_text_equals_plain_and_count_tokens_equals_input_tokens(gateway, client):
+    raw = client.messages.with_raw_response.create(
+        model="claude-smollm2", messages=QUESTION, extra_body=GREEDY, max_tokens=40
+    )
+    plain = raw.parse()
+    with client.messages.stream(
+        model="claude-default", messages=QUESTION, extra_body=GREEDY, max_tokens=40
+    ) as stream:
+        streamed = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert streamed == plain.content[0].text
+    assert final.usage.model_dump() == plain.usage.model_dump()
+    counted = client.messages.count_tokens(model="smollm2", messages=QUESTION).input_tokens
+    assert counted == plain.usage.input_tokens
+    generated = gateway.wait_event("generated", request_id=raw.headers["x-request-id"])
+    assert (generated["prompt_tokens"], generated["new_tokens"]) == (
+        plain.usage.input_tokens,
+        plain.usage.output_tokens,
+    )
+
+
+def test_the_examples_run_against_the_gateway(gateway):
+    env = {**os.environ, "GATEWAY_URL": gateway.url}
+    sdk = subprocess.run(
+        [sys.executable, "examples/anthropic_sdk.py"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert sdk.returncode == 0, sdk.stderr
+    assert "Paris" in sdk.stdout
+    curl = subprocess.run(
+        ["sh", "examples/curl_anthropic.sh"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert curl.returncode == 0, curl.stdout + curl.stderr
+    assert "event: message_start" in curl.stdout and "event: message_stop" in curl.stdout
