@@ -1,0 +1,256 @@
+"""OpenAI Responses API (`/v1/responses`) wire formats: the request, the response object and
+its stream events. Lenient: clients send fields we do not use, and that is fine."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from msgspec import Meta, field
+
+from schemas.openai import Wire
+
+# --- the request -------------------------------------------------------------------------
+
+
+class InputPart(Wire, kw_only=True):
+    """A content part: `input_text`/`output_text` carry `text`, `refusal` its `refusal`;
+    the rest (images, files, audio) the adapter refuses by name."""
+
+    type: str
+    text: str | None = None
+    refusal: str | None = None
+
+
+class InputItem(Wire, kw_only=True, tag_field="type"):
+    """An item of `input`, told apart by `type` (a message when it has none)."""
+
+
+class InputMessage(InputItem, kw_only=True, tag="message"):
+    role: Literal["user", "system", "developer", "assistant"]
+    content: str | list[InputPart]
+
+
+class InputFunctionCall(InputItem, kw_only=True, tag="function_call"):
+    call_id: Annotated[str, Meta(min_length=1)]
+    name: Annotated[str, Meta(min_length=1)]
+    arguments: str
+
+
+class InputFunctionCallOutput(InputItem, kw_only=True, tag="function_call_output"):
+    call_id: str | None = None
+    output: str | list[InputPart]
+
+
+class InputReasoning(InputItem, kw_only=True, tag="reasoning"):
+    """An earlier turn's reasoning, sent back by agents; nothing here can use it."""
+
+
+InputItems = list[InputMessage | InputFunctionCall | InputFunctionCallOutput | InputReasoning]
+INPUT_ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning")
+
+
+class Tool(Wire, kw_only=True):
+    type: str
+    name: str | None = None
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ToolChoiceObject(Wire, kw_only=True):
+    type: str
+    name: str | None = None
+
+
+class TextFormat(Wire, kw_only=True):
+    type: str = "text"
+
+
+class TextConfig(Wire, kw_only=True):
+    format: TextFormat = field(default_factory=TextFormat)
+
+
+class ResponseRequest(Wire, kw_only=True):
+    model: Annotated[str, Meta(min_length=1)]
+    # Items stay plain objects here: an item may leave out `type` (then it is a message),
+    # which a msgspec tagged union cannot express; the adapter converts them.
+    input: str | list[dict[str, Any]]
+    instructions: str | None = None
+    max_output_tokens: Annotated[int, Meta(ge=1)] | None = None
+    temperature: Annotated[float, Meta(ge=0, le=2)] | None = None
+    top_p: Annotated[float, Meta(gt=0, le=1)] | None = None
+    tools: list[Tool] = []
+    tool_choice: str | ToolChoiceObject = "auto"
+    parallel_tool_calls: bool = True
+    stream: bool = False
+    store: bool | None = None
+    previous_response_id: str | None = None
+    conversation: str | dict[str, Any] | None = None
+    background: bool | None = None
+    prompt: dict[str, Any] | None = None
+    text: TextConfig | None = None
+    top_logprobs: Annotated[int, Meta(ge=0, le=20)] | None = None
+    metadata: dict[str, str] | None = None
+    user: str | None = None
+
+
+# --- the response object -----------------------------------------------------------------
+
+
+class OutputText(Wire, kw_only=True):
+    type: Literal["output_text"] = "output_text"
+    text: str
+    annotations: list[Any] = []
+    logprobs: list[Any] = []
+
+
+ItemStatus = Literal["in_progress", "completed", "incomplete"]
+
+
+class OutputMessage(Wire, kw_only=True):
+    type: Literal["message"] = "message"
+    id: str
+    role: Literal["assistant"] = "assistant"
+    status: ItemStatus
+    content: list[OutputText]
+
+
+class OutputFunctionCall(Wire, kw_only=True):
+    type: Literal["function_call"] = "function_call"
+    id: str
+    call_id: str
+    name: str
+    arguments: str
+    status: ItemStatus
+
+
+OutputItem = OutputMessage | OutputFunctionCall
+
+
+class InputTokensDetails(Wire, kw_only=True):
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+class OutputTokensDetails(Wire, kw_only=True):
+    reasoning_tokens: int = 0
+
+
+class ResponseUsage(Wire, kw_only=True):
+    input_tokens: int
+    input_tokens_details: InputTokensDetails = field(default_factory=InputTokensDetails)
+    output_tokens: int
+    output_tokens_details: OutputTokensDetails = field(default_factory=OutputTokensDetails)
+    total_tokens: int
+
+
+class IncompleteDetails(Wire, kw_only=True):
+    reason: Literal["max_output_tokens"]
+
+
+class FunctionTool(Wire, kw_only=True):
+    type: Literal["function"] = "function"
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Response(Wire, kw_only=True):
+    id: str
+    object: Literal["response"] = "response"
+    created_at: int
+    status: Literal["in_progress", "completed", "incomplete"]
+    error: None = None
+    incomplete_details: IncompleteDetails | None = None
+    instructions: str | None = None
+    max_output_tokens: int | None = None
+    model: str
+    output: list[OutputItem] = []
+    parallel_tool_calls: bool = True
+    previous_response_id: None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    text: TextConfig = field(default_factory=TextConfig)
+    tool_choice: str | ToolChoiceObject = "auto"
+    tools: list[FunctionTool] = []
+    truncation: Literal["disabled"] = "disabled"
+    usage: ResponseUsage | None = None
+    metadata: dict[str, str] = {}
+    user: str | None = None
+
+
+# --- stream events: `type` is the SSE event name too -------------------------------------
+
+
+class Event(Wire, kw_only=True, tag_field="type"):
+    sequence_number: int
+
+
+class ResponseCreated(Event, kw_only=True, tag="response.created"):
+    response: Response
+
+
+class ResponseInProgress(Event, kw_only=True, tag="response.in_progress"):
+    response: Response
+
+
+class ResponseCompleted(Event, kw_only=True, tag="response.completed"):
+    response: Response
+
+
+class ResponseIncomplete(Event, kw_only=True, tag="response.incomplete"):
+    response: Response
+
+
+class OutputItemAdded(Event, kw_only=True, tag="response.output_item.added"):
+    output_index: int
+    item: OutputItem
+
+
+class OutputItemDone(Event, kw_only=True, tag="response.output_item.done"):
+    output_index: int
+    item: OutputItem
+
+
+class ContentPartAdded(Event, kw_only=True, tag="response.content_part.added"):
+    item_id: str
+    output_index: int
+    content_index: int
+    part: OutputText
+
+
+class ContentPartDone(Event, kw_only=True, tag="response.content_part.done"):
+    item_id: str
+    output_index: int
+    content_index: int
+    part: OutputText
+
+
+class OutputTextDelta(Event, kw_only=True, tag="response.output_text.delta"):
+    item_id: str
+    output_index: int
+    content_index: int
+    delta: str
+    logprobs: list[Any] = []
+
+
+class OutputTextDone(Event, kw_only=True, tag="response.output_text.done"):
+    item_id: str
+    output_index: int
+    content_index: int
+    text: str
+    logprobs: list[Any] = []
+
+
+class FunctionCallArgumentsDelta(Event, kw_only=True, tag="response.function_call_arguments.delta"):
+    item_id: str
+    output_index: int
+    delta: str
+
+
+class FunctionCallArgumentsDone(Event, kw_only=True, tag="response.function_call_arguments.done"):
+    item_id: str
+    output_index: int
+    name: str
+    arguments: str
