@@ -1,0 +1,90 @@
+"""End to end on the real SmolLM2 (shipped config): completions, responses and the examples."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import openai
+import pytest
+from conftest import REPO, GatewayProcess
+
+QUESTION = "What is the capital of France?"
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory):
+    log = tmp_path_factory.mktemp("e2e-openai") / "events.jsonl"
+    process = GatewayProcess(REPO / "configs" / "models.yaml", log)
+    try:
+        process.wait_ready()
+        yield process
+    finally:
+        process.stop()
+
+
+@pytest.fixture(scope="module")
+def client(gateway):
+    with openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="unused") as client:
+        yield client
+
+
+def test_a_raw_prompt_is_continued_with_paris(gateway, client):
+    raw = client.completions.with_raw_response.create(
+        model="smollm2", prompt="The capital of France is", temperature=0, max_tokens=8
+    )
+    completion = raw.parse()
+    assert "Paris" in completion.choices[0].text
+    generated = gateway.wait_event("generated", request_id=raw.headers["x-request-id"])
+    # No chat template around it: a handful of tokens, not a templated conversation.
+    assert completion.usage.prompt_tokens == generated["prompt_tokens"] < 10
+
+
+def test_responses_answer_paris_and_the_stream_says_the_same(client):
+    plain = client.responses.create(
+        model="smollm2", input=QUESTION, temperature=0, max_output_tokens=40
+    )
+    assert "Paris" in plain.output_text
+    with client.responses.stream(
+        model="smollm2", input=QUESTION, temperature=0, max_output_tokens=40
+    ) as stream:
+        deltas = [e.delta for e in stream if e.type == "response.output_text.delta"]
+        # A 40-token cap may cut the answer: then the stream ends `response.incomplete`.
+        final = stream.get_final_response() if plain.status == "completed" else None
+    assert "".join(deltas) == plain.output_text
+    if final is not None:
+        assert final.output_text == plain.output_text
+        assert final.usage.model_dump() == plain.usage.model_dump()
+
+
+def examples_env(gateway) -> dict[str, str]:
+    # The examples use the default alias and small token caps, so they stay quick.
+    return {**os.environ, "GATEWAY_URL": gateway.url}
+
+
+def test_the_openai_sdk_example_runs(gateway):
+    done = subprocess.run(
+        [sys.executable, "-W", "error", str(REPO / "examples" / "openai_sdk.py")],
+        env=examples_env(gateway),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    for label in ["chat:", "chat stream:", "completion:", "response:", "response stream:"]:
+        assert label in done.stdout
+    assert "Paris" in done.stdout
+
+
+def test_the_curl_example_runs(gateway):
+    done = subprocess.run(
+        ["bash", str(REPO / "examples" / "curl_openai.sh")],
+        env=examples_env(gateway),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("== ") == 6
+    assert "data: [DONE]" in done.stdout and "event: response.created" in done.stdout
