@@ -21,15 +21,22 @@ class EngineState(enum.Enum):
 class LoadInfo(msgspec.Struct, frozen=True, kw_only=True):
     """What a load cost and what it resolved, for the `model_attached` event."""
 
-    memory_bytes: int
+    memory_bytes: int  # weights plus the KV cache reserved for `context` tokens
     context: int
+    trained_context: int | None = None
     detail: dict[str, str] = {}
 
 
 class Engine(Protocol):
     """One model. Every method blocks and runs on its runner's own thread, never the loop."""
 
-    def load(self) -> LoadInfo: ...
+    def estimate_memory(self) -> int:
+        """Bytes a load will take, guessed before loading (for making room in the budget)."""
+        ...
+
+    def load(self, memory_left: int | None = None) -> LoadInfo:
+        """Load the weights and size the context window within `memory_left` bytes."""
+        ...
 
     def count_prompt(self, request: ChatRequest) -> int:
         """Tokens in the request's rendered prompt (chat template and special tokens)."""

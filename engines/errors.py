@@ -76,3 +76,10 @@ class ContextOverflow(BadRequest):
         )
         self.prompt_tokens = prompt_tokens
         self.window = window
+
+
+class ModelBusy(GatewayError):
+    """An admin action that needs an idle model, asked of a busy one."""
+
+    status = 409
+    kind = "conflict"

@@ -7,13 +7,17 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from engines.base import LoadInfo
+from engines.context import size_context
 from engines.errors import BadRequest, ContextOverflow
 from engines.output import DEFAULT_TOOL_PARSER, OutputParser, ToolFormat, load_tool_format
 from engines.platform import PlatformPath
-from engines.sources import resolve_source
+from engines.sources import check_source, resolve_source
 from engines.tools import template_knows_tools, template_messages, tool_specs
 from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Finished, Output
 from schemas.config import ModelConfig
+
+# 4-bit weights (plus scales) grow about this much when expanded to float32.
+FLOAT32_EXPANSION = 6
 
 
 class MLXEngine:
@@ -26,7 +30,14 @@ class MLXEngine:
         self._context = 0
         self._tool_format: ToolFormat | None = None
 
-    def load(self) -> LoadInfo:
+    def estimate_memory(self) -> int:
+        """The source's size on disk, times the float32 expansion where the CPU path does it."""
+        path = check_source(self._config.id, self._config.source, base_dir=self._base_dir)
+        files = [path] if path.is_file() else list(path.glob("*.safetensors"))
+        on_disk = sum(f.stat().st_size for f in files)
+        return on_disk * (FLOAT32_EXPANSION if self._platform.weights == "float32" else 1)
+
+    def load(self, memory_left: int | None = None) -> LoadInfo:
         import mlx.core as mx
         import mlx_lm
         from mlx.utils import tree_flatten
@@ -36,16 +47,29 @@ class MLXEngine:
         if self._platform.weights == "float32":
             expand_quantized(model)
         mx.eval(model.parameters())
+        weights = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
+        trained = trained_context(model)
+        per_token = kv_bytes_per_token(model, self._platform, self._config.kv_bits)
+        self._context = size_context(
+            self._config.id,
+            self._config.context.max,
+            trained,
+            weights,
+            per_token,
+            memory_left,
+            self._config.concurrency,
+        )
         self._model, self._tokenizer = model, tokenizer
         self._tool_format = self._pick_tool_format(tokenizer)
-        trained = trained_context(model)
-        wanted = self._config.context.max
-        self._context = trained if wanted == "auto" else wanted
-        memory = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
         return LoadInfo(
-            memory_bytes=memory,
+            memory_bytes=weights + per_token * self._context * self._config.concurrency,
             context=self._context,
-            detail={"path": str(path), "weights": self._platform.weights},
+            trained_context=trained,
+            detail={
+                "path": str(path),
+                "weights": self._platform.weights,
+                "kv_bytes_per_token": str(per_token),
+            },
         )
 
     def count_prompt(self, request: ChatRequest) -> int:
@@ -134,6 +158,16 @@ class MLXEngine:
         )
         # The template already wrote any BOS it wants; encoding must not add a second.
         return self._tokenizer.encode(text, add_special_tokens=False)
+
+
+def kv_bytes_per_token(model, platform: PlatformPath, kv_bits: int | None) -> int:
+    """Keys and values of every layer for one token, in the dtype the cache will hold."""
+    args = model.args
+    heads = getattr(args, "num_key_value_heads", None) or args.num_attention_heads
+    head_dim = getattr(args, "head_dim", None) or args.hidden_size // args.num_attention_heads
+    element = 4 if platform.weights == "float32" else 2
+    per_token = 2 * args.num_hidden_layers * heads * head_dim * element
+    return per_token * kv_bits // (8 * element) if kv_bits else per_token
 
 
 def trained_context(model) -> int:

@@ -13,9 +13,11 @@ from concurrent.futures import ThreadPoolExecutor
 from engines.base import Engine, EngineState
 from engines.errors import GatewayError, ModelUnavailable, QueueFull, QueueTimeout
 from engines.log import emit
+from engines.residency import MemoryBudget
 from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Finished, Output, TextDelta
 from schemas.config import ModelConfig, seconds
 from schemas.events import (
+    ContextBeyondTraining,
     Generated,
     ModelAttached,
     ModelDetached,
@@ -60,19 +62,29 @@ class Runner:
     5. A job still waiting after `queue.max_wait` fails with `QueueTimeout` (503 + Retry-After).
     A waiting job is only an entry in a deque: it holds no thread. All queue state lives on
     the event loop; the thread only runs the engine and posts outputs back.
+
+    Residency: a pinned model loads at `start` and stays; an on-demand one loads when its
+    first request arrives (that request waits in the line meanwhile; concurrent first
+    requests share the one load) and unloads after `idle_ttl` without requests. Loading
+    first makes room in the shared memory budget.
     """
 
-    def __init__(self, model: ModelConfig, engine: Engine) -> None:
+    def __init__(self, model: ModelConfig, engine: Engine, budget: MemoryBudget | None = None):
         self.model = model
         self.engine = engine
         self.state = EngineState.UNLOADED
         self.error: str | None = None
         self.context: int | None = None
+        self.memory_bytes = 0
+        self.last_used = time.monotonic()
+        self._budget = budget
         self._waiting: deque[Job] = deque()
         self._running = 0
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"runner-{model.id}")
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._load_task: asyncio.Task[None] | None = None
+        self._loading: asyncio.Future[None] | None = None
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._closed: str | None = None  # why this runner admits no more requests
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -84,14 +96,26 @@ class Runner:
     def running(self) -> int:
         return self._running
 
+    @property
+    def evictable(self) -> bool:
+        """Loaded, not pinned, and with nothing waiting or running."""
+        return (
+            self.state is EngineState.READY
+            and not self.model.pinned
+            and not self._running
+            and not self._waiting
+        )
+
     async def start(self) -> None:
         """Bind to the running loop; pinned models load now, on-demand ones at first use."""
         self._loop = asyncio.get_running_loop()
         if self.model.pinned:
-            await self._ensure_loading()
+            await self.load()
 
     def submit(self, request: ChatRequest | EmbedRequest) -> Job:
         """Put a request at the back of the line, or refuse it at once."""
+        if self._closed:
+            raise ModelUnavailable(f"model {self.model.id!r} was {self._closed}; retry")
         if self.state is EngineState.FAILED:
             raise ModelUnavailable(f"model {self.model.id!r} failed to load: {self.error}")
         if len(self._waiting) >= self.model.queue.max_depth:
@@ -102,11 +126,11 @@ class Runner:
             )
         job = Job(request)
         self._waiting.append(job)
-        self._idle.clear()
+        self._touch()
         emit(RequestQueued(model=self.model.id, position=len(self._waiting)))
         job._expiry = self._loop.call_later(seconds(self.model.queue.max_wait), self._expire, job)
         if self.state is EngineState.UNLOADED:
-            self._load_task = asyncio.ensure_future(self._ensure_loading())
+            asyncio.ensure_future(self.load())
         self._pump()
         return job
 
@@ -116,8 +140,8 @@ class Runner:
         Rendering and tokenizing touch no MLX state, so a worker thread other than the
         model's may do it while the model generates.
         """
-        if self.state is EngineState.UNLOADED:
-            await self._ensure_loading()
+        if self.state is not EngineState.READY:
+            await self.load()
         if self.state is not EngineState.READY:
             raise ModelUnavailable(f"model {self.model.id!r} is not available: {self.error}")
         return await asyncio.to_thread(self.engine.count_prompt, request)
@@ -135,36 +159,71 @@ class Runner:
         finally:
             self._withdraw(job)
 
-    async def stop(self, reason: str) -> None:
-        """Refuse what waits, let what runs finish, then unload on the model's thread."""
-        while self._waiting:
+    async def load(self) -> None:
+        """Load the model if it is not loaded; every caller waits for the same one load."""
+        if self.state in (EngineState.READY, EngineState.FAILED):
+            return
+        if self._loading is None:
+            self._loading = asyncio.ensure_future(self._load())
+        await asyncio.shield(self._loading)
+
+    async def unload(self, reason: str) -> bool:
+        """Unload now if nothing waits or runs; False when busy (or not loaded)."""
+        if self.state is not EngineState.READY or self._running or self._waiting:
+            return False
+        self.state = EngineState.UNLOADED
+        await self._loop.run_in_executor(self._executor, self.engine.unload)
+        if self._budget:
+            self._budget.release(self)
+        emit(ModelDetached(model=self.model.id, reason=reason))
+        return True
+
+    async def stop(self, reason: str, *, finish_queued: bool = False) -> None:
+        """Admit nothing more, let what runs finish, unload, and end the model's thread.
+
+        Requests still waiting get a clear 503 — unless `finish_queued` (a model replaced by
+        a reload finishes everything it admitted on its old runner).
+        """
+        self._closed = reason
+        if self._idle_timer:
+            self._idle_timer.cancel()
+        while self._waiting and not finish_queued:
             job = self._waiting.popleft()
             job._expiry.cancel()
-            job.outputs.put_nowait(ModelUnavailable(f"model {self.model.id!r} is {reason}"))
+            job.outputs.put_nowait(ModelUnavailable(f"model {self.model.id!r} was {reason}"))
         self._settle()
+        if self._loading:
+            await asyncio.gather(self._loading, return_exceptions=True)
         await self._idle.wait()
-        if self.state is EngineState.READY:
-            await self._loop.run_in_executor(self._executor, self.engine.unload)
-            emit(ModelDetached(model=self.model.id, reason=reason))
-        self.state = EngineState.UNLOADED
+        if not await self.unload(reason):
+            self.state = EngineState.UNLOADED
         self._executor.shutdown(wait=False)
 
-    async def _ensure_loading(self) -> None:
-        if self.state is not EngineState.UNLOADED:
-            return
+    async def _load(self) -> None:
         self.state = EngineState.LOADING
+        self.error = None
         emit(ModelLoading(model=self.model.id))
         started = time.perf_counter()
         try:
-            info = await self._loop.run_in_executor(self._executor, self.engine.load)
+            left = None
+            if self._budget:
+                needed = self.memory_bytes or await self._loop.run_in_executor(
+                    self._executor, self.engine.estimate_memory
+                )
+                left = await self._budget.make_room(self, needed)
+            info = await self._loop.run_in_executor(self._executor, self.engine.load, left)
         except Exception as error:  # any load failure is this model's alone
             self.state = EngineState.FAILED
             self.error = error.message if isinstance(error, GatewayError) else repr(error)
             emit(ModelFailed(model=self.model.id, error=self.error), level="error")
             self._fail_waiting()
             return
+        finally:
+            self._loading = None
         self.state = EngineState.READY
-        self.context = info.context
+        self.context, self.memory_bytes = info.context, info.memory_bytes
+        if self._budget:
+            self._budget.hold(self, info.memory_bytes)
         emit(
             ModelAttached(
                 model=self.model.id,
@@ -174,12 +233,22 @@ class Runner:
                 detail=info.detail,
             )
         )
+        if info.trained_context and info.context > info.trained_context:
+            emit(
+                ContextBeyondTraining(
+                    model=self.model.id, context=info.context, trained=info.trained_context
+                ),
+                level="warning",
+            )
         self._pump()
+        self._settle()
 
     def _pump(self) -> None:
         while self.state is EngineState.READY and self._running < 1 and self._waiting:
             job = self._waiting.popleft()
             job._expiry.cancel()
+            if job.is_cancelled():  # its client left while it waited: never generate
+                continue
             self._running += 1
             job.started_at = time.perf_counter()
             future = self._loop.run_in_executor(self._executor, self._generate, job)
@@ -238,11 +307,27 @@ class Runner:
         self._settle()
 
     def _settle(self) -> None:
-        """Keep `_idle` true exactly when nothing waits or runs (what `stop` waits for)."""
+        """Keep `_idle` true exactly when nothing waits or runs, and arm the idle unload."""
         if self._running or self._waiting:
             self._idle.clear()
-        else:
-            self._idle.set()
+            return
+        self._idle.set()
+        self._touch()
+        residency = self.model.residency
+        if not self.model.pinned and not self._closed and self.state is EngineState.READY:
+            self._idle_timer = self._loop.call_later(
+                seconds(residency.idle_ttl), lambda: asyncio.ensure_future(self._idle_out())
+            )
+
+    def _touch(self) -> None:
+        self.last_used = time.monotonic()
+        if self._idle_timer:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+
+    async def _idle_out(self) -> None:
+        self._idle_timer = None
+        await self.unload("idle")
 
     def _report(self, job: Job, done: Finished | Embedded) -> None:
         if isinstance(done, Embedded):

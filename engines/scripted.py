@@ -48,7 +48,10 @@ class ScriptedEngine:
         self._tokenizer = make_byte_tokenizer()
         self._tool_format = load_tool_format(tool_parser or DEFAULT_TOOL_PARSER)
 
-    def load(self) -> LoadInfo:
+    def estimate_memory(self) -> int:
+        return 0
+
+    def load(self, memory_left: int | None = None) -> LoadInfo:
         return LoadInfo(memory_bytes=0, context=SCRIPTED_CONTEXT, detail={"engine": "scripted"})
 
     def count_prompt(self, request: ChatRequest) -> int:

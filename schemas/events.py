@@ -59,6 +59,14 @@ class ModelAttached(Event, tag="model_attached"):
     detail: dict[str, str] = {}
 
 
+class ContextBeyondTraining(Event, tag="context_beyond_training"):
+    """A fixed window past the model's trained context: it loads, with this warning."""
+
+    model: str
+    context: int
+    trained: int
+
+
 class ModelDetached(Event, tag="model_detached"):
     model: str
     reason: str
@@ -75,3 +83,17 @@ class ServerStarted(Event, tag="server_started"):
     config: str
     models: list[str]
     platform: dict[str, str]
+
+
+class ConfigReloaded(Event, tag="config_reloaded"):
+    trigger: str
+    added: list[str]
+    removed: list[str]
+    changed: list[str]
+    unchanged: list[str]
+    restarted: list[str]
+
+
+class ConfigRejected(Event, tag="config_rejected"):
+    trigger: str
+    errors: list[str]

@@ -1,0 +1,54 @@
+"""Sizing a model's context window against the memory left for its KV cache."""
+
+from __future__ import annotations
+
+from engines.errors import SourceError
+from engines.residency import describe
+
+# A window smaller than this is not worth loading a chat model for.
+MIN_CONTEXT = 256
+
+
+class ContextTooLarge(SourceError):
+    """A fixed `context.max` whose KV cache cannot fit the memory left."""
+
+    status = 503
+
+
+def size_context(
+    model_id: str,
+    wanted: int | str,
+    trained: int,
+    weights: int,
+    kv_per_token: int,
+    memory_left: int | None,
+    sequences: int = 1,
+) -> int:
+    """The window to serve: `auto` fills what memory allows up to the trained context.
+
+    `sequences` caches of the window must fit beside the weights (one per request decoded
+    together). A fixed window that cannot fit is refused with the numbers.
+    """
+    room = None if memory_left is None else memory_left - weights
+    fits = None if room is None else max(0, room // (kv_per_token * sequences))
+    if wanted == "auto":
+        window = trained if fits is None else min(trained, fits)
+        if window < MIN_CONTEXT:
+            raise ContextTooLarge(
+                model_id,
+                "context.max: auto",
+                f"only {window} tokens of KV cache fit: weights take {describe(weights)}, "
+                f"{describe(max(room or 0, 0))} is left of the memory budget, and a token needs "
+                f"{kv_per_token} bytes x {sequences} sequences",
+            )
+        return window
+    if fits is not None and wanted > fits:
+        need = wanted * kv_per_token * sequences
+        raise ContextTooLarge(
+            model_id,
+            f"context.max: {wanted}",
+            f"a {wanted}-token window needs {describe(need)} of KV cache ({kv_per_token} bytes "
+            f"per token x {sequences} sequences) but only {describe(max(room, 0))} is left "
+            f"after {describe(weights)} of weights; the largest window that fits is {fits}",
+        )
+    return int(wanted)

@@ -1,0 +1,82 @@
+"""The memory budget: weights plus KV cache of every resident model, against one limit.
+
+Before a model loads, the budget makes room by unloading the least recently used idle
+model that is not pinned; when nothing more can be freed the load is refused with the
+numbers, and the request that asked for it gets a 503 saying why.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from engines.errors import ModelUnavailable
+
+if TYPE_CHECKING:
+    from engines.runner import Runner
+
+GiB = 2**30
+# `memory_budget: auto` leaves this share of the machine to the OS and everything else.
+AUTO_SHARE = 0.75
+
+
+def machine_memory() -> int:
+    """Bytes of memory this machine has (on Apple Silicon, what Metal may use)."""
+    try:
+        import mlx.core as mx
+
+        if mx.metal.is_available():
+            return int(mx.metal.device_info()["max_recommended_working_set_size"])
+    except (ImportError, AttributeError, KeyError):
+        pass
+    if sys.platform == "darwin":
+        import subprocess
+
+        return int(subprocess.check_output(["sysctl", "-n", "hw.memsize"]).strip())
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def auto_budget() -> int:
+    return int(machine_memory() * AUTO_SHARE)
+
+
+def describe(size: int) -> str:
+    return f"{size / GiB:.2f} GiB"
+
+
+class MemoryBudget:
+    """Who holds how much. Lives as long as the process, across config generations."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self._held: dict[Runner, int] = {}
+
+    @property
+    def used(self) -> int:
+        return sum(self._held.values())
+
+    def hold(self, runner: Runner, size: int) -> None:
+        self._held[runner] = size
+
+    def release(self, runner: Runner) -> None:
+        self._held.pop(runner, None)
+
+    async def make_room(self, runner: Runner, needed: int) -> int:
+        """Unload idle unpinned models, least recently used first, until `needed` fits.
+
+        Returns the bytes then left for `runner`; raises `ModelUnavailable` (503) naming
+        the numbers when even unloading every candidate cannot make `needed` fit.
+        """
+        while self.total - self.used < needed:
+            candidates = [r for r in self._held if r is not runner and r.evictable]
+            if not candidates:
+                resident = ", ".join(f"{r.model.id} ({describe(s)})" for r, s in self._held.items())
+                raise ModelUnavailable(
+                    f"model {runner.model.id!r} needs about {describe(needed)} but the memory "
+                    f"budget ({describe(self.total)}) has {describe(self.total - self.used)} "
+                    f"left and nothing idle can be unloaded; resident: {resident or 'none'}"
+                )
+            victim = min(candidates, key=lambda r: r.last_used)
+            await victim.unload("evicted")
+        return self.total - self.used
