@@ -106,6 +106,14 @@ class Runner:
             and not self._waiting
         )
 
+    def unloads_in(self) -> float | None:
+        """Seconds until the idle unload, for an on-demand model; None when it never will."""
+        if self.model.pinned:
+            return None
+        if self._running or self._waiting or self.state is not EngineState.READY:
+            return seconds(self.model.residency.idle_ttl)
+        return max(0.0, self.last_used + seconds(self.model.residency.idle_ttl) - time.monotonic())
+
     async def start(self) -> None:
         """Bind to the running loop; pinned models load now, on-demand ones at first use."""
         self._loop = asyncio.get_running_loop()

@@ -147,7 +147,7 @@ def to_chat(route: Route, data: wire.PromptRequest) -> ChatRequest:
             top_k=data.top_k,
             stop=data.stop_sequences,
         )
-    return build_chat_request(route.runner.model, to_messages(data), tools=tools, **sampling)
+    return build_chat_request(route.model, to_messages(data), tools=tools, **sampling)
 
 
 def tool_input(arguments: str) -> dict:

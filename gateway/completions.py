@@ -67,7 +67,7 @@ async def completions(request: Request, generation: Generation) -> Response | Se
     stop = [data.stop] if isinstance(data.stop, str) else data.stop
     chats = [
         build_chat_request(
-            route.runner.model,
+            route.model,
             [],
             raw_prompt=prompt,
             max_tokens=data.max_tokens,

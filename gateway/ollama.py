@@ -12,7 +12,7 @@ from litestar import Request, Response, post
 from litestar.response import Stream
 
 from engines.base import EngineState
-from engines.errors import BadRequest, GatewayError
+from engines.errors import BadRequest, GatewayError, ModelUnavailable
 from engines.log import emit
 from engines.runner import Runner
 from gateway import ollama_models
@@ -156,10 +156,9 @@ def _final(finished: Finished | None, started_ns: int) -> dict[str, Any]:
 
 async def _load(runner: Runner) -> None:
     """Ollama's load request (no prompt): make the model resident, generate nothing."""
+    await runner.load()
     if runner.state is not EngineState.READY:
-        # Counting a prompt loads an unloaded model without queueing behind generations.
-        empty = build_chat_request(runner.model, [Message(role="user", content="")])
-        await runner.count_prompt(empty)
+        raise ModelUnavailable(f"model {runner.model.id!r} failed to load: {runner.error}")
 
 
 async def _answer(
@@ -236,7 +235,7 @@ async def chat(request: Request, generation: Generation) -> Response | Stream:
         for t in data.tools or []
     ]
     chat = build_chat_request(
-        route.runner.model, to_messages(data.messages), tools=tools, **_options(data.options)
+        route.model, to_messages(data.messages), tools=tools, **_options(data.options)
     )
     return await _answer(request, route, chat, data.stream, frame)
 
@@ -248,7 +247,7 @@ async def generate(request: Request, generation: Generation) -> Response | Strea
     data = await decode_body(request, wire.GenerateRequest)
     _refuse_unsupported(data.format, data.images, data.suffix, data.template)
     route = _route(generation, data.model, data.stream)
-    served, model = route.served, route.runner.model
+    served, model = route.served, route.model
 
     def frame(text: str, _calls: list[ToolCall], finished: Finished | None) -> wire.GenerateAnswer:
         return wire.GenerateAnswer(

@@ -103,6 +103,15 @@ async def tags(generation: Generation) -> Response:
     return json_reply(wire.Tags(models=listed))
 
 
+def _expiry(runner: Runner) -> str:
+    """When an idle on-demand model will unload; pinned ones never do."""
+    unloads_in = runner.unloads_in()
+    if unloads_in is None:
+        return FAR_FUTURE
+    at = datetime.now(UTC).timestamp() + unloads_in
+    return datetime.fromtimestamp(at, UTC).isoformat().replace("+00:00", "Z")
+
+
 @get("/api/ps")
 async def ps(generation: Generation) -> Response:
     """The models loaded now; reads runner state only, never loads one."""
@@ -110,10 +119,10 @@ async def ps(generation: Generation) -> Response:
         wire.RunningModel(
             name=runner.model.id,
             model=runner.model.id,
-            size=0,  # the runner keeps no weight size yet
+            size=runner.memory_bytes,
             digest=_digest(runner.model),
             details=_details(runner.model),
-            expires_at=FAR_FUTURE,
+            expires_at=_expiry(runner),
             size_vram=0,
             context_length=runner.context,
         )

@@ -12,11 +12,13 @@ from litestar.response import ServerSentEvent
 
 from engines.errors import BadRequest
 from engines.log import emit
+from gateway.anthropic import model_page
 from gateway.body import decode_body
 from gateway.canonical import build_chat_request
 from gateway.registry import Generation
 from gateway.streaming import collect, unless_client_leaves
 from schemas import openai as wire
+from schemas.anthropic import ModelPage
 from schemas.canonical import (
     Finished,
     Message,
@@ -105,7 +107,7 @@ async def chat_completions(request: Request, generation: Generation) -> Response
     )
     stop = [data.stop] if isinstance(data.stop, str) else data.stop
     chat = build_chat_request(
-        route.runner.model,
+        route.model,
         to_messages(data.messages),
         max_tokens=data.max_completion_tokens or data.max_tokens,
         temperature=data.temperature,
@@ -192,8 +194,14 @@ async def _chunks(
 
 
 @get("/v1/models")
-async def list_models(generation: Generation) -> wire.ModelList:
-    """Every model id and alias this config generation answers to."""
+async def list_models(request: Request, generation: Generation) -> wire.ModelList | ModelPage:
+    """Every model id and alias this config generation answers to.
+
+    Anthropic clients (Claude Code among them) send `anthropic-version` and get Anthropic's
+    model page, which also lists each chat model under its `claude-` name.
+    """
+    if "anthropic-version" in request.headers:
+        return model_page(generation)
     created = int(time.time())
     cards = []
     for model in generation.config.models:

@@ -170,7 +170,7 @@ async def responses(request: Request, generation: Generation) -> Response | Serv
         )
     )
     chat = build_chat_request(
-        route.runner.model,
+        route.model,
         messages,
         max_tokens=data.max_output_tokens,
         temperature=data.temperature,

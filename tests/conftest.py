@@ -27,6 +27,7 @@ class GatewayProcess:
     """`gateway serve` as users run it, with its stdout (the event log) in a file."""
 
     def __init__(self, config: Path, log: Path, env: dict[str, str] | None = None) -> None:
+        self.clients: list = []  # SDK clients made for this gateway, closed with it
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
@@ -81,7 +82,31 @@ class GatewayProcess:
             time.sleep(0.05)
         raise TimeoutError(f"no {name} event matching {match}")
 
+    def openai(self, api_key: str = "unused"):
+        """An `openai.OpenAI` client for this gateway, closed when the gateway stops."""
+        import openai
+
+        client = openai.OpenAI(base_url=f"{self.url}/v1", api_key=api_key, max_retries=0)
+        self.clients.append(client)
+        return client
+
+    def anthropic(self, api_key: str = "unused"):
+        import anthropic
+
+        client = anthropic.Anthropic(base_url=self.url, api_key=api_key, max_retries=0)
+        self.clients.append(client)
+        return client
+
+    def ollama(self):
+        import ollama
+
+        client = ollama.Client(host=self.url)
+        self.clients.append(client)
+        return client
+
     def stop(self) -> None:
+        for client in self.clients:
+            client.close()
         self.process.terminate()
         try:
             self.process.wait(timeout=30)

@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 
-import anthropic
 import pytest
 from conftest import REPO, GatewayProcess
 
@@ -30,7 +29,7 @@ def gateway(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(gateway):
-    return anthropic.Anthropic(base_url=gateway.url, api_key="unused", max_retries=0)
+    return gateway.anthropic()
 
 
 def test_answers_the_capital_of_france(client):

@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import httpx
-import ollama
 import pytest
 from conftest import REPO, GatewayProcess
 
@@ -30,7 +29,7 @@ def gateway(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(gateway):
-    client = ollama.Client(host=gateway.url)
+    client = gateway.ollama()
     yield client
     client.close()
 

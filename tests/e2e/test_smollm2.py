@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import openai
 import pytest
-
 from conftest import REPO, GatewayProcess
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
@@ -23,7 +21,7 @@ def gateway(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(gateway):
-    return openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="unused")
+    return gateway.openai()
 
 
 def test_startup_line_says_which_platform_path_runs(gateway):

@@ -64,7 +64,7 @@ def gateway(tmp_path_factory):
 @pytest.fixture(scope="module")
 def client(gateway):
     # No retries: a 429 must reach the test, not be retried away by the SDK.
-    return anthropic.Anthropic(base_url=gateway.url, api_key="unused", max_retries=0)
+    return gateway.anthropic()
 
 
 def raw_events(gateway, body: dict) -> list[tuple[str, dict]]:
@@ -418,3 +418,13 @@ def test_the_anthropic_model_list_offers_claude_names_for_chat_models():
         "created_at": "1970-01-01T00:00:00Z",
     }
     assert (page["has_more"], page["first_id"], page["last_id"]) == (False, "echo", "claude-x")
+
+
+def test_claude_code_model_discovery_lists_claude_names(gateway):
+    client = gateway.anthropic()
+    ids = [m.id for m in client.models.list()]
+    assert "echo" in ids and "claude-echo" in ids
+    reply = client.messages.create(
+        model="claude-echo", max_tokens=50, messages=[{"role": "user", "content": "hi"}]
+    )
+    assert reply.model == "echo"

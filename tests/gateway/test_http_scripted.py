@@ -45,7 +45,7 @@ def chat(gateway, **body):
 
 
 def test_routes_by_id_alias_and_fallback_and_logs_each(gateway):
-    client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="unused")
+    client = gateway.openai()
     for name, alias, fallback in [
         ("echo", None, False),
         ("gpt-4o-mini", "gpt-4o-mini", False),
@@ -79,7 +79,7 @@ def test_usage_equals_the_generated_event_and_one_request_id_ties_the_lines(gate
 
 
 def test_streamed_text_and_usage_match_the_plain_answer(gateway):
-    client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="unused")
+    client = gateway.openai()
     plain = client.chat.completions.create(model="e", messages=HELLO)
     chunks = list(
         client.chat.completions.create(
@@ -145,7 +145,7 @@ def test_bad_requests_get_openai_shaped_400s_and_serving_goes_on(gateway, payloa
 
 def test_unknown_model_without_fallback_is_404_naming_known_ids(start_gateway):
     gateway = start_gateway(NO_FALLBACK)
-    client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="unused")
+    client = gateway.openai()
     with pytest.raises(openai.NotFoundError) as missing:
         client.chat.completions.create(model="gpt-5", messages=HELLO)
     message = missing.value.body["message"]
@@ -154,7 +154,7 @@ def test_unknown_model_without_fallback_is_404_naming_known_ids(start_gateway):
 
 
 def test_models_lists_ids_and_aliases(gateway):
-    ids = {m.id for m in openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="x").models.list()}
+    ids = {m.id for m in gateway.openai().models.list()}
     assert ids == {"echo", "e", "gpt-4o-mini", "slow"}
 
 
@@ -245,6 +245,6 @@ def test_api_keys_guard_every_route_but_health(start_gateway):
         assert response.status_code == 401
         assert response.json()["error"]["type"] == "authentication_error"
     assert httpx.get(f"{gateway.url}/v1/models", headers={"x-api-key": "sekret-123"}).is_success
-    client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="sekret-123")
+    client = gateway.openai("sekret-123")
     assert client.chat.completions.create(model="echo", messages=HELLO).choices
     assert "sekret-123" not in gateway.log.read_text()

@@ -53,7 +53,7 @@ def gateway(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(gateway):
-    client = ollama.Client(host=gateway.url)
+    client = gateway.ollama()
     yield client
     client.close()
 

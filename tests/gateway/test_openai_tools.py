@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import httpx
-import openai
 import pytest
 
 CONFIG = """
@@ -49,7 +48,7 @@ def gateway(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(gateway):
-    return openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="unused")
+    return gateway.openai()
 
 
 def test_tool_call_comes_back_as_tool_calls(client):
