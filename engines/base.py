@@ -8,6 +8,7 @@ from typing import Protocol
 
 import msgspec
 
+from engines.batch import Batch
 from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Output
 
 
@@ -48,6 +49,10 @@ class Engine(Protocol):
         Stops within a token of `cancelled()` turning true. An embedding model raises
         `BadRequest`.
         """
+        ...
+
+    def open_batch(self) -> Batch:
+        """The batch the runner's thread steps its admitted requests through."""
         ...
 
     def embed(self, request: EmbedRequest) -> Embedded:

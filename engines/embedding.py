@@ -15,6 +15,7 @@ import msgspec
 from tokenizers import Tokenizer
 
 from engines.base import LoadInfo
+from engines.batch import Batch, SerialBatch
 from engines.bert import BertArgs, Pooling, build_encoder, load_weights, read_json, read_pooling
 from engines.errors import BadRequest, GatewayError, SourceError
 from engines.sources import check_source, resolve_source
@@ -87,6 +88,9 @@ class EmbeddingEngine:
         memory = sum(v.nbytes for _, v in tree_flatten(encoder.parameters()))
         detail = {"path": str(path), "task": "embed", "dimensions": str(args.hidden_size)}
         return LoadInfo(memory_bytes=memory, context=window, detail=detail)
+
+    def open_batch(self) -> Batch:
+        return SerialBatch(self.generate)
 
     def embed(self, request: EmbedRequest) -> Embedded:
         """One vector per input, in order; batched by length so padding stays small."""

@@ -12,7 +12,13 @@ from engines.sources import check_source
 from schemas.config import ModelConfig, ScriptConfig
 
 
-def make_engine(model: ModelConfig, platform: PlatformPath, base_dir: Path | None) -> Engine:
+def make_engine(
+    model: ModelConfig,
+    platform: PlatformPath,
+    base_dir: Path | None,
+    draft: ModelConfig | None = None,
+) -> Engine:
+    """The engine for `model`; `draft` is the model its `draft:` setting names, if any."""
     if model.engine == "scripted":
         from engines.scripted import ScriptedEngine
 
@@ -23,7 +29,7 @@ def make_engine(model: ModelConfig, platform: PlatformPath, base_dir: Path | Non
         return EmbeddingEngine(model, base_dir)
     from engines.mlx_engine import MLXEngine
 
-    return MLXEngine(model, platform, base_dir)
+    return MLXEngine(model, platform, base_dir, draft)
 
 
 def infer_task(model: ModelConfig, base_dir: Path | None) -> str:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 from engines.base import LoadInfo
+from engines.batch import Batch, SerialBatch
 from engines.context import size_context
-from engines.errors import BadRequest, ContextOverflow
+from engines.errors import BadRequest, ContextOverflow, SourceError
 from engines.output import DEFAULT_TOOL_PARSER, OutputParser, ToolFormat, load_tool_format
 from engines.platform import PlatformPath
 from engines.sources import check_source, resolve_source
@@ -20,9 +22,25 @@ from schemas.config import ModelConfig
 FLOAT32_EXPANSION = 6
 
 
+class Prepared(NamedTuple):
+    prompt: list[int]
+    max_tokens: int
+    sampler: Callable
+    parser: OutputParser
+    seed: int | None
+
+
 class MLXEngine:
-    def __init__(self, model: ModelConfig, platform: PlatformPath, base_dir: Path | None) -> None:
+    def __init__(
+        self,
+        model: ModelConfig,
+        platform: PlatformPath,
+        base_dir: Path | None,
+        draft: ModelConfig | None = None,
+    ) -> None:
         self._config = model
+        self._draft_config = draft
+        self._draft = None
         self._platform = platform
         self._base_dir = base_dir
         self._model = None
@@ -60,7 +78,10 @@ class MLXEngine:
             self._config.concurrency,
         )
         self._model, self._tokenizer = model, tokenizer
+        self._eos_ids = set(tokenizer.eos_token_ids)
         self._tool_format = self._pick_tool_format(tokenizer)
+        if self._draft_config is not None:
+            self._draft = self._load_draft()
         return LoadInfo(
             memory_bytes=weights + per_token * self._context * self._config.concurrency,
             context=self._context,
@@ -69,21 +90,20 @@ class MLXEngine:
                 "path": str(path),
                 "weights": self._platform.weights,
                 "kv_bytes_per_token": str(per_token),
+                **self._decoding_detail(),
             },
         )
 
     def count_prompt(self, request: ChatRequest) -> int:
         return len(self._encode(request))
 
-    def generate(self, request: ChatRequest, cancelled: Callable[[], bool]) -> Iterator[Output]:
-        import mlx.core as mx
-        from mlx_lm import stream_generate
+    def prepare(self, request: ChatRequest) -> Prepared:
+        """Everything one generation needs: prompt tokens, budget, sampler, output parser."""
         from mlx_lm.sample_utils import make_sampler
 
         prompt = self._encode(request)
         if len(prompt) >= self._context:
             raise ContextOverflow(self._config.id, len(prompt), self._context)
-        max_tokens = min(request.max_tokens, self._context - len(prompt))
         sampling = request.sampling
         sampler = make_sampler(
             temp=sampling.temperature,
@@ -91,21 +111,55 @@ class MLXEngine:
             min_p=sampling.min_p,
             top_k=sampling.top_k,
         )
-        if sampling.seed is not None:
-            mx.random.seed(sampling.seed)
         parser = OutputParser(
             request.stop,
             self._tool_format if request.tools else None,
             tool_specs(request.tools),
         )
+        max_tokens = min(request.max_tokens, self._context - len(prompt))
+        return Prepared(prompt, max_tokens, sampler, parser, sampling.seed)
+
+    def open_batch(self) -> Batch:
+        """Continuous batching through mlx-lm, unless a setting needs the single-stream path.
+
+        mlx-lm's batch generator has no quantized KV cache and no draft model, so a model
+        with `kv_bits` or `draft` decodes one request at a time through `stream_generate`.
+        """
+        if self._config.kv_bits or self._draft is not None:
+            return SerialBatch(self.generate)
+        from engines.mlx_batch import MLXBatch
+
+        return MLXBatch(self, self._model, self._tokenizer, self._config)
+
+    def generate(self, request: ChatRequest, cancelled: Callable[[], bool]) -> Iterator[Output]:
+        """One request through `stream_generate` (quantized KV and draft models live here)."""
+        import mlx.core as mx
+        from mlx_lm import stream_generate
+
+        job = self.prepare(request)
+        if job.seed is not None:
+            mx.random.seed(job.seed)
+        extra = {}
+        if self._config.kv_bits:
+            extra |= {"kv_bits": self._config.kv_bits, "quantized_kv_start": 0}
+        if self._draft is not None:
+            extra |= {"draft_model": self._draft, "num_draft_tokens": self._config.draft.tokens}
+        parser = job.parser
         started = time.perf_counter()
         first_at = None
         new_tokens, stop_reason = 0, "stop"
         for response in stream_generate(
-            self._model, self._tokenizer, mx.array(prompt), max_tokens=max_tokens, sampler=sampler
+            self._model,
+            self._tokenizer,
+            mx.array(job.prompt),
+            max_tokens=job.max_tokens,
+            sampler=job.sampler,
+            **extra,
         ):
             first_at = first_at or time.perf_counter()
-            new_tokens = response.generation_tokens
+            # Counted as the batch path counts: the end-of-sequence token is not output.
+            eos = response.finish_reason == "stop" and response.token in self._eos_ids
+            new_tokens = response.generation_tokens - eos
             yield from parser.feed(response.text)
             if parser.stopped:
                 stop_reason = "stop_string"
@@ -122,7 +176,7 @@ class MLXEngine:
         first_at = first_at or ended
         yield Finished(
             stop_reason=stop_reason,
-            prompt_tokens=len(prompt),
+            prompt_tokens=len(job.prompt),
             new_tokens=new_tokens,
             prefill_s=first_at - started,
             decode_s=ended - first_at,
@@ -134,8 +188,43 @@ class MLXEngine:
     def unload(self) -> None:
         import mlx.core as mx
 
-        self._model = self._tokenizer = None
+        self._model = self._tokenizer = self._draft = None
         mx.clear_cache()
+
+    def _decoding_detail(self) -> dict[str, str]:
+        """How this model decodes, for the `model_attached` line: the YAML, as applied."""
+        config = self._config
+        serial = config.kv_bits or config.draft
+        detail = {
+            "decoding": "single stream" if serial else f"continuous batching x{config.concurrency}",
+            "prefix_reuse": f"{config.session_slots} session slots"
+            if config.prefix_reuse and not serial and config.session_slots
+            else "off",
+        }
+        if config.kv_bits:
+            detail["kv_bits"] = str(config.kv_bits)
+        if config.draft:
+            detail["draft"] = f"{config.draft.model} ({config.draft.tokens} tokens)"
+        if config.rate.max_tokens_per_sec:
+            detail["rate"] = f"{config.rate.max_tokens_per_sec} tokens/s"
+        return detail
+
+    def _load_draft(self):
+        """The draft model speculation proposes tokens with; it must share the tokenizer."""
+        import mlx.core as mx
+        import mlx_lm
+
+        draft = self._draft_config
+        path = resolve_source(draft.id, draft.source, base_dir=self._base_dir)
+        model, tokenizer = mlx_lm.load(str(path))
+        if tokenizer.vocab_size != self._tokenizer.vocab_size:
+            raise SourceError(
+                self._config.id, str(path), f"draft model {draft.id!r} has another vocabulary"
+            )
+        if self._platform.weights == "float32":
+            expand_quantized(model)
+        mx.eval(model.parameters())
+        return model
 
     def _pick_tool_format(self, tokenizer) -> ToolFormat:
         """The config's `tool_parser`, else the tokenizer's own, else the fallback format."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import queue
 import threading
 import time
 from collections import deque
@@ -11,6 +12,7 @@ from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 
 from engines.base import Engine, EngineState
+from engines.batch import Batch
 from engines.errors import GatewayError, ModelUnavailable, QueueFull, QueueTimeout
 from engines.log import emit
 from engines.residency import MemoryBudget
@@ -25,6 +27,23 @@ from schemas.events import (
     ModelLoading,
     RequestQueued,
 )
+
+
+class Pace:
+    """`rate.max_tokens_per_sec`: sleep between steps so the model's output stays under it."""
+
+    def __init__(self, max_tokens_per_sec: float | None) -> None:
+        self._rate = max_tokens_per_sec
+        self._due = time.perf_counter()
+
+    def wait(self, tokens: int) -> None:
+        if not self._rate:
+            return
+        self._due = max(self._due, time.perf_counter() - 1.0) + tokens / self._rate
+        delay = self._due - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+
 
 # How long a refused client is told to wait before retrying, when nothing better is known.
 DEFAULT_RETRY_AFTER_S = 1.0
@@ -80,6 +99,11 @@ class Runner:
         self._budget = budget
         self._waiting: deque[Job] = deque()
         self._running = 0
+        # Admitted jobs cross to the model's thread here; only that thread reads it.
+        self._inbox: queue.SimpleQueue[Job] = queue.SimpleQueue()
+        self._in_batch: set[Job] = set()  # touched only on the model's thread
+        self._batch: Batch | None = None  # made and used only on the model's thread
+        self._serving = False
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"runner-{model.id}")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loading: asyncio.Future[None] | None = None
@@ -180,7 +204,7 @@ class Runner:
         if self.state is not EngineState.READY or self._running or self._waiting:
             return False
         self.state = EngineState.UNLOADED
-        await self._loop.run_in_executor(self._executor, self.engine.unload)
+        await self._loop.run_in_executor(self._executor, self._drop_weights)
         if self._budget:
             self._budget.release(self)
         emit(ModelDetached(model=self.model.id, reason=reason))
@@ -206,6 +230,10 @@ class Runner:
         if not await self.unload(reason):
             self.state = EngineState.UNLOADED
         self._executor.shutdown(wait=False)
+
+    def _drop_weights(self) -> None:
+        self._batch = None
+        self.engine.unload()
 
     async def _load(self) -> None:
         self.state = EngineState.LOADING
@@ -252,36 +280,80 @@ class Runner:
         self._settle()
 
     def _pump(self) -> None:
-        while self.state is EngineState.READY and self._running < 1 and self._waiting:
+        """Admit from the front of the line while the batch has room (`concurrency`)."""
+        while (
+            self.state is EngineState.READY
+            and self._running < self.model.concurrency
+            and self._waiting
+        ):
             job = self._waiting.popleft()
             job._expiry.cancel()
             if job.is_cancelled():  # its client left while it waited: never generate
                 continue
             self._running += 1
             job.started_at = time.perf_counter()
-            future = self._loop.run_in_executor(self._executor, self._generate, job)
-            future.add_done_callback(self._finished_one)
+            self._inbox.put(job)
+        if self._running and not self._serving:
+            self._serving = True
+            future = self._loop.run_in_executor(self._executor, self._serve)
+            future.add_done_callback(self._served)
 
-    def _generate(self, job: Job) -> None:
-        """On the runner's thread: run the engine, post every output back to the loop."""
-        post = self._loop.call_soon_threadsafe
-        try:
-            if isinstance(job.request, EmbedRequest):
-                embedded = self.engine.embed(job.request)
-                post(self._report, job, embedded, context=job.context)
-                post(job.outputs.put_nowait, embedded)
+    def _serve(self) -> None:
+        """On the runner's thread: step the batch until no admitted request is left."""
+        if self._batch is None:
+            self._batch = self.engine.open_batch()
+        batch = self._batch
+        pace = Pace(self.model.rate.max_tokens_per_sec)
+        while True:
+            while not self._inbox.empty():
+                self._admit(batch, self._inbox.get_nowait())
+            if not batch.active:
                 return
-            for output in self.engine.generate(job.request, job.is_cancelled):
-                if isinstance(output, TextDelta) and job.first_token_at is None:
-                    job.first_token_at = time.perf_counter()
-                if isinstance(output, Finished):
-                    # Reported even when nobody reads on (client gone): ops see what it cost.
-                    post(self._report, job, output, context=job.context)
-                post(job.outputs.put_nowait, output)
-        except Exception as error:  # travels back as a value, raised on the async side
-            post(job.outputs.put_nowait, error)
+            stepping = batch.active
+            try:
+                steps = batch.step()
+            except Exception as error:  # the batch broke: every request in it ends
+                self._batch = None
+                for job in self._in_batch:
+                    self._deliver(job, error)
+                return
+            for job, output in steps:
+                self._deliver(job, output)
+            pace.wait(stepping)
 
-    def _finished_one(self, _future: object) -> None:
+    def _admit(self, batch: Batch, job: Job) -> None:
+        if isinstance(job.request, EmbedRequest):
+            try:
+                self._deliver(job, self.engine.embed(job.request))
+            except Exception as error:
+                self._deliver(job, error)
+            return
+        try:
+            batch.add(job, job.request, job.is_cancelled)
+            self._in_batch.add(job)
+        except Exception as error:  # e.g. a prompt past the window: this request's alone
+            self._deliver(job, error)
+
+    def _deliver(self, job: Job, output: Output | Exception) -> None:
+        """Post one output to its job's channel; the last one also frees the job's slot."""
+        post = self._loop.call_soon_threadsafe
+        if isinstance(output, TextDelta) and job.first_token_at is None:
+            job.first_token_at = time.perf_counter()
+        if isinstance(output, Finished | Embedded):
+            # Reported even when nobody reads on (client gone): ops see what it cost.
+            post(self._report, job, output, context=job.context)
+        post(job.outputs.put_nowait, output)
+        if isinstance(output, Finished | Embedded | Exception):
+            self._in_batch.discard(job)
+            post(self._finished_one)
+
+    def _served(self, future: asyncio.Future[None]) -> None:
+        self._serving = False
+        if future.exception() is not None:  # a bug, not a request's failure: say so loudly
+            emit(ModelFailed(model=self.model.id, error=repr(future.exception())), level="error")
+        self._pump()
+
+    def _finished_one(self) -> None:
         self._running -= 1
         self._pump()
         self._settle()
@@ -339,26 +411,28 @@ class Runner:
 
     def _report(self, job: Job, done: Finished | Embedded) -> None:
         if isinstance(done, Embedded):
-            prompt, new, prefill, decode, reason = (
-                done.prompt_tokens,
-                0,
-                done.seconds,
-                0.0,
-                "embedded",
+            done = Finished(
+                stop_reason="stop",
+                prompt_tokens=done.prompt_tokens,
+                new_tokens=0,
+                prefill_s=done.seconds,
+                decode_s=0.0,
             )
+            reason = "embedded"
         else:
-            prompt, new, reason = done.prompt_tokens, done.new_tokens, done.stop_reason
-            prefill, decode = done.prefill_s, done.decode_s
+            reason = done.stop_reason
         first = job.first_token_at
         emit(
             Generated(
                 model=self.model.id,
-                prompt_tokens=prompt,
-                new_tokens=new,
-                prefill_s=round(prefill, 4),
-                decode_s=round(decode, 4),
+                prompt_tokens=done.prompt_tokens,
+                new_tokens=done.new_tokens,
+                prefill_s=round(done.prefill_s, 4),
+                decode_s=round(done.decode_s, 4),
                 queue_wait_s=round(job.started_at - job.enqueued_at, 4),
                 ttft_s=None if first is None else round(first - job.enqueued_at, 4),
                 stop_reason=reason,
+                reused_prefix_tokens=done.reused_prefix_tokens,
+                session_evicted=done.session_evicted,
             )
         )

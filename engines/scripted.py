@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 from engines.base import LoadInfo
+from engines.batch import Batch, SerialBatch
 from engines.errors import BadRequest
 from engines.output import DEFAULT_TOOL_PARSER, OutputParser, load_tool_format
 from engines.tools import template_messages, tool_specs
@@ -93,6 +94,9 @@ class ScriptedEngine:
             prefill_s=prefill_s,
             decode_s=time.perf_counter() - start - prefill_s,
         )
+
+    def open_batch(self) -> Batch:
+        return SerialBatch(self.generate)
 
     def embed(self, request: EmbedRequest) -> Embedded:
         raise BadRequest("a scripted model is a chat model; it does not embed")

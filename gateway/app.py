@@ -35,7 +35,7 @@ def create_app(config: GatewayConfig, platform: PlatformPath, config_path: Path)
     total = size_bytes(config.server.memory_budget) or auto_budget()
     budget = MemoryBudget(total)
     base_dir = config_path.resolve().parent
-    runners = {m.id: make_runner(m, platform, base_dir, budget) for m in config.models}
+    runners = {m.id: make_runner(m, config, platform, base_dir, budget) for m in config.models}
     registry = Registry(Generation(config, runners))
     reloader = Reloader(registry, config_path, platform, budget)
 

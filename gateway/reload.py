@@ -69,9 +69,14 @@ def source_errors(config: GatewayConfig, base_dir: Path) -> list[str]:
 
 
 def make_runner(
-    model: ModelConfig, platform: PlatformPath, base_dir: Path, budget: MemoryBudget
+    model: ModelConfig,
+    config: GatewayConfig,
+    platform: PlatformPath,
+    base_dir: Path,
+    budget: MemoryBudget,
 ) -> Runner:
-    return Runner(model, make_engine(model, platform, base_dir), budget)
+    draft = next((m for m in config.models if model.draft and m.id == model.draft.model), None)
+    return Runner(model, make_engine(model, platform, base_dir, draft), budget)
 
 
 class Reloader:
@@ -122,7 +127,9 @@ class Reloader:
                 continue
             if before is not None:
                 restarted.append(model.id)
-            runners[model.id] = make_runner(model, self._platform, self.path.parent, self._budget)
+            runners[model.id] = make_runner(
+                model, config, self._platform, self.path.parent, self._budget
+            )
         # New runners bind and (when pinned) load before routes switch: no request waits
         # on a load that could have happened beside the old runner.
         for model_id in added + restarted:

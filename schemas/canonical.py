@@ -44,6 +44,11 @@ class Sampling(msgspec.Struct, frozen=True, kw_only=True):
     seed: int | None = None
 
 
+Effort = Literal["off", "low", "medium", "high"]
+ToolPolicy = Literal["repair", "strict", "off"]
+OverflowPolicy = Literal["reject", "truncate"]
+
+
 class ChatRequest(msgspec.Struct, frozen=True, kw_only=True):
     messages: list[Message]
     max_tokens: int
@@ -52,6 +57,12 @@ class ChatRequest(msgspec.Struct, frozen=True, kw_only=True):
     tools: list[ToolSpec] = []
     # Set for plain completions: the text is the prompt as is, no chat template.
     raw_prompt: str | None = None
+    # The model's policies, resolved once by gateway/canonical.py for every protocol.
+    reasoning: Effort = "off"
+    tool_policy: ToolPolicy = "off"
+    overflow: OverflowPolicy = "reject"
+    # Oldest turns dropped to fit the window (context.overflow: truncate); reported as is.
+    truncated_messages: int = 0
 
 
 class EmbedRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -67,8 +78,21 @@ class TextDelta(msgspec.Struct, frozen=True, tag="text"):
     text: str
 
 
+class ReasoningDelta(msgspec.Struct, frozen=True, tag="reasoning"):
+    """The model's thinking (between its think markers), kept apart from the answer."""
+
+    text: str
+
+
 class ToolCallOutput(msgspec.Struct, frozen=True, tag="tool_call"):
     call: ToolCall
+
+
+class MalformedToolCall(msgspec.Struct, frozen=True, kw_only=True, tag="malformed_tool_call"):
+    """Tool-call markers around text the tool parser could not read (guardrails decide)."""
+
+    body: str  # between the markers
+    raw: str  # as the model wrote it, markers included
 
 
 class Finished(msgspec.Struct, frozen=True, kw_only=True, tag="finished"):
@@ -79,6 +103,8 @@ class Finished(msgspec.Struct, frozen=True, kw_only=True, tag="finished"):
     new_tokens: int
     prefill_s: float
     decode_s: float
+    reused_prefix_tokens: int = 0  # prompt tokens served from a parked KV cache
+    session_evicted: bool = False  # parking this conversation evicted another one
 
 
 class Embedded(msgspec.Struct, frozen=True, kw_only=True, tag="embedded"):
@@ -87,4 +113,4 @@ class Embedded(msgspec.Struct, frozen=True, kw_only=True, tag="embedded"):
     seconds: float
 
 
-Output = TextDelta | ToolCallOutput | Finished | Embedded
+Output = TextDelta | ReasoningDelta | ToolCallOutput | MalformedToolCall | Finished | Embedded
