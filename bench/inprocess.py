@@ -1,0 +1,74 @@
+"""The in-process reference: `mlx_lm.stream_generate` on the model the gateway serves.
+
+Run by `bench/single_stream.py` as a subprocess with the gateway's platform environment
+(OpenBLAS preloaded) and the gateway's own load path (`resolve_source`, then
+`expand_quantized` where the gateway expands 4-bit weights to float32), so the two sides
+differ only by what the gateway adds. It loads once, then answers one JSON line per JSON
+line on stdin: {"messages": [...], "max_tokens": N} -> timings and the engine's counts.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+
+def main() -> None:
+    import mlx.core as mx
+    import mlx_lm
+    from mlx_lm.sample_utils import make_sampler
+
+    from engines.mlx_engine import expand_quantized
+    from engines.platform import detect
+    from engines.sources import resolve_source
+
+    source = sys.argv[1]
+    platform = detect()
+    path = resolve_source("reference", source)
+    model, tokenizer = mlx_lm.load(str(path))
+    if platform.weights == "float32":
+        expand_quantized(model)
+    mx.eval(model.parameters())
+    print(json.dumps({"ready": True, "platform": platform.as_dict()}), flush=True)
+
+    for line in sys.stdin:
+        job = json.loads(line)
+        started = time.perf_counter()
+        # The gateway's encoding: the chat template as text, then tokens without a second BOS.
+        text = tokenizer.apply_chat_template(
+            job["messages"], add_generation_prompt=True, tokenize=False
+        )
+        prompt = tokenizer.encode(text, add_special_tokens=False)
+        first = last = None
+        new_tokens, out = 0, []
+        for response in mlx_lm.stream_generate(
+            model,
+            tokenizer,
+            mx.array(prompt),
+            max_tokens=job["max_tokens"],
+            sampler=make_sampler(temp=0.0),
+        ):
+            now = time.perf_counter()
+            first = first or now
+            last = now
+            new_tokens = response.generation_tokens
+            out.append(response.text)
+        print(
+            json.dumps(
+                {
+                    "started": started,
+                    "first": first,
+                    "last": last,
+                    "ended": time.perf_counter(),
+                    "prompt_tokens": len(prompt),
+                    "new_tokens": new_tokens,
+                    "text": "".join(out),
+                }
+            ),
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
