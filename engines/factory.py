@@ -22,7 +22,8 @@ def make_engine(
     if model.engine == "scripted":
         from engines.scripted import ScriptedEngine
 
-        return ScriptedEngine(model.script or ScriptConfig(), model.tool_parser)
+        script = model.script or ScriptConfig()
+        return ScriptedEngine(script, model.tool_parser, model.context.max, model.id)
     if infer_task(model, base_dir) == "embed":
         from engines.embedding import EmbeddingEngine
 

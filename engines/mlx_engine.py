@@ -13,6 +13,7 @@ from engines.context import size_context
 from engines.errors import BadRequest, ContextOverflow, SourceError
 from engines.output import DEFAULT_TOOL_PARSER, OutputParser, ToolFormat, load_tool_format
 from engines.platform import PlatformPath
+from engines.reasoning import template_kwargs, thinking_markers
 from engines.sources import check_source, resolve_source
 from engines.tools import template_knows_tools, template_messages, tool_specs
 from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Finished, Output
@@ -80,6 +81,7 @@ class MLXEngine:
         self._model, self._tokenizer = model, tokenizer
         self._eos_ids = set(tokenizer.eos_token_ids)
         self._tool_format = self._pick_tool_format(tokenizer)
+        self._think = thinking_markers(tokenizer)
         if self._draft_config is not None:
             self._draft = self._load_draft()
         return LoadInfo(
@@ -111,11 +113,8 @@ class MLXEngine:
             min_p=sampling.min_p,
             top_k=sampling.top_k,
         )
-        parser = OutputParser(
-            request.stop,
-            self._tool_format if request.tools else None,
-            tool_specs(request.tools),
-        )
+        tail = self._tokenizer.decode(prompt[-8:])  # has the template opened a think block?
+        parser = OutputParser.for_request(request, self._tool_format, self._think, tail)
         max_tokens = min(request.max_tokens, self._context - len(prompt))
         return Prepared(prompt, max_tokens, sampler, parser, sampling.seed)
 
@@ -242,6 +241,7 @@ class MLXEngine:
         knows_tools = template_knows_tools(self._tokenizer.chat_template)
         messages = template_messages(request.messages, request.tools, knows_tools)
         extra = {"tools": tool_specs(request.tools)} if request.tools and knows_tools else {}
+        extra |= template_kwargs(request.reasoning)
         text = self._tokenizer.apply_chat_template(
             messages, add_generation_prompt=True, tokenize=False, **extra
         )

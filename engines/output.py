@@ -1,9 +1,13 @@
-"""From a model's raw text stream to canonical outputs: tool calls cut out, stops applied.
+"""From a model's raw text stream to canonical outputs: reasoning split off, tool calls cut
+out, stops applied.
 
 Both engines send their text through `OutputParser`, so a scripted reply and a real model's
-output are parsed the same way. Tool calls are recognised by the markers of an mlx-lm tool
-parser (`mlx_lm.tool_parsers.<name>`) and parsed by it; stop strings apply to the answer
-text only, never inside a tool call.
+output are parsed the same way. Reasoning (`<think>…</think>` or the tokenizer's markers) is
+separated first and shown only when the request asked for reasoning. Tool calls are
+recognised by the markers of an mlx-lm tool parser (`mlx_lm.tool_parsers.<name>`) and
+parsed by it; under a checking `guardrails.tool_calls` policy a call that does not parse
+comes out as a `MalformedToolCall` for the guardrails, otherwise as the text it was. Stop
+strings apply to the answer text only, never inside reasoning or a tool call.
 """
 
 from __future__ import annotations
@@ -14,8 +18,18 @@ import uuid
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from engines.reasoning import DEFAULT_THINK, ReasoningSplitter, ThinkMarkers, opens_thinking
 from engines.stops import StopMatcher
-from schemas.canonical import Output, TextDelta, ToolCall, ToolCallOutput
+from engines.tools import tool_specs
+from schemas.canonical import (
+    ChatRequest,
+    MalformedToolCall,
+    Output,
+    ReasoningDelta,
+    TextDelta,
+    ToolCall,
+    ToolCallOutput,
+)
 
 # The format used when neither the config nor the tokenizer names one: Hermes-style JSON
 # between <tool_call> tags, which the fallback tool prompt (engines/tools.py) asks for.
@@ -40,19 +54,74 @@ def load_tool_format(name: str) -> ToolFormat:
 class OutputParser:
     """Feed raw text; get back `TextDelta`s and `ToolCallOutput`s, with stops applied."""
 
-    def __init__(self, stops: list[str], tool_format: ToolFormat | None, tools: list) -> None:
+    def __init__(
+        self,
+        stops: list[str],
+        tool_format: ToolFormat | None,
+        tools: list,
+        *,
+        reasoning: ReasoningSplitter | None = None,
+        show_reasoning: bool = True,
+        check_calls: bool = False,
+    ) -> None:
         self._stops = StopMatcher(stops)
         self._format = tool_format
         self._tools = tools
+        self._reasoning = reasoning
+        self._show_reasoning = show_reasoning
+        self._check_calls = check_calls
         self._text = ""  # answer text not yet passed on (could begin a tool-call marker)
         self._call: str | None = None  # inside a tool call: its text so far
         self.tool_calls = 0
+
+    @classmethod
+    def for_request(
+        cls,
+        request: ChatRequest,
+        tool_format: ToolFormat | None,
+        thinking: ThinkMarkers | None = DEFAULT_THINK,
+        prompt_tail: str = "",
+    ) -> OutputParser:
+        """The parser for one request: its stops, tools, reasoning effort and tool policy.
+
+        `thinking` is the model's think markers (None: it never thinks); `prompt_tail` is
+        the end of the rendered prompt, which may already have opened a think block. A raw
+        prompt (plain completions) is continued as is: nothing is split from it.
+        """
+        splitter = None
+        if thinking is not None and request.raw_prompt is None:
+            splitter = ReasoningSplitter(thinking, opens_thinking(prompt_tail, thinking))
+        return cls(
+            request.stop,
+            tool_format if request.tools else None,
+            tool_specs(request.tools),
+            reasoning=splitter,
+            show_reasoning=request.reasoning != "off",
+            check_calls=request.tool_policy != "off",
+        )
 
     @property
     def stopped(self) -> bool:
         return self._stops.stopped
 
     def feed(self, text: str) -> list[Output]:
+        """Outputs for the next piece of raw text."""
+        if self._reasoning is None:
+            return self._feed_answer(text)
+        return self._route(self._reasoning.feed(text))
+
+    def _route(self, pieces: list[tuple[bool, str]]) -> list[Output]:
+        outputs: list[Output] = []
+        for thinking, piece in pieces:
+            if self.stopped:
+                break
+            if not thinking:
+                outputs += self._feed_answer(piece)
+            elif self._show_reasoning:  # hidden when reasoning is off, as Ollama's think=false
+                outputs.append(ReasoningDelta(piece))
+        return outputs
+
+    def _feed_answer(self, text: str) -> list[Output]:
         if self._format is None:
             return self._answer(text)
         outputs: list[Output] = []
@@ -84,6 +153,8 @@ class OutputParser:
     def finish(self) -> list[Output]:
         """Whatever was held back, once generation has ended."""
         outputs: list[Output] = []
+        if self._reasoning is not None:
+            outputs += self._route(self._reasoning.finish())
         if self._call is not None and not self.stopped:
             # Some models end a call with end-of-sequence instead of the closing marker.
             body, self._call = self._call, None
@@ -107,6 +178,9 @@ class OutputParser:
             parsed = None
         calls = parsed if isinstance(parsed, list) else [parsed]
         if not all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in calls):
+            if self._check_calls:  # the markers were there: the guardrails judge it
+                self.tool_calls += 1
+                return [MalformedToolCall(body=body, raw=raw)]
             return self._answer(raw)  # not a call after all: the client sees what was said
         outputs: list[Output] = []
         for call in calls:

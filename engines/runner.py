@@ -434,5 +434,6 @@ class Runner:
                 stop_reason=reason,
                 reused_prefix_tokens=done.reused_prefix_tokens,
                 session_evicted=done.session_evicted,
+                truncated_messages=getattr(job.request, "truncated_messages", 0),
             )
         )

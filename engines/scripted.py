@@ -2,12 +2,17 @@
 
 It renders the prompt with a ChatML template and counts tokens with a real byte-level
 tokenizer, so usage and the `generated` event carry real counts; the reply goes out word by
-word through the same stop-string handling as a real model's.
+word through the same output parsing as a real model's (reasoning, tool calls, stops).
+`script.replies` gives a different reply to each request in turn (a tool call that is
+broken the first time and right the second, to exercise the guardrails' re-ask); a
+`context.max` sets its window, so overflow policies apply as they do to a real model.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -15,9 +20,9 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 from engines.base import LoadInfo
 from engines.batch import Batch, SerialBatch
-from engines.errors import BadRequest
+from engines.errors import BadRequest, ContextOverflow
 from engines.output import DEFAULT_TOOL_PARSER, OutputParser, load_tool_format
-from engines.tools import template_messages, tool_specs
+from engines.tools import template_messages
 from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Finished, Output
 from schemas.config import ScriptConfig
 
@@ -44,16 +49,26 @@ def render_chatml(request: ChatRequest) -> str:
 
 
 class ScriptedEngine:
-    def __init__(self, script: ScriptConfig, tool_parser: str | None = None) -> None:
+    def __init__(
+        self,
+        script: ScriptConfig,
+        tool_parser: str | None = None,
+        context: int | str = "auto",
+        model_id: str = "scripted",
+    ) -> None:
+        self._id = model_id
         self._script = script
         self._tokenizer = make_byte_tokenizer()
         self._tool_format = load_tool_format(tool_parser or DEFAULT_TOOL_PARSER)
+        self._context = context if isinstance(context, int) else SCRIPTED_CONTEXT
+        self._replies = itertools.cycle(script.replies or [script.reply])
+        self._turn = threading.Lock()
 
     def estimate_memory(self) -> int:
         return 0
 
     def load(self, memory_left: int | None = None) -> LoadInfo:
-        return LoadInfo(memory_bytes=0, context=SCRIPTED_CONTEXT, detail={"engine": "scripted"})
+        return LoadInfo(memory_bytes=0, context=self._context, detail={"engine": "scripted"})
 
     def count_prompt(self, request: ChatRequest) -> int:
         return self._count(render_chatml(request))
@@ -61,13 +76,13 @@ class ScriptedEngine:
     def generate(self, request: ChatRequest, cancelled: Callable[[], bool]) -> Iterator[Output]:
         start = time.perf_counter()
         prompt_tokens = self.count_prompt(request)
+        if prompt_tokens >= self._context:
+            raise ContextOverflow(self._id, prompt_tokens, self._context)
         prefill_s = time.perf_counter() - start
-        words = re.findall(r"\s*\S+", self._script.reply)
-        parser = OutputParser(
-            request.stop,
-            self._tool_format if request.tools else None,
-            tool_specs(request.tools),
-        )
+        with self._turn:
+            reply = next(self._replies)
+        words = re.findall(r"\s*\S+", reply)
+        parser = OutputParser.for_request(request, self._tool_format)
         emitted = ""
         stop_reason = "stop"
         for i, word in enumerate(words):

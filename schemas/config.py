@@ -118,6 +118,8 @@ class ScriptConfig(Strict):
     """What the scripted engine says: deterministic, streamed word by word."""
 
     reply: str = "hello from echo"
+    # Replies used in turn, one per request (cycling); when set, `reply` is not used.
+    replies: list[str] = []
     token_delay: Annotated[float, Meta(ge=0, le=60)] = 0.0
 
 

@@ -39,6 +39,16 @@ class Generated(Event, tag="generated"):
     stop_reason: str
     reused_prefix_tokens: int = 0
     session_evicted: bool = False
+    truncated_messages: int = 0  # oldest turns dropped to fit (context.overflow: truncate)
+
+
+class Guardrail(Event, tag="guardrail"):
+    """A tool call that failed its checks (guardrails.tool_calls), and what was done."""
+
+    model: str
+    tool: str | None  # None when the call was too broken to name one
+    problem: str
+    action: str  # repaired | reasked | refused | passed
 
 
 class RequestFinished(Event, tag="request_finished"):
