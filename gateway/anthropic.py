@@ -13,13 +13,24 @@ from litestar.response.sse import ServerSentEventMessage
 
 from engines.errors import BadRequest, GatewayError
 from engines.log import emit
+from engines.policy import answer
 from gateway.body import decode_body
 from gateway.canonical import build_chat_request
 from gateway.errors import error_body
 from gateway.registry import Generation, Route
 from gateway.streaming import Collected, collect, unless_client_leaves
 from schemas import anthropic as wire
-from schemas.canonical import ChatRequest, Finished, Message, Output, TextDelta, ToolCall, ToolSpec
+from schemas.canonical import (
+    ChatRequest,
+    Effort,
+    Finished,
+    Message,
+    Output,
+    ReasoningDelta,
+    TextDelta,
+    ToolCall,
+    ToolSpec,
+)
 from schemas.events import RequestRouted
 
 # Claude Code only offers models whose names look like Claude's: every chat model also
@@ -147,7 +158,29 @@ def to_chat(route: Route, data: wire.PromptRequest) -> ChatRequest:
             top_k=data.top_k,
             stop=data.stop_sequences,
         )
-    return build_chat_request(route.model, to_messages(data), tools=tools, **sampling)
+    reasoning = effort(data.thinking)
+    return build_chat_request(
+        route.model, to_messages(data), tools=tools, reasoning=reasoning, **sampling
+    )
+
+
+# Anthropic's thinking budget read as an effort: below 4k tokens is low, below 16k medium.
+BUDGET_EFFORTS = ((4096, "low"), (16384, "medium"))
+
+# Thinking blocks carry a signature for Anthropic to verify when they are sent back; nothing
+# here verifies them (earlier thinking is not replayed), so it is empty.
+NO_SIGNATURE = ""
+
+
+def effort(thinking: wire.ThinkingConfig | None) -> Effort | None:
+    """`thinking` as the gateway's effort; None (absent) leaves the model's default."""
+    if thinking is None:
+        return None
+    if thinking.type == "disabled":
+        return "off"
+    if thinking.type == "enabled" and thinking.budget_tokens:
+        return next((e for cap, e in BUDGET_EFFORTS if thinking.budget_tokens < cap), "high")
+    return "medium"  # enabled without a budget, adaptive, and kinds yet to come
 
 
 def tool_input(arguments: str) -> dict:
@@ -191,11 +224,11 @@ async def create_message(request: Request, generation: Generation) -> Response |
     _routed(route, data.stream)
     chat = to_chat(route, data)
     runner = route.runner
-    results = runner.results(runner.submit(chat))
+    results = answer(runner, chat)
     message_id = f"msg_{uuid.uuid4().hex[:24]}"
     if not data.stream:
-        answer = await unless_client_leaves(request, collect(results))
-        return Response(_message(message_id, route.served, answer, chat.stop))
+        whole = await unless_client_leaves(request, collect(results))
+        return Response(_message(message_id, route.served, whole, chat.stop))
     try:
         # Wait for the first output before answering, so queue and load errors keep their status.
         first = await unless_client_leaves(request, anext(results))
@@ -220,8 +253,12 @@ def _message(message_id: str, model: str, answer: Collected, stops: list[str]) -
     """The whole answer as one Message: a text block (unless only tools were called), then
     a tool_use block per call."""
     blocks: list = (
-        [wire.TextBlock(text=answer.text)] if answer.text or not answer.tool_calls else []
+        [wire.ThinkingBlock(thinking=answer.reasoning, signature=NO_SIGNATURE)]
+        if answer.reasoning
+        else []
     )
+    if answer.text or not answer.tool_calls:
+        blocks.append(wire.TextBlock(text=answer.text))
     blocks += [
         wire.ToolUseBlock(id=c.id, name=c.name, input=tool_input(c.arguments))
         for c in answer.tool_calls
@@ -249,10 +286,13 @@ class Framer:
         self._stops = stops
         self._index = -1
         self._text_open = False
+        self._thinking_open = False
         self._calls = 0
 
     def feed(self, output: Output) -> list[wire.StreamEvent]:
-        events: list[wire.StreamEvent] = []
+        if isinstance(output, ReasoningDelta):
+            return self._thinking(output.text)
+        events: list[wire.StreamEvent] = self._close_thinking()
         if isinstance(output, TextDelta):
             if output.text:
                 if not self._text_open:
@@ -286,7 +326,26 @@ class Framer:
             self._calls += 1
         return events
 
-    def _open(self, block: wire.TextBlock | wire.ToolUseBlock) -> list[wire.StreamEvent]:
+    def _thinking(self, text: str) -> list[wire.StreamEvent]:
+        events = self._close_text()
+        if not self._thinking_open:
+            events += self._open(wire.ThinkingBlock(thinking="", signature=NO_SIGNATURE))
+            self._thinking_open = True
+        delta = wire.ThinkingDelta(thinking=text)
+        return [*events, wire.ContentBlockDelta(index=self._index, delta=delta)]
+
+    def _close_thinking(self) -> list[wire.StreamEvent]:
+        """A thinking block ends with its signature, as Anthropic's do."""
+        if not self._thinking_open:
+            return []
+        self._thinking_open = False
+        signature = wire.SignatureDelta(signature=NO_SIGNATURE)
+        return [
+            wire.ContentBlockDelta(index=self._index, delta=signature),
+            wire.ContentBlockStop(index=self._index),
+        ]
+
+    def _open(self, block: wire.Block) -> list[wire.StreamEvent]:
         self._index += 1
         events: list[wire.StreamEvent] = [
             wire.ContentBlockStart(index=self._index, content_block=block)

@@ -1,13 +1,20 @@
 """Build the one canonical request from any protocol's fields, applying the model's policy.
 
 Every protocol adapter calls `build_chat_request`, so the model's defaults and limits are
-applied in one place: request > model `sampling` > file `defaults` > built-in.
+applied in one place: request > model `sampling` > file `defaults` > built-in; the model's
+`system` prompt when the request has none; `guardrails.max_output_tokens` as a silent cap
+(clients such as Claude Code ask for large budgets as a matter of course; the answer's
+`length` stop tells them it was reached); the reasoning effort (request > model
+`reasoning`); and the policies the engines and `engines/policy.py` enforce
+(`guardrails.tool_calls`, `context.overflow`). Tool schemas are checked here, once.
 """
 
 from __future__ import annotations
 
 from engines.errors import BadRequest
-from schemas.canonical import ChatRequest, Message, Sampling, ToolSpec
+from engines.guardrails import check_tools
+from engines.reasoning import effort_of
+from schemas.canonical import ChatRequest, Effort, Message, Sampling, ToolSpec
 from schemas.config import ModelConfig
 
 DEFAULT_MAX_TOKENS = 512
@@ -27,10 +34,16 @@ def build_chat_request(
     stop: list[str] | None = None,
     tools: list[ToolSpec] | None = None,
     raw_prompt: str | None = None,
+    reasoning: Effort | None = None,
 ) -> ChatRequest:
-    """The canonical request for `model`; `raw_prompt` (plain completions) skips the template."""
+    """The canonical request for `model`; `raw_prompt` (plain completions) skips the template.
+
+    `reasoning` is the effort the request asked for in its protocol's own field, already
+    read as off/low/medium/high by the adapter; None leaves the model's default.
+    """
     if not messages and raw_prompt is None:
         raise BadRequest("messages must hold at least one message")
+    check_tools(tools or [])
     if (
         model.system
         and raw_prompt is None
@@ -54,6 +67,9 @@ def build_chat_request(
         stop=stop or [],
         tools=tools or [],
         raw_prompt=raw_prompt,
+        reasoning=reasoning or effort_of(model.reasoning),
+        tool_policy=model.guardrails.tool_calls,
+        overflow=model.context.overflow,
     )
 
 

@@ -38,7 +38,10 @@ def _refuse_unsupported(data: wire.CompletionRequest) -> None:
     if data.logprobs is not None:
         raise BadRequest("logprobs are not supported yet ($.logprobs)")
     if data.n not in (None, 1) or data.best_of not in (None, 1):
-        raise BadRequest("n > 1 and best_of > 1 are not supported: send one request per completion")
+        raise BadRequest(
+            "n > 1 and best_of > 1 are not supported: send one request per completion "
+            "($.n, $.best_of)"
+        )
 
 
 def _usage(finished: list[Finished]) -> Usage:

@@ -14,6 +14,7 @@ from litestar.response import Stream
 from engines.base import EngineState
 from engines.errors import BadRequest, GatewayError, ModelUnavailable
 from engines.log import emit
+from engines.policy import answer
 from engines.runner import Runner
 from gateway import ollama_models
 from gateway.body import decode_body
@@ -24,9 +25,11 @@ from gateway.streaming import collect, unless_client_leaves
 from schemas import ollama as wire
 from schemas.canonical import (
     ChatRequest,
+    Effort,
     Finished,
     Message,
     Output,
+    ReasoningDelta,
     TextDelta,
     ToolCall,
     ToolCallOutput,
@@ -36,8 +39,9 @@ from schemas.events import RequestRouted
 
 NDJSON = "application/x-ndjson"
 
-# A frame turns output into one reply object: text, tool calls, and the Finished on the last.
-Frame = Callable[[str, list[ToolCall], Finished | None], wire.Answer]
+# A frame turns output into one reply object: text, tool calls, the Finished on the last,
+# and the model's thinking.
+Frame = Callable[[str, list[ToolCall], Finished | None, str], wire.Answer]
 
 
 def _route(generation: Generation, name: str, stream: bool) -> Route:
@@ -60,7 +64,10 @@ def _refuse_unsupported(
     images: list[str] | None = None,
     suffix: str | None = None,
     template: str | None = None,
+    logprobs: bool | None = None,
 ) -> None:
+    if logprobs:
+        raise BadRequest("logprobs are not supported yet ($.logprobs)")
     if format not in (None, ""):
         raise BadRequest("format (JSON mode and JSON schemas) is not supported yet")
     if images:
@@ -87,6 +94,15 @@ def _options(options: wire.Options | None) -> dict[str, Any]:
         "seed": o.seed,
         "stop": [o.stop] if isinstance(o.stop, str) else o.stop,
     }
+
+
+def effort(think: wire.Think) -> Effort | None:
+    """Ollama's `think` as the gateway's effort; absent leaves the model's default."""
+    if think is None:
+        return None
+    if isinstance(think, bool):
+        return "medium" if think else "off"
+    return think
 
 
 def to_messages(messages: list[wire.Message]) -> list[Message]:
@@ -164,11 +180,10 @@ async def _load(runner: Runner) -> None:
 async def _answer(
     request: Request, route: Route, chat: ChatRequest, stream: bool, frame: Frame
 ) -> Response | Stream:
-    runner = route.runner
-    results = runner.results(runner.submit(chat))
+    results = answer(route.runner, chat)
     if not stream:
-        answer = await unless_client_leaves(request, collect(results))
-        return json_reply(frame(answer.text, answer.tool_calls, answer.finished))
+        whole = await unless_client_leaves(request, collect(results))
+        return json_reply(frame(whole.text, whole.tool_calls, whole.finished, whole.reasoning))
     # Wait for the first output before answering, so queue and load errors keep their status.
     first = await unless_client_leaves(request, anext(results))
     return Stream(_lines(request, first, results, frame), media_type=NDJSON)
@@ -176,12 +191,14 @@ async def _answer(
 
 def _line(output: Output, frame: Frame) -> bytes:
     if isinstance(output, TextDelta):
-        answer = frame(output.text, [], None)
+        reply = frame(output.text, [], None, "")
+    elif isinstance(output, ReasoningDelta):
+        reply = frame("", [], None, output.text)
     elif isinstance(output, ToolCallOutput):
-        answer = frame("", [output.call], None)
+        reply = frame("", [output.call], None, "")
     else:
-        answer = frame("", [], output)
-    return msgspec.json.encode(answer) + b"\n"
+        reply = frame("", [], output, "")
+    return msgspec.json.encode(reply) + b"\n"
 
 
 async def _lines(
@@ -205,12 +222,19 @@ async def chat(request: Request, generation: Generation) -> Response | Stream:
     """Chat; an NDJSON stream unless `stream: false`. No messages: load the model."""
     started = time.perf_counter_ns()
     data = await decode_body(request, wire.ChatRequest)
-    _refuse_unsupported(data.format)
+    _refuse_unsupported(data.format, logprobs=data.logprobs)
     route = _route(generation, data.model, data.stream)
     served = route.served
 
-    def frame(text: str, calls: list[ToolCall], finished: Finished | None) -> wire.ChatAnswer:
-        message = wire.ReplyMessage(role="assistant", content=text, tool_calls=_reply_calls(calls))
+    def frame(
+        text: str, calls: list[ToolCall], finished: Finished | None, thinking: str
+    ) -> wire.ChatAnswer:
+        message = wire.ReplyMessage(
+            role="assistant",
+            content=text,
+            thinking=thinking or None,
+            tool_calls=_reply_calls(calls),
+        )
         return wire.ChatAnswer(
             model=served,
             created_at=now(),
@@ -235,7 +259,11 @@ async def chat(request: Request, generation: Generation) -> Response | Stream:
         for t in data.tools or []
     ]
     chat = build_chat_request(
-        route.model, to_messages(data.messages), tools=tools, **_options(data.options)
+        route.model,
+        to_messages(data.messages),
+        tools=tools,
+        reasoning=effort(data.think),
+        **_options(data.options),
     )
     return await _answer(request, route, chat, data.stream, frame)
 
@@ -245,15 +273,18 @@ async def generate(request: Request, generation: Generation) -> Response | Strea
     """Completion of a prompt (templated unless `raw`); an empty prompt loads the model."""
     started = time.perf_counter_ns()
     data = await decode_body(request, wire.GenerateRequest)
-    _refuse_unsupported(data.format, data.images, data.suffix, data.template)
+    _refuse_unsupported(data.format, data.images, data.suffix, data.template, data.logprobs)
     route = _route(generation, data.model, data.stream)
     served, model = route.served, route.model
 
-    def frame(text: str, _calls: list[ToolCall], finished: Finished | None) -> wire.GenerateAnswer:
+    def frame(
+        text: str, _calls: list[ToolCall], finished: Finished | None, thinking: str
+    ) -> wire.GenerateAnswer:
         return wire.GenerateAnswer(
             model=served,
             created_at=now(),
             response=text,
+            thinking=thinking or None,
             done=finished is not None,
             **_final(finished, started),
         )
@@ -269,7 +300,9 @@ async def generate(request: Request, generation: Generation) -> Response | Strea
     else:
         system = [Message(role="system", content=data.system)] if data.system else []
         prompt = [*system, Message(role="user", content=data.prompt)]
-        chat = build_chat_request(model, prompt, **_options(data.options))
+        chat = build_chat_request(
+            model, prompt, reasoning=effort(data.think), **_options(data.options)
+        )
     return await _answer(request, route, chat, data.stream, frame)
 
 

@@ -10,11 +10,13 @@ import msgspec
 from litestar import Request, Response, get, post
 from litestar.response import ServerSentEvent
 
-from engines.errors import BadRequest
+from engines.errors import BadRequest, GatewayError
 from engines.log import emit
+from engines.policy import answer
 from gateway.anthropic import model_page
 from gateway.body import decode_body
 from gateway.canonical import build_chat_request
+from gateway.errors import error_body
 from gateway.registry import Generation
 from gateway.streaming import collect, unless_client_leaves
 from schemas import openai as wire
@@ -23,6 +25,7 @@ from schemas.canonical import (
     Finished,
     Message,
     Output,
+    ReasoningDelta,
     TextDelta,
     ToolCall,
     ToolCallOutput,
@@ -74,6 +77,11 @@ def to_tools(tools: list[wire.Tool] | None) -> list[ToolSpec]:
     ]
 
 
+def effort(asked: str | None):
+    """OpenAI's `reasoning_effort` as the gateway's effort; None leaves the model's default."""
+    return None if asked is None else wire.EFFORTS.get(asked, asked)
+
+
 def wire_tool_call(call: ToolCall) -> wire.ToolCall:
     return wire.ToolCall(
         id=call.id, function=wire.FunctionCall(name=call.name, arguments=call.arguments)
@@ -93,7 +101,9 @@ async def chat_completions(request: Request, generation: Generation) -> Response
     """Chat completions; `stream: true` answers as server-sent events."""
     data = await decode_body(request, wire.ChatCompletionRequest)
     if data.n not in (None, 1):
-        raise BadRequest("n > 1 is not supported: send one request per completion")
+        raise BadRequest("n > 1 is not supported: send one request per completion ($.n)")
+    if data.logprobs or data.top_logprobs:
+        raise BadRequest("logprobs are not supported yet ($.logprobs, $.top_logprobs)")
     route = generation.resolve(data.model)
     emit(
         RequestRouted(
@@ -117,14 +127,14 @@ async def chat_completions(request: Request, generation: Generation) -> Response
         seed=data.seed,
         stop=stop,
         tools=to_tools(data.tools),
+        reasoning=effort(data.reasoning_effort),
     )
-    runner = route.runner
-    results = runner.results(runner.submit(chat))
+    results = answer(route.runner, chat)
     completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
     created = int(time.time())
     if not data.stream:
-        answer = await unless_client_leaves(request, collect(results))
-        text, finished = answer.text, answer.finished
+        whole = await unless_client_leaves(request, collect(results))
+        text, finished = whole.text, whole.finished
         body = wire.ChatCompletion(
             id=completion_id,
             created=created,
@@ -132,8 +142,9 @@ async def chat_completions(request: Request, generation: Generation) -> Response
             choices=[
                 wire.Choice(
                     message=wire.AssistantMessage(
-                        content=text if text or not answer.tool_calls else None,
-                        tool_calls=[wire_tool_call(c) for c in answer.tool_calls] or None,
+                        content=text if text or not whole.tool_calls else None,
+                        tool_calls=[wire_tool_call(c) for c in whole.tool_calls] or None,
+                        reasoning_content=whole.reasoning or None,
                     ),
                     finish_reason=FINISH_REASONS[finished.stop_reason],
                 )
@@ -177,17 +188,22 @@ async def _chunks(
         async for output in outputs():
             if isinstance(output, TextDelta):
                 yield chunk(wire.Delta(content=output.text))
+            elif isinstance(output, ReasoningDelta):
+                yield chunk(wire.Delta(reasoning_content=output.text))
             elif isinstance(output, ToolCallOutput):
                 call = output.call
                 function = wire.FunctionCallDelta(name=call.name, arguments=call.arguments)
                 delta = wire.ToolCallDelta(index=calls, id=call.id, function=function)
                 yield chunk(wire.Delta(tool_calls=[delta]))
                 calls += 1
-            else:
+            elif isinstance(output, Finished):
                 yield chunk(wire.Delta(), FINISH_REASONS[output.stop_reason])
                 if include_usage:
                     yield chunk(wire.Delta(), usage=_usage(output), choices=False)
         yield "[DONE]"
+    except GatewayError as error:
+        # The 200 is out: OpenAI reports a failure mid-stream as a chunk holding `error`.
+        yield msgspec.json.encode(error_body("openai", error.status, error.message)).decode()
     finally:
         # The client went away (or the stream ended): stop the job within a token.
         await results.aclose()

@@ -12,10 +12,12 @@ import msgspec
 from litestar import Request, Response, post
 from litestar.response import ServerSentEvent, ServerSentEventMessage
 
-from engines.errors import BadRequest
+from engines.errors import BadRequest, GatewayError
 from engines.log import emit
+from engines.policy import answer
 from gateway.body import decode_body
 from gateway.canonical import build_chat_request
+from gateway.openai import effort
 from gateway.registry import Generation
 from gateway.responses_events import EventBuilder
 from gateway.streaming import unless_client_leaves
@@ -176,10 +178,10 @@ async def responses(request: Request, generation: Generation) -> Response | Serv
         temperature=data.temperature,
         top_p=data.top_p,
         tools=to_tools(data),
+        reasoning=effort(data.reasoning.effort if data.reasoning else None),
     )
     skeleton = _skeleton(data, chat, route.served)
-    runner = route.runner
-    results = runner.results(runner.submit(chat))
+    results = answer(route.runner, chat)
     builder = EventBuilder(skeleton)
     if not data.stream:
         # The same builder as the stream, its events unused: both answers have one shape.
@@ -211,6 +213,8 @@ async def _events(
         async for output in results:
             for event in builder.feed(output):
                 yield message(event)
+    except GatewayError as error:  # the 200 is out: only an `error` event can tell the client
+        yield message(builder.error(error.kind, error.message))
     finally:
         # The client went away (or the stream ended): stop the job within a token.
         await results.aclose()

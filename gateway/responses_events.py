@@ -11,7 +11,7 @@ import uuid
 from msgspec.structs import replace
 
 from schemas import openai_responses as wire
-from schemas.canonical import Finished, Output, TextDelta, ToolCallOutput
+from schemas.canonical import Finished, Output, ReasoningDelta, TextDelta, ToolCallOutput
 
 
 class EventBuilder:
@@ -22,6 +22,8 @@ class EventBuilder:
         self._sequence = 0
         self._open: wire.OutputMessage | None = None  # the message whose text is streaming
         self._text: list[str] = []
+        self._thinking: wire.OutputReasoning | None = None  # the reasoning item streaming
+        self._thoughts: list[str] = []
 
     def start(self) -> list[wire.Event]:
         """`response.created` and `response.in_progress`."""
@@ -32,13 +34,59 @@ class EventBuilder:
 
     def feed(self, output: Output) -> list[wire.Event]:
         """The events one canonical output makes; `Finished` completes the response."""
+        if isinstance(output, ReasoningDelta):
+            return self._reasoning_delta(output.text)
+        events = self._close_reasoning()  # thinking ends where anything else begins
         if isinstance(output, TextDelta):
-            return self._text_delta(output.text) if output.text else []
+            return events + (self._text_delta(output.text) if output.text else [])
         if isinstance(output, ToolCallOutput):
-            return [*self._close_message("completed"), *self._function_call(output)]
+            return [*events, *self._close_message("completed"), *self._function_call(output)]
         if isinstance(output, Finished):
-            return self._finish(output)
-        return []
+            return events + self._finish(output)
+        return events
+
+    def error(self, code: str, message: str) -> wire.Event:
+        """The `error` event for a failure after the stream began."""
+        return self._event(wire.ErrorEvent, code=code, message=message)
+
+    def _reasoning_delta(self, text: str) -> list[wire.Event]:
+        events = self._close_message("completed")
+        index = len(self.response.output)
+        if self._thinking is None:
+            self._thinking = wire.OutputReasoning(
+                id=f"rs_{uuid.uuid4().hex}", status="in_progress", content=[]
+            )
+            self._thoughts = []
+            events += [
+                self._event(wire.OutputItemAdded, output_index=index, item=self._thinking),
+                self._event(
+                    wire.ContentPartAdded,
+                    item_id=self._thinking.id,
+                    output_index=index,
+                    content_index=0,
+                    part=wire.ReasoningText(text=""),
+                ),
+            ]
+        self._thoughts.append(text)
+        item_id = self._thinking.id
+        delta = dict(item_id=item_id, output_index=index, content_index=0, delta=text)
+        return [*events, self._event(wire.ReasoningTextDelta, **delta)]
+
+    def _close_reasoning(self) -> list[wire.Event]:
+        if self._thinking is None:
+            return []
+        text = "".join(self._thoughts)
+        part = wire.ReasoningText(text=text)
+        item = replace(self._thinking, status="completed", content=[part])
+        index = len(self.response.output)
+        where = dict(item_id=item.id, output_index=index, content_index=0)
+        self.response.output.append(item)
+        self._thinking = None
+        return [
+            self._event(wire.ReasoningTextDone, text=text, **where),
+            self._event(wire.ContentPartDone, part=part, **where),
+            self._event(wire.OutputItemDone, output_index=index, item=item),
+        ]
 
     def _event(self, kind: type[wire.Event], **fields) -> wire.Event:
         event = kind(sequence_number=self._sequence, **fields)

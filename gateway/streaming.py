@@ -10,7 +10,7 @@ import msgspec
 from litestar import Request
 
 from engines.errors import GatewayError
-from schemas.canonical import Finished, Output, TextDelta, ToolCall, ToolCallOutput
+from schemas.canonical import Finished, Output, ReasoningDelta, TextDelta, ToolCall, ToolCallOutput
 
 T = TypeVar("T")
 
@@ -52,17 +52,22 @@ class Collected(msgspec.Struct, frozen=True, kw_only=True):
     text: str
     tool_calls: list[ToolCall]
     finished: Finished
+    reasoning: str = ""  # the model's thinking, when the request asked to see it
 
 
 async def collect(results: AsyncIterator[Output]) -> Collected:
     """All of a job's outputs, gathered into one answer."""
     parts: list[str] = []
+    thoughts: list[str] = []
     calls: list[ToolCall] = []
     async for output in results:
         if isinstance(output, TextDelta):
             parts.append(output.text)
+        elif isinstance(output, ReasoningDelta):
+            thoughts.append(output.text)
         elif isinstance(output, ToolCallOutput):
             calls.append(output.call)
         elif isinstance(output, Finished):
-            return Collected(text="".join(parts), tool_calls=calls, finished=output)
+            text, reasoning = "".join(parts), "".join(thoughts)
+            return Collected(text=text, tool_calls=calls, finished=output, reasoning=reasoning)
     raise RuntimeError("engine ended without a Finished output")

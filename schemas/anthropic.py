@@ -77,6 +77,13 @@ class Tool(Wire, kw_only=True):
     input_schema: dict[str, Any] = {}
 
 
+class ThinkingConfig(Wire, kw_only=True):
+    """`{"type": "enabled", "budget_tokens": N}`, `{"type": "disabled"}`, `adaptive`, ..."""
+
+    type: str
+    budget_tokens: Annotated[int, Meta(ge=1)] | None = None
+
+
 class ToolChoice(Wire, kw_only=True):
     type: Literal["auto", "any", "tool", "none"]
     name: str | None = None
@@ -91,7 +98,7 @@ class PromptRequest(Wire, kw_only=True):
     system: str | list[TextBlock] | None = None
     tools: list[Tool] = []
     tool_choice: ToolChoice | None = None
-    thinking: Any = None  # accepted; reasoning control arrives with the reasoning work
+    thinking: ThinkingConfig | None = None
 
 
 class MessagesRequest(PromptRequest, kw_only=True):
@@ -128,7 +135,7 @@ class Message(Wire, kw_only=True):
     type: Literal["message"] = "message"
     role: Literal["assistant"] = "assistant"
     model: str
-    content: list[TextBlock | ToolUseBlock]
+    content: list[ThinkingBlock | TextBlock | ToolUseBlock]
     stop_reason: StopReason | None = None
     stop_sequence: str | None = None
     usage: Usage
@@ -147,7 +154,7 @@ class MessageStart(StreamEvent, kw_only=True, tag="message_start"):
 
 class ContentBlockStart(StreamEvent, kw_only=True, tag="content_block_start"):
     index: int
-    content_block: TextBlock | ToolUseBlock
+    content_block: ThinkingBlock | TextBlock | ToolUseBlock
 
 
 class Ping(StreamEvent, kw_only=True, tag="ping"):
@@ -162,9 +169,17 @@ class InputJsonDelta(Block, kw_only=True, tag="input_json_delta"):
     partial_json: str
 
 
+class ThinkingDelta(Block, kw_only=True, tag="thinking_delta"):
+    thinking: str
+
+
+class SignatureDelta(Block, kw_only=True, tag="signature_delta"):
+    signature: str
+
+
 class ContentBlockDelta(StreamEvent, kw_only=True, tag="content_block_delta"):
     index: int
-    delta: TextDelta | InputJsonDelta
+    delta: TextDelta | InputJsonDelta | ThinkingDelta | SignatureDelta
 
 
 class ContentBlockStop(StreamEvent, kw_only=True, tag="content_block_stop"):

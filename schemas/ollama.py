@@ -77,6 +77,8 @@ class ChatRequest(Wire, kw_only=True):
     options: Options | None = None
     keep_alive: KeepAlive = None
     think: Think = None
+    logprobs: bool | None = None
+    top_logprobs: Annotated[int, Meta(ge=0, le=20)] | None = None
 
 
 class GenerateRequest(Wire, kw_only=True):
@@ -93,6 +95,8 @@ class GenerateRequest(Wire, kw_only=True):
     options: Options | None = None
     keep_alive: KeepAlive = None
     think: Think = None
+    logprobs: bool | None = None
+    top_logprobs: Annotated[int, Meta(ge=0, le=20)] | None = None
 
 
 class ShowRequest(Wire, kw_only=True):
@@ -113,6 +117,7 @@ class ReplyToolCall(Reply, kw_only=True):
 class ReplyMessage(Reply, kw_only=True):
     role: Literal["assistant"]
     content: str
+    thinking: str | None = None  # only when the request asked to think, as Ollama's
     tool_calls: list[ReplyToolCall] | None = None
 
 
@@ -138,6 +143,7 @@ class ChatAnswer(Answer, kw_only=True):
 
 class GenerateAnswer(Answer, kw_only=True):
     response: str
+    thinking: str | None = None
 
 
 class ModelDetails(Reply, kw_only=True):

@@ -8,6 +8,9 @@ import msgspec
 from msgspec import Meta
 
 NonNegativeFloat = Annotated[float, Meta(ge=0)]
+# Every effort OpenAI's API names; the gateway serves off/low/medium/high (see EFFORTS).
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
+EFFORTS = {"none": "off", "minimal": "low", "xhigh": "high", "max": "high"}
 
 
 class Wire(msgspec.Struct, kw_only=True):
@@ -67,6 +70,9 @@ class ChatCompletionRequest(Wire, kw_only=True):
     stop: str | Annotated[list[str], Meta(max_length=16)] | None = None
     seed: int | None = None
     n: Annotated[int, Meta(ge=1)] | None = None
+    logprobs: bool | None = None
+    top_logprobs: Annotated[int, Meta(ge=0, le=20)] | None = None
+    reasoning_effort: ReasoningEffort | None = None
     tools: Annotated[list[Tool], Meta(max_length=128)] | None = None
     tool_choice: Any = None
     presence_penalty: Annotated[float, Meta(ge=-2, le=2)] | None = None
@@ -84,6 +90,8 @@ class AssistantMessage(Wire, kw_only=True):
     role: Literal["assistant"] = "assistant"
     content: str | None
     tool_calls: list[ToolCall] | None = None
+    # The model's thinking, as DeepSeek's API and llama.cpp's server name it.
+    reasoning_content: str | None = None
 
 
 class Choice(Wire, kw_only=True):
@@ -118,6 +126,7 @@ class ToolCallDelta(Wire, kw_only=True):
 class Delta(Wire, kw_only=True, omit_defaults=True):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    reasoning_content: str | None = None
     tool_calls: list[ToolCallDelta] | None = None
 
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from msgspec import Meta, field
 
-from schemas.openai import Wire
+from schemas.openai import ReasoningEffort, Wire
 
 # --- the request -------------------------------------------------------------------------
 
@@ -70,6 +70,11 @@ class TextConfig(Wire, kw_only=True):
     format: TextFormat = field(default_factory=TextFormat)
 
 
+class ReasoningConfig(Wire, kw_only=True):
+    effort: ReasoningEffort | None = None
+    summary: str | None = None  # accepted; the reasoning comes as its full text instead
+
+
 class ResponseRequest(Wire, kw_only=True):
     model: Annotated[str, Meta(min_length=1)]
     # Items stay plain objects here: an item may leave out `type` (then it is a message),
@@ -89,6 +94,7 @@ class ResponseRequest(Wire, kw_only=True):
     background: bool | None = None
     prompt: dict[str, Any] | None = None
     text: TextConfig | None = None
+    reasoning: ReasoningConfig | None = None
     top_logprobs: Annotated[int, Meta(ge=0, le=20)] | None = None
     metadata: dict[str, str] | None = None
     user: str | None = None
@@ -124,7 +130,22 @@ class OutputFunctionCall(Wire, kw_only=True):
     status: ItemStatus
 
 
-OutputItem = OutputMessage | OutputFunctionCall
+class ReasoningText(Wire, kw_only=True):
+    type: Literal["reasoning_text"] = "reasoning_text"
+    text: str
+
+
+class OutputReasoning(Wire, kw_only=True):
+    """The model's thinking, as its full text (`content`); no summary is made."""
+
+    type: Literal["reasoning"] = "reasoning"
+    id: str
+    summary: list[Any] = []
+    content: list[ReasoningText] = []
+    status: ItemStatus
+
+
+OutputItem = OutputMessage | OutputFunctionCall | OutputReasoning
 
 
 class InputTokensDetails(Wire, kw_only=True):
@@ -217,14 +238,36 @@ class ContentPartAdded(Event, kw_only=True, tag="response.content_part.added"):
     item_id: str
     output_index: int
     content_index: int
-    part: OutputText
+    part: OutputText | ReasoningText
 
 
 class ContentPartDone(Event, kw_only=True, tag="response.content_part.done"):
     item_id: str
     output_index: int
     content_index: int
-    part: OutputText
+    part: OutputText | ReasoningText
+
+
+class ErrorEvent(Event, kw_only=True, tag="error"):
+    """A failure after the stream began (the 200 is out)."""
+
+    code: str | None = None
+    message: str
+    param: str | None = None
+
+
+class ReasoningTextDelta(Event, kw_only=True, tag="response.reasoning_text.delta"):
+    item_id: str
+    output_index: int
+    content_index: int
+    delta: str
+
+
+class ReasoningTextDone(Event, kw_only=True, tag="response.reasoning_text.done"):
+    item_id: str
+    output_index: int
+    content_index: int
+    text: str
 
 
 class OutputTextDelta(Event, kw_only=True, tag="response.output_text.delta"):

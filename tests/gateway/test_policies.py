@@ -1,0 +1,409 @@
+"""Declared policies on a real gateway with scripted models, the same across every protocol:
+tool-call guardrails (repair, re-ask, strict, off), context overflow (reject, truncate) and
+reasoning (split from the answer, shown each protocol's way, hidden when off)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+import openai
+import pytest
+from conftest import GatewayProcess
+
+WEATHER_SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "metric": {"type": "boolean"}},
+    "required": ["city"],
+    "additionalProperties": False,
+}
+
+
+def call_text(body: str) -> str:
+    return f"<tool_call>{body}</tool_call>"
+
+
+GOOD = call_text('{"name": "get_weather", "arguments": {"city": "Paris"}}')
+WRONG_KEY = call_text('{"name": "get_weather", "arguments": {"town": "Paris"}}')
+SINGLE_QUOTED = call_text("{'name': 'get_weather', 'arguments': {'city': 'Paris'}}")
+# Each defect a small model makes, as the model would write it (kind -> reply).
+DEFECTS = {
+    "trailing-text": call_text(
+        '{"name": "get_weather", "arguments": {"city": "Paris"}} hope that helps'
+    ),
+    "single-quotes": SINGLE_QUOTED,
+    "unquoted-keys": call_text('{name: "get_weather", arguments: {city: "Paris"}}'),
+    "missing-brace": call_text('{"name": "get_weather", "arguments": {"city": "Paris"}'),
+    "string-in-string": call_text(
+        json.dumps({"name": "get_weather", "arguments": json.dumps(json.dumps({"city": "Paris"}))})
+    ),
+    "python-literals": call_text(
+        '{"name": "get_weather", "arguments": {"city": "Paris", "metric": True}}'
+    ),
+    "name-spelling": call_text('{"name": "Get-Weather", "arguments": {"city": "Paris"}}'),
+}
+FIXES = {
+    "trailing-text": "trailing text",
+    "single-quotes": "single-quoted",
+    "unquoted-keys": "unquoted keys",
+    "missing-brace": "missing closing brace",
+    "string-in-string": "JSON string inside a string",
+    "python-literals": "Python literals",
+    "name-spelling": "'Get-Weather' is 'get_weather'",
+}
+
+
+def model(model_id: str, reply: str | list[str], **settings: str) -> str:
+    script = {"replies": reply} if isinstance(reply, list) else {"reply": reply}
+    lines = [f"  - id: {model_id}", "    engine: scripted", f"    script: {json.dumps(script)}"]
+    lines += [f"    {key}: {value}" for key, value in settings.items()]
+    return "\n".join(lines)
+
+
+CONFIG = "models:\n" + "\n".join(
+    [
+        *(model(f"fix-{kind}", reply) for kind, reply in DEFECTS.items()),
+        model("fixer", "Checking. " + SINGLE_QUOTED),
+        model("retry", [WRONG_KEY, GOOD]),
+        model("stubborn", WRONG_KEY),
+        model("strict", "Checking. " + SINGLE_QUOTED, guardrails="{tool_calls: strict}"),
+        model("strict-bare", SINGLE_QUOTED, guardrails="{tool_calls: strict}"),
+        model("lax", WRONG_KEY, guardrails="{tool_calls: 'off'}"),
+        model("thinker", "<think>hmm, the user greets</think>Hello!"),
+        model("deep", "<think>hmm, the user greets</think>Hello!", reasoning="high"),
+        model("tight", "hello from echo", context="{max: 300}"),
+        model("trimmer", "hello from echo", context="{max: 300, overflow: truncate}"),
+    ]
+)
+
+OPENAI_TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "parameters": WEATHER_SCHEMA}}
+]
+ANTHROPIC_TOOLS = [{"name": "get_weather", "input_schema": WEATHER_SCHEMA}]
+RESPONSES_TOOLS = [{"type": "function", "name": "get_weather", "parameters": WEATHER_SCHEMA}]
+ASK = [{"role": "user", "content": "Weather in Paris?"}]
+PROTOCOLS = ["openai", "responses", "anthropic", "ollama"]
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory):
+    path = tmp_path_factory.mktemp("policies")
+    (path / "models.yaml").write_text(CONFIG)
+    process = GatewayProcess(path / "models.yaml", path / "events.jsonl")
+    try:
+        process.wait_ready()
+        yield process
+    finally:
+        process.stop()
+
+
+def ask(gateway, protocol: str, model_id: str, *, stream=False, tools=True, messages=ASK, **extra):
+    """One request in `protocol`'s own shape: (status, tool calls, text, reasoning, request id).
+
+    Streams are read to the end and folded, so a streamed and a plain answer compare equal.
+    """
+    url, body = {
+        "openai": ("/v1/chat/completions", {"messages": messages}),
+        "responses": ("/v1/responses", {"input": messages}),
+        "anthropic": ("/v1/messages", {"messages": messages, "max_tokens": 200}),
+        "ollama": ("/api/chat", {"messages": messages}),
+    }[protocol]
+    if tools:
+        body["tools"] = {
+            "openai": OPENAI_TOOLS,
+            "responses": RESPONSES_TOOLS,
+            "anthropic": ANTHROPIC_TOOLS,
+            "ollama": OPENAI_TOOLS,
+        }[protocol]
+    body |= {"model": model_id, "stream": stream, **extra}
+    response = httpx.post(gateway.url + url, json=body, timeout=30)
+    rid = response.headers.get("x-request-id")
+    if response.status_code != 200:
+        return response.status_code, response.json(), None, None, rid
+    if not stream:
+        return (200, *FOLD[protocol]([response.json()]), rid)
+    if protocol == "ollama":
+        items = [json.loads(line) for line in response.text.splitlines() if line]
+    else:
+        items = [
+            json.loads(line[6:])
+            for line in response.text.splitlines()
+            if line.startswith("data: ") and line != "data: [DONE]"
+        ]
+    return (200, *FOLD[protocol](items), rid)
+
+
+def _openai(items):
+    calls, text, thought = [], "", ""
+    for item in items:
+        if "error" in item:
+            return item, None, None
+        for choice in item.get("choices") or []:
+            part = choice.get("message") or choice.get("delta") or {}
+            text += part.get("content") or ""
+            thought += part.get("reasoning_content") or ""
+            calls += [
+                (c["function"]["name"], c["function"]["arguments"])
+                for c in part.get("tool_calls") or []
+            ]
+    return [(n, json.loads(a)) for n, a in calls], text, thought
+
+
+def _responses(items):
+    for item in items:
+        if item.get("type") == "error":
+            return item, None, None
+    final = items[-1].get("response", items[-1])
+    calls = [
+        (o["name"], json.loads(o["arguments"]))
+        for o in final["output"]
+        if o["type"] == "function_call"
+    ]
+    text = "".join(
+        c["text"] for o in final["output"] if o["type"] == "message" for c in o["content"]
+    )
+    thought = "".join(
+        c["text"] for o in final["output"] if o["type"] == "reasoning" for c in o["content"]
+    )
+    return calls, text, thought
+
+
+def _anthropic(items):
+    if len(items) == 1:  # a whole message
+        blocks = items[0]["content"]
+    else:
+        blocks = []
+        for event in items:
+            if event["type"] == "error":
+                return event, None, None
+            if event["type"] == "content_block_start":
+                blocks.append(dict(event["content_block"]))
+            elif event["type"] == "content_block_delta":
+                delta, block = event["delta"], blocks[event["index"]]
+                if delta["type"] == "text_delta":
+                    block["text"] += delta["text"]
+                elif delta["type"] == "thinking_delta":
+                    block["thinking"] += delta["thinking"]
+                elif delta["type"] == "input_json_delta":
+                    block["input"] = json.loads(delta["partial_json"])
+    calls = [(b["name"], b["input"]) for b in blocks if b["type"] == "tool_use"]
+    text = "".join(b["text"] for b in blocks if b["type"] == "text")
+    thought = "".join(b["thinking"] for b in blocks if b["type"] == "thinking")
+    return calls, text, thought
+
+
+def _ollama(items):
+    calls, text, thought = [], "", ""
+    for item in items:
+        if "error" in item:
+            return item, None, None
+        message = item["message"]
+        text += message.get("content", "")
+        thought += message.get("thinking", "")
+        calls += [
+            (c["function"]["name"], c["function"]["arguments"])
+            for c in message.get("tool_calls") or []
+        ]
+    return calls, text, thought
+
+
+FOLD = {"openai": _openai, "responses": _responses, "anthropic": _anthropic, "ollama": _ollama}
+PARIS = [("get_weather", {"city": "Paris"})]
+
+
+def generated(gateway, rid: str, count: int) -> list[dict]:
+    """The request's `generated` events, once `count` have been written (or 10 s passed)."""
+    deadline = time.monotonic() + 10
+    while len(gateway.events("generated", request_id=rid)) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return gateway.events("generated", request_id=rid)
+
+
+@pytest.mark.parametrize("kind", DEFECTS)
+def test_each_kind_of_malformed_call_is_repaired_and_reported(gateway, kind):
+    status, calls, _, _, rid = ask(gateway, "openai", f"fix-{kind}")
+    assert status == 200
+    ((name, arguments),) = calls
+    assert name == "get_weather" and arguments["city"] == "Paris"
+    event = gateway.wait_event("guardrail", request_id=rid)
+    assert event["action"] == "repaired" and event["tool"] == "get_weather"
+    assert FIXES[kind] in event["problem"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_repaired_call_is_the_same_in_every_protocol(gateway, protocol, stream):
+    status, calls, text, _, rid = ask(gateway, protocol, "fixer", stream=stream)
+    assert status == 200 and calls == PARIS
+    assert text == "Checking. "
+    assert gateway.wait_event("guardrail", request_id=rid)["action"] == "repaired"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_call_repair_cannot_mend_is_re_asked_once(gateway, protocol, stream):
+    status, calls, _, _, rid = ask(gateway, protocol, "retry", stream=stream)
+    assert status == 200 and calls == PARIS
+    event = gateway.wait_event("guardrail", request_id=rid)
+    assert event["action"] == "reasked" and "'city' is a required property" in event["problem"]
+    # The re-ask is real work: its own job in the queue, its own generated event.
+    first, second = generated(gateway, rid, 2)
+    assert second["prompt_tokens"] > first["prompt_tokens"]
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_call_still_wrong_after_the_re_ask_is_a_502_naming_the_tool(gateway, protocol):
+    status, body, _, _, rid = ask(gateway, protocol, "stubborn")
+    assert status == 502
+    message = json.dumps(body)
+    assert "get_weather" in message and "after one re-ask" in message
+    assert "'city' is a required property" in message
+    assert gateway.wait_event("guardrail", request_id=rid, action="refused")
+    assert len(generated(gateway, rid, 2)) == 2  # the refused re-ask was real work too
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_strict_refuses_what_repair_would_fix(gateway, protocol):
+    status, body, _, _, rid = ask(gateway, protocol, "strict-bare", stream=True)
+    assert status == 502  # the call was the first output: refused before the stream began
+    assert "guardrails.tool_calls: strict" in json.dumps(body)
+    event = gateway.wait_event("guardrail", request_id=rid)
+    assert event["action"] == "refused" and "did not parse" in event["problem"]
+    status, body, _, _, _ = ask(gateway, protocol, "strict")
+    assert status == 502
+
+
+def test_strict_after_text_was_streamed_ends_the_stream_with_the_protocols_error(gateway):
+    client = gateway.openai()
+    stream = client.chat.completions.create(
+        model="strict", messages=ASK, tools=OPENAI_TOOLS, stream=True
+    )
+    with pytest.raises(openai.APIError, match="get_weather"):
+        for _ in stream:
+            pass
+    for protocol in ("responses", "anthropic", "ollama"):
+        status, error, _, _, _ = ask(gateway, protocol, "strict", stream=True)
+        assert status == 200 and "get_weather" in json.dumps(error)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_off_passes_a_bad_call_through_and_still_reports_it(gateway, protocol):
+    status, calls, _, _, rid = ask(gateway, protocol, "lax")
+    assert status == 200 and calls == [("get_weather", {"town": "Paris"})]
+    assert gateway.wait_event("guardrail", request_id=rid)["action"] == "passed"
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_tool_schema_that_is_not_json_schema_is_a_400_naming_the_tool(gateway, protocol):
+    broken = {"type": "object", "properties": {"city": {"type": "text"}}}
+    tools = {
+        "openai": [{"type": "function", "function": {"name": "get_weather", "parameters": broken}}],
+        "responses": [{"type": "function", "name": "get_weather", "parameters": broken}],
+        "anthropic": [{"name": "get_weather", "input_schema": broken}],
+        "ollama": [{"type": "function", "function": {"name": "get_weather", "parameters": broken}}],
+    }[protocol]
+    url = {
+        "openai": "/v1/chat/completions",
+        "responses": "/v1/responses",
+        "anthropic": "/v1/messages",
+        "ollama": "/api/chat",
+    }[protocol]
+    payload = {"model": "fixer", "tools": tools, "max_tokens": 50}
+    payload |= {"input": ASK} if protocol == "responses" else {"messages": ASK}
+    response = httpx.post(gateway.url + url, json=payload)
+    assert response.status_code == 400
+    assert "tool 'get_weather'" in response.text and "not a valid JSON Schema" in response.text
+
+
+LONG = [{"role": "user", "content": "tell me " + "very " * 80 + "much"}]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_reject_answers_400_with_the_counts_before_any_stream_byte(gateway, protocol, stream):
+    status, body, _, _, rid = ask(
+        gateway, protocol, "tight", tools=False, messages=LONG, stream=stream
+    )
+    assert status == 400
+    text = json.dumps(body)
+    assert "the context window is 300" in text and "tokens" in text
+    assert not gateway.events("generated", request_id=rid)
+
+
+TURNS = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "first question " + "q" * 120},
+    {"role": "assistant", "content": "first answer " + "a" * 120},
+    {"role": "user", "content": "and now?"},
+]
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_truncate_drops_the_oldest_turns_and_says_so(gateway, protocol):
+    messages = TURNS
+    extra = {}
+    if protocol == "anthropic":
+        messages, extra = TURNS[1:], {"system": "Be brief."}
+    elif protocol == "responses":
+        messages, extra = TURNS[1:], {"instructions": "Be brief."}
+    status, _, text, _, rid = ask(
+        gateway, protocol, "trimmer", tools=False, messages=messages, **extra
+    )
+    assert status == 200 and text == "hello from echo"
+    generated = gateway.wait_event("generated", request_id=rid)
+    assert generated["truncated_messages"] == 2
+    assert generated["prompt_tokens"] < 300
+
+
+REASONING_ON = {
+    "openai": {"reasoning_effort": "low"},
+    "responses": {"reasoning": {"effort": "low"}},
+    "anthropic": {"thinking": {"type": "enabled", "budget_tokens": 1024}},
+    "ollama": {"think": True},
+}
+REASONING_OFF = {
+    "openai": {"reasoning_effort": "none"},
+    "responses": {"reasoning": {"effort": "none"}},
+    "anthropic": {"thinking": {"type": "disabled"}},
+    "ollama": {"think": False},
+}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_reasoning_is_split_from_the_answer_and_shown_when_asked(gateway, protocol, stream):
+    asked = REASONING_ON[protocol]
+    status, _, text, thought, _ = ask(
+        gateway, protocol, "thinker", tools=False, stream=stream, **asked
+    )
+    assert (status, text, thought) == (200, "Hello!", "hmm, the user greets")
+    # Not asked, the model's default (off) hides it; a model whose default thinks shows it,
+    # unless the request turns it off.
+    assert ask(gateway, protocol, "thinker", tools=False, stream=stream)[2:4] == ("Hello!", "")
+    assert ask(gateway, protocol, "deep", tools=False, stream=stream)[3] == "hmm, the user greets"
+    off = REASONING_OFF[protocol]
+    assert ask(gateway, protocol, "deep", tools=False, stream=stream, **off)[2:4] == ("Hello!", "")
+
+
+def test_the_sdks_read_the_reasoning_fields(gateway):
+    reply = gateway.openai().chat.completions.create(model="deep", messages=ASK)
+    assert reply.choices[0].message.model_extra["reasoning_content"] == "hmm, the user greets"
+    response = gateway.openai().responses.create(model="deep", input="hi")
+    reasoning = [item for item in response.output if item.type == "reasoning"]
+    assert reasoning[0].content[0].text == "hmm, the user greets"
+    assert response.output_text == "Hello!"
+    with gateway.anthropic().messages.stream(model="deep", max_tokens=100, messages=ASK) as stream:
+        message = stream.get_final_message()
+    assert [b.type for b in message.content] == ["thinking", "text"]
+    assert message.content[0].thinking == "hmm, the user greets"
+    assert message.content[0].signature == ""
+    chat = gateway.ollama().chat(model="deep", messages=ASK, think=True)
+    assert chat.message.thinking == "hmm, the user greets" and chat.message.content == "Hello!"
+
+
+def test_stop_strings_do_not_match_inside_the_reasoning(gateway):
+    status, _, text, thought, _ = ask(
+        gateway, "openai", "deep", tools=False, stop=["greets"], reasoning_effort="high"
+    )
+    assert (text, thought) == ("Hello!", "hmm, the user greets")
