@@ -9,6 +9,9 @@ if [ "$(uname -s)" = Linux ] && command -v apt-get >/dev/null; then
     # OpenBLAS: MLX's CPU wheel ships the reference BLAS; the gateway preloads this one
     # instead (~40x faster matrix products). python3-venv for the virtual environment.
     packages="libopenblas0-pthread python3-venv"
+    # The ops page is tested in a real headless browser: Debian's chromium, driven by
+    # Playwright (which cannot download a browser build of its own here).
+    [ "${1:-}" = test ] && packages="$packages chromium"
     missing=$(for p in $packages; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done)
     if [ -n "$missing" ]; then
         SUDO=$([ "$(id -u)" = 0 ] && echo "" || echo sudo)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import msgspec
 import structlog
 
@@ -9,9 +11,15 @@ from schemas.events import Event
 
 _logger = structlog.get_logger("gateway")
 
+# Called with every event emitted, whatever the log level lets through (metrics count them
+# all); in the emitter's context, so `request_id` is at hand.
+LISTENERS: list[Callable[[Event], None]] = []
+
 
 def emit(event: Event, *, level: str = "info") -> None:
     """Log `event` under its tag with its fields; context (request_id) comes from structlog."""
     fields = msgspec.structs.asdict(event)
     name = type(event).__struct_config__.tag
     getattr(_logger, level)(name, **fields)
+    for listener in LISTENERS:
+        listener(event)

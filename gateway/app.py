@@ -14,14 +14,22 @@ from litestar.datastructures import State
 from litestar.di import Provide
 
 from engines.errors import ConfigInvalid
+from engines.log import LISTENERS
 from engines.platform import PlatformPath
 from engines.residency import MemoryBudget, auto_budget
-from gateway import admin, anthropic, completions, embeddings, ollama, openai, ops, responses
+from gateway import admin, anthropic, completions, embeddings, ollama, openai, ops, responses, ui
+from gateway import metrics as metrics_routes
 from gateway.auth import require_api_key
 from gateway.errors import error_response
+from gateway.events_feed import EventsFeed
+from gateway.exposure import cors_config, host_guard
+from gateway.limits import guard_pillow, request_limits
+from gateway.logging import REDACTOR, TAPS
+from gateway.metrics import Metrics
 from gateway.middleware import request_events
 from gateway.registry import Generation, Registry
 from gateway.reload import Reloader, make_runner
+from gateway.shutdown import Admission
 from schemas.config import GatewayConfig, size_bytes
 
 
@@ -30,18 +38,36 @@ def provide_generation(state: State) -> Generation:
     return state.registry.current
 
 
-def create_app(config: GatewayConfig, platform: PlatformPath, config_path: Path) -> Litestar:
-    """The gateway for `config` (read from `config_path`, which reloads re-read)."""
+def create_app(
+    config: GatewayConfig,
+    platform: PlatformPath,
+    config_path: Path,
+    *,
+    bind_host: str | None = None,
+) -> Litestar:
+    """The gateway for `config` (read from `config_path`, which reloads re-read).
+
+    `bind_host` is the address served on; on loopback, requests must name a loopback Host.
+    """
     total = size_bytes(config.server.memory_budget) or auto_budget()
     budget = MemoryBudget(total)
     base_dir = config_path.resolve().parent
     runners = {m.id: make_runner(m, config, platform, base_dir, budget) for m in config.models}
     registry = Registry(Generation(config, runners))
     reloader = Reloader(registry, config_path, platform, budget)
+    admission = Admission()
+    feed = EventsFeed()
+    admission.on_drain.append(feed.close)
+    metrics = Metrics(registry, admission)
+    REDACTOR.follow(lambda: registry.current.config, config_path)
+    guard_pillow(config.server.limits)
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         loop = asyncio.get_running_loop()
+        feed.bind()
+        TAPS.append(feed.publish)
+        LISTENERS.append(metrics.observe)
         for runner in registry.current.runners.values():
             await runner.start()
         loop.add_signal_handler(signal.SIGHUP, _reload_soon, reloader)
@@ -54,6 +80,8 @@ def create_app(config: GatewayConfig, platform: PlatformPath, config_path: Path)
                 watcher.cancel()
             for runner in registry.current.runners.values():
                 await runner.stop("shutdown")
+            TAPS.remove(feed.publish)
+            LISTENERS.remove(metrics.observe)
 
     return Litestar(
         route_handlers=[
@@ -65,13 +93,29 @@ def create_app(config: GatewayConfig, platform: PlatformPath, config_path: Path)
             *embeddings.ROUTES,
             *ops.ROUTES,
             *admin.ROUTES,
+            *metrics_routes.ROUTES,
+            *ui.ROUTES,
         ],
         dependencies={"generation": Provide(provide_generation, sync_to_thread=False)},
         exception_handlers={Exception: error_response},
-        middleware=[request_events],
+        # Outermost first: every request is logged, then Host-checked, admitted (or 503 while
+        # draining), and held to its size limits before any handler reads it.
+        middleware=[request_events, host_guard, admission.middleware, request_limits],
         guards=[require_api_key],
+        request_max_body_size=None,  # limits.max_body_bytes rules, in request_limits
+        cors_config=cors_config(config.server),
         lifespan=[lifespan],
-        state=State({"registry": registry, "reloader": reloader, "budget": budget}),
+        state=State(
+            {
+                "registry": registry,
+                "reloader": reloader,
+                "budget": budget,
+                "admission": admission,
+                "feed": feed,
+                "metrics": metrics,
+                "bind_host": bind_host,
+            }
+        ),
         openapi_config=None,
     )
 

@@ -8,6 +8,7 @@ import msgspec
 from litestar import Request
 
 from engines.errors import BadRequest
+from gateway.limits import check_images, check_json_depth
 
 T = TypeVar("T")
 
@@ -21,7 +22,11 @@ async def decode_body(request: Request, schema: type[T]) -> T:
     body = await request.body()
     if not body.strip():
         raise BadRequest("the request body is empty; send a JSON object")
+    limits = request.app.state.registry.current.config.server.limits
+    check_json_depth(body, limits.max_json_depth)  # before the decoder recurses
     try:
+        if b"image" in body:  # count and measure images before any adapter refuses them
+            check_images(msgspec.json.decode(body), limits)
         return msgspec.json.decode(body, type=schema)
     except msgspec.ValidationError as error:
         raise BadRequest(f"invalid request: {error}") from None

@@ -83,7 +83,11 @@ def serve(path: Path, host: str | None, port: int | None) -> int:
     from engines.log import emit
     from gateway.app import create_app
     from gateway.config import load_config
+    from gateway.exposure import bind_refusal
+    from gateway.limits import HeaderLimitH11
     from gateway.logging import setup_logging
+    from gateway.shutdown import DrainingServer
+    from schemas.config import size_bytes
     from schemas.events import ServerStarted
 
     try:
@@ -95,9 +99,12 @@ def serve(path: Path, host: str | None, port: int | None) -> int:
         return 1
     server = config.server
     host, port = host or server.host, port or server.port
+    if refusal := bind_refusal(server, host):
+        print(f"gateway: {refusal}", file=sys.stderr)
+        return 1
     setup_logging(server.log_level, server.log_file)
     path_taken = platform.detect()
-    app = create_app(config, path_taken, path)
+    app = create_app(config, path_taken, path, bind_host=host)
     emit(
         ServerStarted(
             host=host,
@@ -107,15 +114,23 @@ def serve(path: Path, host: str | None, port: int | None) -> int:
             platform=path_taken.as_dict(),
         )
     )
-    uvicorn.run(
+    uvicorn_config = uvicorn.Config(
         app,
         host=host,
         port=port,
         log_config=None,
         access_log=False,
         log_level="warning",
-        timeout_graceful_shutdown=30,
+        # A request head larger than this is cut off with a 431 while it is still arriving.
+        http=HeaderLimitH11,
+        h11_max_incomplete_event_size=size_bytes(server.limits.max_header_bytes),
+        # The drain (server.shutdown_grace) has already waited for requests by the time
+        # uvicorn closes connections; this only bounds what is left after it.
+        timeout_graceful_shutdown=5,
     )
+    # SIGTERM drains: 503 to new requests, in-flight ones finish, models unload, exit 0.
+    grace = lambda: app.state.registry.current.config.server.shutdown_grace  # noqa: E731
+    DrainingServer(uvicorn_config, app.state.admission, grace).run()
     return 0
 
 

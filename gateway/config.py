@@ -358,6 +358,14 @@ def _check_references(server: Any, models: list[Any], src: _Source) -> None:
     if isinstance(fallback, str) and fallback not in owner:
         known = ", ".join(sorted(owner)) or "none"
         src.at(("server", "fallback"), f"{fallback!r} names no model id or alias (known: {known})")
+    keys = server.get("api_keys") if isinstance(server, dict) else None
+    for i, entry in enumerate(keys if isinstance(keys, list) else []):
+        names = entry.get("models") if isinstance(entry, dict) else None
+        for j, name in enumerate(names if isinstance(names, list) else []):
+            if isinstance(name, str) and name not in owner:
+                known = ", ".join(sorted(owner)) or "none"
+                where = ("server", "api_keys", i, "models", j)
+                src.at(where, f"{name!r} names no model id or alias (known: {known})")
 
 
 def _struct_in(tp: Any) -> type[msgspec.Struct] | None:

@@ -8,6 +8,7 @@ from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 
 from engines.errors import GatewayError
+from gateway.logging import REDACTOR
 
 OPENAI_TYPES = {
     400: "invalid_request_error",
@@ -16,6 +17,7 @@ OPENAI_TYPES = {
     404: "not_found_error",
     413: "invalid_request_error",
     429: "rate_limit_error",
+    431: "invalid_request_error",
     503: "overloaded_error",
 }
 
@@ -66,6 +68,7 @@ def error_response(request: Request, error: Exception) -> Response:
         status, message, kind = error.status_code, error.detail, None
     else:
         status, message, kind = 500, "internal error", "server_error"
+    message = REDACTOR.redact(message)  # an error body never echoes a key back
     # The event log gets the real cause; the client gets no internals.
     logged = message if status != 500 else f"internal error: {error!r}"
     request.scope.setdefault("state", {})["error"] = logged

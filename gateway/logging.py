@@ -1,13 +1,24 @@
-"""structlog set-up: one JSON object per line, to stdout and optionally a file."""
+"""structlog set-up: one JSON object per line, to stdout and optionally a file, secrets redacted.
+
+Every line passes the redactor before it is rendered, and every rendered line is offered to
+the taps (the ops page's live feed), so what a watcher sees is exactly what the log holds.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
+from collections.abc import Callable
+from contextvars import ContextVar
+from pathlib import Path
 from typing import IO, Any
 
 import msgspec
 import structlog
+
+from gateway.config import ENV_REF
+from schemas.config import ApiKey, GatewayConfig
 
 LEVELS = {
     "debug": logging.DEBUG,
@@ -15,6 +26,82 @@ LEVELS = {
     "warning": logging.WARNING,
     "error": logging.ERROR,
 }
+REDACTED = "***"
+# Values read from the environment shorter than this are not taken for secrets: a port or
+# a flag redacted would garble every line, and a secret that short protects nothing.
+MIN_ENV_SECRET = 8
+
+# The Authorization / x-api-key values the current request presented, right or wrong.
+PRESENTED: ContextVar[tuple[str, ...]] = ContextVar("presented_secrets", default=())
+
+TAPS: list[Callable[[str], None]] = []  # called with every rendered line
+
+
+class Redactor:
+    """Replaces every known secret inside every string of an event with `***`.
+
+    Known secrets: the API keys and the admin key of the config in force, the values the
+    config read from `${VAR}` (MIN_ENV_SECRET characters or more), and the keys the current
+    request presented. A secret once known stays known, across reloads.
+    """
+
+    def __init__(self) -> None:
+        self._config: Callable[[], GatewayConfig] | None = None
+        self._path: Path | None = None
+        self._seen: GatewayConfig | None = None
+        self._known: set[str] = set()
+        self._ordered: tuple[str, ...] = ()
+
+    def follow(self, config: Callable[[], GatewayConfig], path: Path) -> None:
+        """Take secrets from `config()` (the generation in force) and the file at `path`."""
+        self._config, self._path, self._seen = config, path, None
+
+    def secrets(self) -> tuple[str, ...]:
+        current = self._config() if self._config else None
+        if current is not None and current is not self._seen:
+            self._seen = current
+            self._known |= config_secrets(current, self._path)
+            # Longest first, so a secret containing another is replaced whole.
+            self._ordered = tuple(sorted(self._known, key=len, reverse=True))
+        return self._ordered
+
+    def redact(self, text: str) -> str:
+        """`text` with every known secret (and the request's presented keys) replaced."""
+        for secret in (*self.secrets(), *PRESENTED.get()):
+            if secret and secret in text:
+                text = text.replace(secret, REDACTED)
+        return text
+
+    def __call__(self, _logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:
+        """The structlog processor: walks every value of the event."""
+        return {key: self._walk(value) for key, value in event.items()}
+
+    def _walk(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self.redact(value)
+        if isinstance(value, dict):
+            return {k: self._walk(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self._walk(v) for v in value]
+        return value
+
+
+def config_secrets(config: GatewayConfig, path: Path | None) -> set[str]:
+    """The API keys and admin key of `config`, and the environment values its file reads."""
+    found = {k.key if isinstance(k, ApiKey) else k for k in config.server.api_keys}
+    found.add(config.server.admin_key)
+    try:
+        text = path.read_text(encoding="utf-8") if path else ""
+    except OSError:
+        text = ""
+    for match in ENV_REF.finditer(text):
+        value = os.environ.get(match.group(1)) or ""
+        if len(value) >= MIN_ENV_SECRET:
+            found.add(value)
+    return {secret for secret in found if secret}
+
+
+REDACTOR = Redactor()
 
 
 class LineWriter:
@@ -27,6 +114,8 @@ class LineWriter:
         for stream in self._streams:
             stream.write(line + "\n")
             stream.flush()
+        for tap in TAPS:
+            tap(line)
 
     debug = info = warning = error = critical = exception = msg
 
@@ -48,6 +137,7 @@ def setup_logging(level: str = "info", log_file: str | None = None) -> None:
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),
+            REDACTOR,
             _render,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(LEVELS[level]),

@@ -5,11 +5,54 @@ from __future__ import annotations
 import time
 import uuid
 
+import msgspec
 import structlog
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from engines.log import emit
+from gateway.errors import error_body, protocol_of
+from gateway.logging import MIN_ENV_SECRET, PRESENTED
 from schemas.events import RequestFinished, RequestStarted
+
+
+async def send_error(
+    scope: Scope,
+    send: Send,
+    status: int,
+    message: str,
+    headers: list[tuple[bytes, bytes]] = (),
+    kind: str | None = None,
+) -> None:
+    """Answer from a middleware, before any handler: the error in the path's protocol envelope.
+
+    The message is recorded for the request's `request_finished` line as handlers' errors are.
+    """
+    scope.setdefault("state", {})["error"] = message
+    body = msgspec.json.encode(error_body(protocol_of(scope["path"]), status, message, kind))
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def presented_secrets(scope: Scope) -> tuple[str, ...]:
+    """The key values this request sent (right or wrong), for the redactor to hide."""
+    headers = dict(scope["headers"])
+    authorization = headers.get(b"authorization", b"").decode("latin-1")
+    values = (
+        authorization,
+        authorization.partition(" ")[2].strip(),
+        headers.get(b"x-api-key", b"").decode("latin-1"),
+    )
+    return tuple(v for v in values if len(v) >= MIN_ENV_SECRET)
 
 
 def request_events(app: ASGIApp) -> ASGIApp:
@@ -22,6 +65,7 @@ def request_events(app: ASGIApp) -> ASGIApp:
         request_id = f"req_{uuid.uuid4().hex[:16]}"
         structlog.contextvars.clear_contextvars()
         structlog.contextvars.bind_contextvars(request_id=request_id)
+        PRESENTED.set(presented_secrets(scope))
         emit(RequestStarted(method=scope["method"], path=scope["path"]))
         started = time.perf_counter()
         status = 499  # stays so when the client leaves before any response starts

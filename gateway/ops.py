@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from litestar import get
+from litestar import Response, get
+from litestar.datastructures import State
 
 from gateway.registry import Generation
 
 
 @get("/health", opt={"public": True})
-async def health(generation: Generation) -> dict:
-    """Liveness and each model's state; reads state only, never loads or wakes a model."""
+async def health(generation: Generation, state: State) -> Response:
+    """Liveness and each model's state; reads state only, never loads or wakes a model.
+
+    While the gateway drains for shutdown: 503 and `status: draining`."""
     models = {
         model_id: {
             "state": runner.state.value,
@@ -19,7 +22,9 @@ async def health(generation: Generation) -> dict:
         }
         for model_id, runner in generation.runners.items()
     }
-    return {"status": "ok", "models": models}
+    draining = state.admission.draining
+    body = {"status": "draining" if draining else "ok", "models": models}
+    return Response(body, status_code=503 if draining else 200)
 
 
 ROUTES = [health]

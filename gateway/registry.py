@@ -6,6 +6,7 @@ from typing import NamedTuple
 
 from engines.errors import ModelNotFound
 from engines.runner import Runner
+from gateway.auth import check_model_allowed
 from schemas.config import GatewayConfig, ModelConfig
 
 
@@ -38,7 +39,17 @@ class Generation:
                 self._names[alias] = (model.id, alias)
 
     def resolve(self, name: str) -> Route:
-        """The runner for a model id or alias, else the fallback, else `ModelNotFound`."""
+        """The runner for a model id or alias, else the fallback, else `ModelNotFound`;
+        `Forbidden` when the request's API key may not use the model it resolves to."""
+        route = self._lookup(name)
+        check_model_allowed(self, route)
+        return route
+
+    def resolve_name(self, name: str) -> str | None:
+        """The model id an id or alias names, or None."""
+        return self._names[name][0] if name in self._names else None
+
+    def _lookup(self, name: str) -> Route:
         if name in self._names:
             model_id, alias = self._names[name]
             return Route(self.runners[model_id], name, alias, False, self.models[model_id])

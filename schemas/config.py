@@ -64,11 +64,46 @@ def size_bytes(size: str) -> int | None:
     return int(float(number) * _SIZE_UNITS[unit])
 
 
+ByteSize = Annotated[
+    str,
+    Meta(pattern=r"^\d+(\.\d+)?\s*(B|KB|MB|GB|KiB|MiB|GiB)$", description='A size: "10MiB".'),
+]
+Origin = Annotated[
+    str,
+    Meta(
+        pattern=r"^https?://[^/*\s]+$",
+        description='An exact origin, scheme://host[:port], such as "https://chat.example.com"',
+    ),
+]
+
+
+class ApiKey(Strict):
+    """An API key limited to some models. `key` from an unset `${VAR}` drops the entry."""
+
+    key: str | None
+    models: list[Identifier] = []
+
+
+class LimitsConfig(Strict):
+    """What one request may cost, checked before the work it would cause."""
+
+    max_body_bytes: ByteSize = "10MiB"
+    max_header_bytes: ByteSize = "32KiB"
+    max_json_depth: Annotated[int, Meta(ge=2, le=1000)] = 64
+    max_images: Annotated[int, Meta(ge=0)] = 8
+    max_image_pixels: PositiveInt = 25_000_000
+
+
 class ServerConfig(Strict):
     host: str = "127.0.0.1"
     port: Port = 8000
-    api_keys: list[str] = []
+    api_keys: list[str | ApiKey] = []
     admin_key: str | None = None
+    # Binding a non-loopback address without api_keys is refused unless this says so.
+    allow_unauthenticated_network: bool = False
+    cors_origins: list[Origin] = []
+    limits: LimitsConfig = LimitsConfig()
+    shutdown_grace: Duration = "30s"
     memory_budget: Size = "auto"
     fallback: str | None = None
     log_file: str | None = None

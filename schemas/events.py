@@ -107,3 +107,19 @@ class ConfigReloaded(Event, tag="config_reloaded"):
 class ConfigRejected(Event, tag="config_rejected"):
     trigger: str
     errors: list[str]
+
+
+class ServerDraining(Event, tag="server_draining"):
+    """SIGTERM (or SIGINT): new requests get 503 while `in_flight` ones finish."""
+
+    signal: int
+    in_flight: int
+    grace_s: float
+
+
+class ServerStopping(Event, tag="server_stopping"):
+    """The drain ended: every request finished (`drained`), or the grace period ran out."""
+
+    drained: bool
+    left_in_flight: int
+    drain_s: float

@@ -1,0 +1,86 @@
+"""Who can reach the gateway: the bind refusal, the loopback Host check, CORS.
+
+A gateway on loopback is only reachable from this machine, but a web page the user visits
+can still aim a browser at it under a hostile name that resolves to 127.0.0.1 (DNS
+rebinding). Such a request carries that name in its Host header, so on loopback every Host
+must be a loopback name.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from litestar.config.cors import CORSConfig
+from litestar.types import ASGIApp, Receive, Scope, Send
+
+from gateway.middleware import send_error
+from schemas.config import ServerConfig
+
+
+def is_loopback(host: str) -> bool:
+    """True for `localhost`, 127.0.0.0/8 and ::1 (brackets allowed)."""
+    host = host.strip().lower().removeprefix("[").removesuffix("]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def host_name(header: str) -> str:
+    """The name in a Host header, without its port: `[::1]:8000` → `::1`."""
+    header = header.strip()
+    if header.startswith("["):
+        return header[1 : header.find("]")] if "]" in header else header
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+def bind_refusal(server: ServerConfig, host: str) -> str | None:
+    """Why serving on `host` is refused, or None: a network address needs API keys."""
+    from gateway.auth import key_entries
+
+    if is_loopback(host) or key_entries(server) or server.allow_unauthenticated_network:
+        return None
+    return (
+        f"refusing to listen on {host}: it is reachable from the network and server.api_keys "
+        "is empty, so anyone there could use every model. Set server.api_keys, bind "
+        "127.0.0.1, or set server.allow_unauthenticated_network: true to accept the risk."
+    )
+
+
+def cors_config(server: ServerConfig) -> CORSConfig | None:
+    """CORS for the listed origins only; none listed means no CORS headers at all.
+
+    Origins are exact (the config refuses `*`), and credentials are never allowed: a
+    browser page sends keys as headers, which need no cookie.
+    """
+    if not server.cors_origins:
+        return None
+    return CORSConfig(
+        allow_origins=list(server.cors_origins),
+        allow_methods=["GET", "POST", "OPTIONS"],
+        allow_headers=["authorization", "x-api-key", "content-type", "anthropic-version"],
+        allow_credentials=False,
+        expose_headers=["x-request-id", "retry-after"],
+    )
+
+
+def host_guard(app: ASGIApp) -> ASGIApp:
+    """ASGI middleware: on a loopback bind, a Host header that names anything else is a 403."""
+
+    async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
+        bind = scope["app"].state.get("bind_host")
+        if scope["type"] == "http" and bind and is_loopback(bind):
+            host = dict(scope["headers"]).get(b"host")
+            # No Host at all (HTTP/1.0) cannot come from a browser: nothing to rebind.
+            if host is not None and not is_loopback(host_name(host.decode("latin-1"))):
+                message = (
+                    "this gateway listens on loopback and answers only to a loopback Host "
+                    "(localhost, 127.0.0.1, [::1]); see server.host"
+                )
+                await send_error(scope, send, 403, message)
+                return
+        await app(scope, receive, send)
+
+    return middleware
