@@ -39,7 +39,9 @@ class Pace:
     def wait(self, tokens: int) -> None:
         if not self._rate:
             return
-        self._due = max(self._due, time.perf_counter() - 1.0) + tokens / self._rate
+        # Idle time earns at most one step of credit: no burst after a pause.
+        step = tokens / self._rate
+        self._due = max(self._due, time.perf_counter() - step) + step
         delay = self._due - time.perf_counter()
         if delay > 0:
             time.sleep(delay)

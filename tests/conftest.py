@@ -131,3 +131,15 @@ def start_gateway(tmp_path):
     yield start
     for gateway in started:
         gateway.stop()
+
+
+@pytest.fixture(scope="session")
+def shipped_gateway(tmp_path_factory):
+    """`gateway serve` on the shipped `configs/models.yaml`, one for all end-to-end tests."""
+    log = tmp_path_factory.mktemp("e2e") / "events.jsonl"
+    process = GatewayProcess(REPO / "configs" / "models.yaml", log)
+    try:
+        process.wait_ready()
+        yield process
+    finally:
+        process.stop()

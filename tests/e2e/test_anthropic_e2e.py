@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, GatewayProcess
+from conftest import REPO
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 # This SDK no longer takes sampling arguments (Claude's newest models refuse them); the
@@ -17,14 +17,8 @@ GREEDY = {"temperature": 0}
 
 
 @pytest.fixture(scope="module")
-def gateway(tmp_path_factory):
-    log = tmp_path_factory.mktemp("e2e-anthropic") / "events.jsonl"
-    process = GatewayProcess(REPO / "configs" / "models.yaml", log)
-    try:
-        process.wait_ready()
-        yield process
-    finally:
-        process.stop()
+def gateway(shipped_gateway):
+    return shipped_gateway
 
 
 @pytest.fixture(scope="module")

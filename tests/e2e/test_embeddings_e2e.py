@@ -11,7 +11,7 @@ import numpy as np
 import ollama
 import openai
 import pytest
-from conftest import REPO, GatewayProcess
+from conftest import REPO
 
 FOOD = "A man is eating food."
 BREAD = "A man is eating a piece of bread."
@@ -19,14 +19,8 @@ BABY = "The girl is carrying a baby."
 
 
 @pytest.fixture(scope="module")
-def gateway(tmp_path_factory):
-    log = tmp_path_factory.mktemp("e2e-embeddings") / "events.jsonl"
-    process = GatewayProcess(REPO / "configs" / "models.yaml", log)
-    try:
-        process.wait_ready()
-        yield process
-    finally:
-        process.stop()
+def gateway(shipped_gateway):
+    return shipped_gateway
 
 
 @pytest.fixture(scope="module")

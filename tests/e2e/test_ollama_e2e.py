@@ -10,21 +10,15 @@ import sys
 
 import httpx
 import pytest
-from conftest import REPO, GatewayProcess
+from conftest import REPO
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 GREEDY = {"temperature": 0, "num_predict": 40}
 
 
 @pytest.fixture(scope="module")
-def gateway(tmp_path_factory):
-    log = tmp_path_factory.mktemp("e2e-ollama") / "events.jsonl"
-    process = GatewayProcess(REPO / "configs" / "models.yaml", log)
-    try:
-        process.wait_ready()
-        yield process
-    finally:
-        process.stop()
+def gateway(shipped_gateway):
+    return shipped_gateway
 
 
 @pytest.fixture(scope="module")

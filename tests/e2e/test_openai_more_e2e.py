@@ -8,20 +8,14 @@ import sys
 
 import openai
 import pytest
-from conftest import REPO, GatewayProcess
+from conftest import REPO
 
 QUESTION = "What is the capital of France?"
 
 
 @pytest.fixture(scope="module")
-def gateway(tmp_path_factory):
-    log = tmp_path_factory.mktemp("e2e-openai") / "events.jsonl"
-    process = GatewayProcess(REPO / "configs" / "models.yaml", log)
-    try:
-        process.wait_ready()
-        yield process
-    finally:
-        process.stop()
+def gateway(shipped_gateway):
+    return shipped_gateway
 
 
 @pytest.fixture(scope="module")
