@@ -31,4 +31,9 @@ async def decode_body(request: Request, schema: type[T]) -> T:
     except msgspec.ValidationError as error:
         raise BadRequest(f"invalid request: {error}") from None
     except msgspec.DecodeError as error:
+        from gateway.nonfinite import nonfinite_field  # only a failed decode needs it
+
+        nonfinite = nonfinite_field(body)
+        if nonfinite:
+            raise BadRequest(f"invalid request: {nonfinite}") from None
         raise BadRequest(f"the request body is not valid JSON: {error}") from None
