@@ -107,6 +107,17 @@ class Gateway:
             time.sleep(0.02)
         raise TimeoutError(f"no generated event for request {request_id}")
 
+    def decoding(self) -> str:
+        """How each model decodes, as its `model_attached` event says (batching, reuse)."""
+        parts = []
+        for event in self.events("model_attached"):
+            detail = event.get("detail") or {}
+            shown = ", ".join(
+                f"{key} {detail[key]}" for key in ("decoding", "prefix_reuse") if key in detail
+            )
+            parts.append(f"{event.get('model')}: {shown or 'no detail'}")
+        return "; ".join(parts)
+
     def platform(self) -> dict:
         started = self.events("server_started")
         return started[0].get("platform", {}) if started else {}

@@ -104,6 +104,7 @@ async def burst(target: Target, clients: int, round_: int, max_tokens: int) -> d
         "wall": wall,
         "ttft": median([t.ttft for t in timings]),
         "stream_tps": median([t.decode_tps for t in timings]),
+        "texts": [t.text for t in timings],
     }
 
 
@@ -131,6 +132,13 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--no-4bit", action="store_true", help="skip mlx-lm on 4-bit weights")
+    parser.add_argument(
+        "--4bit-rounds",
+        dest="q4_rounds",
+        type=int,
+        default=1,
+        help="rounds that include mlx-lm on 4-bit weights (it is slow; 1 shows the gap)",
+    )
     args = parser.parse_args()
     load_before = os.getloadavg()
 
@@ -138,6 +146,7 @@ def main() -> None:
 
     stored_dir = resolve_source("bench", SMOLLM2)
     f32_dir = float32_dir()
+    q4_label = "mlx-lm server, 4-bit as stored"
     with ExitStack() as stack:
         gateway = stack.enter_context(Gateway(CONFIG, "concurrency"))
         mlx_f32 = stack.enter_context(MlxLmServer(f32_dir, "mlx-lm-f32"))
@@ -146,17 +155,22 @@ def main() -> None:
             Target("gateway, concurrency 1", gateway.url, "c1"),
             Target("mlx-lm server, float32 copy", mlx_f32.url, "default_model"),
         ]
-        if not args.no_4bit:
+        if not args.no_4bit and args.q4_rounds > 0:
             mlx_q4 = stack.enter_context(MlxLmServer(stored_dir, "mlx-lm-q4"))
-            targets.append(Target("mlx-lm server, 4-bit as stored", mlx_q4.url, "default_model"))
-        for target in targets:  # warm-up: loads mlx-lm's model, compiles first shapes
-            asyncio.run(burst(target, 1, -1, 8))
-        results: dict[tuple[str, int], list[dict]] = {}
+            targets.append(Target(q4_label, mlx_q4.url, "default_model"))
+        # Warm-up (loads mlx-lm's model lazily, runs first shapes), and a check that every
+        # server gives the same greedy answer to one prompt.
+        warm = {t.label: asyncio.run(burst(t, 1, -1, 16))["texts"][0] for t in targets}
+        same = [label for label, text in warm.items() if text == warm[targets[0].label]]
+        # results[(label, clients)][round] -> one burst's figures
+        results: dict[tuple[str, int], dict[int, dict]] = {}
         for round_ in range(args.repeats):
             for clients in args.clients:
                 for target in targets:
+                    if target.label == q4_label and round_ >= args.q4_rounds:
+                        continue
                     result = asyncio.run(burst(target, clients, round_, args.max_tokens))
-                    results.setdefault((target.label, clients), []).append(result)
+                    results.setdefault((target.label, clients), {})[round_] = result
                     print(
                         f"round {round_} {target.label:32s} {clients} clients: "
                         f"{result['aggregate']:6.2f} tok/s aggregate "
@@ -164,27 +178,25 @@ def main() -> None:
                         flush=True,
                     )
         platform_path = gateway.platform()
+        decoding = gateway.decoding()
 
-    def per_round(label: str, clients: int) -> list[float]:
-        return [r["aggregate"] for r in results[(label, clients)]]
+    def ratio(a: tuple[str, int], b: tuple[str, int]) -> float | None:
+        """Median over the rounds both ran of aggregate(a) / aggregate(b), side by side."""
+        rounds = results[a].keys() & results[b].keys()
+        return median([results[a][r]["aggregate"] / results[b][r]["aggregate"] for r in rounds])
 
     lo, hi = min(args.clients), max(args.clients)
     rows = []
     for target in targets:
         for clients in args.clients:
-            runs = results[(target.label, clients)]
-            scale = [
-                a / b
-                for a, b in zip(
-                    per_round(target.label, clients), per_round(target.label, lo), strict=True
-                )
-            ]
+            runs = list(results[(target.label, clients)].values())
             rows.append(
                 [
                     target.label,
                     clients,
+                    len(runs),
                     fmt(median([r["aggregate"] for r in runs])),
-                    fmt(median(scale), 2),
+                    fmt(ratio((target.label, clients), (target.label, lo)), 2),
                     fmt(median([r["stream_tps"] for r in runs])),
                     fmt(median([r["ttft"] * 1000 for r in runs]), 0),
                 ]
@@ -193,6 +205,7 @@ def main() -> None:
         [
             "server",
             "clients",
+            "rounds",
             "aggregate tok/s (median)",
             f"x its own {lo}-client aggregate",
             "per-stream decode tok/s",
@@ -201,31 +214,23 @@ def main() -> None:
         rows,
     )
     gateway_label = targets[0].label
-    versus = []
-    for target in targets[2:]:
-        for clients in args.clients:
-            ratios = [
-                a / b
-                for a, b in zip(
-                    per_round(gateway_label, clients), per_round(target.label, clients), strict=True
-                )
-            ]
-            versus.append([f"{gateway_label} / {target.label}", clients, fmt(median(ratios), 2)])
+    versus = [
+        [f"{gateway_label} / {t.label}", c, fmt(ratio((gateway_label, c), (t.label, c)), 2)]
+        for t in targets[2:]
+        for c in args.clients
+    ]
     body += "\n\n" + table(["ratio (per round, side by side)", "clients", "median"], versus)
-    scale_hi = median(
-        [
-            a / b
-            for a, b in zip(per_round(gateway_label, hi), per_round(gateway_label, lo), strict=True)
-        ]
-    )
+    scale_hi = ratio((gateway_label, hi), (gateway_label, lo))
     notes = (
-        f"{args.repeats} rounds, each running every client count on every server in turn; "
-        f"greedy, max_tokens {args.max_tokens}, a distinct prompt per client and round. "
-        f"Targets: {hi} clients >= 4 x one client (gateway, concurrency 8: "
-        f"{fmt(scale_hi, 2)} x); gateway >= 1.2 x mlx-lm server's aggregate (table above, "
-        f"{hi} clients against the float32 copy is the like-for-like line). mlx-lm server "
-        f"{_mlx_lm_version()} with its defaults (decode concurrency 32, prompt cache on); "
-        "the gateway's prefix reuse at its default."
+        f"Gateway models as attached: {decoding}. "
+        f"{args.repeats} rounds, each running every client count on every server in turn "
+        f"(mlx-lm on 4-bit weights in the first {args.q4_rounds} only); greedy, max_tokens "
+        f"{args.max_tokens}, a distinct prompt per client and round. Targets: {hi} clients "
+        f">= 4 x one client (gateway, concurrency 8: {fmt(scale_hi, 2)} x); gateway >= 1.2 x "
+        f"mlx-lm server's aggregate ({hi} clients against the float32 copy is the "
+        f"like-for-like line). mlx-lm server {_mlx_lm_version()} with its defaults (decode "
+        "concurrency 32, prompt cache on); the gateway's prefix reuse at its default. Same "
+        f"greedy 16-token answer as the gateway on the warm-up prompt: {', '.join(same)}."
     )
     report(
         "Concurrency: aggregate tokens/s, gateway vs mlx-lm server",

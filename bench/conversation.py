@@ -141,6 +141,7 @@ def main() -> None:
                     flush=True,
                 )
         platform_path = gateway.platform()
+        decoding = gateway.decoding()
 
     rows = []
     for turn in range(1, args.turns + 1):
@@ -175,6 +176,7 @@ def main() -> None:
     )
     last = rows[-1]
     notes = (
+        f"Gateway models as attached: {decoding}. "
         f"{args.repeats} conversations of {args.turns} turns per side, turn k run on both "
         f"sides before turn k+1; max_tokens {args.max_tokens}, greedy, concurrency "
         f"{args.concurrency}; TTFT is the client's (request sent to first content chunk), "

@@ -98,65 +98,85 @@ class Reference:
         self.process.wait(timeout=30)
 
 
+def rotated(sides: list[str], round_: int) -> list[str]:
+    """The sides in a different order each round, so none always runs right after another."""
+    shift = round_ % len(sides)
+    return sides[shift:] + sides[:shift]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=5, help="measured runs per side")
+    parser.add_argument("--repeats", type=int, default=5, help="decode runs per side")
     parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument(
+        "--ttft-rounds", type=int, default=15, help="max_tokens 1 runs per side, for TTFT"
+    )
     args = parser.parse_args()
     load_before = os.getloadavg()
+    sides = ["in-process", "serial", "batched"]
 
     reference = Reference()
-    runs: dict[str, list[StreamTiming]] = {"in-process": [], "serial": [], "batched": []}
     try:
         with Gateway(CONFIG, "single") as gateway, httpx.Client(timeout=600) as client:
+
+            def run(side: str, max_tokens: int) -> StreamTiming:
+                if side == "in-process":
+                    return reference.run(max_tokens)
+                timing = stream_chat(client, gateway.url, chat_body(side, PROMPT, max_tokens))
+                timing.extra["engine_ttft"] = gateway.generated(timing.request_id).get("ttft_s")
+                return timing
+
+            decode: dict[str, list[StreamTiming]] = {side: [] for side in sides}
+            first: dict[str, list[StreamTiming]] = {side: [] for side in sides}
             for round_ in range(args.repeats + 1):  # round 0 warms every side up
-                for side in runs:
-                    if side == "in-process":
-                        timing = reference.run(args.max_tokens)
-                    else:
-                        body = chat_body(side, PROMPT, args.max_tokens)
-                        timing = stream_chat(client, gateway.url, body)
-                        event = gateway.generated(timing.request_id)
-                        timing.extra["engine_ttft"] = event.get("ttft_s")
+                for side in rotated(sides, round_):
+                    timing = run(side, args.max_tokens)
                     if round_:
-                        runs[side].append(timing)
+                        decode[side].append(timing)
                     print(
-                        f"round {round_} {side:10s} ttft {timing.ttft * 1000:7.1f} ms  "
+                        f"decode round {round_} {side:10s} ttft {timing.ttft * 1000:7.1f} ms  "
                         f"decode {fmt(timing.decode_tps)} tok/s  "
                         f"({timing.prompt_tokens}+{timing.new_tokens} tokens)",
                         flush=True,
                     )
+            for round_ in range(args.ttft_rounds):
+                for side in rotated(sides, round_):
+                    first[side].append(run(side, 1))
+                print(
+                    f"ttft round {round_}: "
+                    + "  ".join(f"{s} {first[s][-1].ttft * 1000:.1f} ms" for s in sides),
+                    flush=True,
+                )
             platform_path = gateway.platform()
+            decoding = gateway.decoding()
     finally:
         reference.stop()
 
-    ref_tps = median([t.decode_tps for t in runs["in-process"]])
-    ref_ttft = median([t.ttft for t in runs["in-process"]])
-    ref_text = runs["in-process"][0].text
+    ref_decode, ref_first = decode["in-process"], first["in-process"]
+    ref_text = ref_decode[0].text
     rows = []
-    for side, timings in runs.items():
-        tps = median([t.decode_tps for t in timings])
-        ttft = median([t.ttft for t in timings])
-        # Per round, side by side: each gateway run against the reference run next to it.
+    for side in sides:
+        # Side by side: each gateway run against the reference run of the same round.
         ratios = [
             g.decode_tps / r.decode_tps
-            for g, r in zip(timings, runs["in-process"], strict=True)
+            for g, r in zip(decode[side], ref_decode, strict=True)
             if g.decode_tps and r.decode_tps
         ]
-        overheads = [
-            (g.ttft - r.ttft) * 1000 for g, r in zip(timings, runs["in-process"], strict=True)
-        ]
+        overheads = [(g.ttft - r.ttft) * 1000 for g, r in zip(first[side], ref_first, strict=True)]
+        reference_side = side == "in-process"
+        engine_ttft = median([t.extra.get("engine_ttft") for t in first[side]])
         rows.append(
             [
                 "in-process mlx_lm.stream_generate"
-                if side == "in-process"
+                if reference_side
                 else f"gateway SSE, concurrency {1 if side == 'serial' else 8}",
-                f"{timings[0].prompt_tokens}+{timings[0].new_tokens}",
-                fmt(tps),
-                fmt(ttft * 1000, 1),
-                "1 (reference)" if side == "in-process" else fmt(median(ratios), 3),
-                "0 (reference)" if side == "in-process" else fmt(median(overheads), 1),
-                "yes" if all(t.text == ref_text for t in timings) else "NO",
+                f"{decode[side][0].prompt_tokens}+{decode[side][0].new_tokens}",
+                fmt(median([t.decode_tps for t in decode[side]])),
+                "1 (reference)" if reference_side else fmt(median(ratios), 3),
+                fmt(median([t.ttft * 1000 for t in first[side]]), 1),
+                "0 (reference)" if reference_side else fmt(median(overheads), 1),
+                "n/a" if reference_side else fmt(engine_ttft * 1000, 1),
+                "yes" if all(t.text == ref_text for t in decode[side]) else "NO",
             ]
         )
     body = table(
@@ -164,21 +184,25 @@ def main() -> None:
             "side",
             "prompt+new tokens",
             "decode tok/s (median)",
-            "TTFT ms (median)",
             "decode ratio vs in-process (median of per-round ratios)",
+            "TTFT ms (median)",
             "TTFT overhead ms (median of per-round differences)",
+            "gateway's own ttft_s ms (from entering its queue)",
             "same text as in-process",
         ],
         rows,
     )
     notes = (
-        f"{args.repeats} measured rounds after one warm-up, sides interleaved in each round; "
-        f"greedy (temperature 0), max_tokens {args.max_tokens}, prefix reuse off; "
-        f"in-process reference median {fmt(ref_tps)} tok/s, TTFT {fmt(ref_ttft * 1000, 1)} ms. "
-        "Decode tok/s = (new tokens - 1) / (last token - first token); the gateway's are "
-        "the SSE content chunks' arrival times at the client, its token counts the usage "
-        "chunk's. Targets: decode ratio >= 0.97, TTFT overhead <= 10 ms. "
-        f"Reference platform: {reference.platform['blas']}, {reference.platform['weights']}."
+        f"Gateway models as attached: {decoding}. "
+        f"Decode: {args.repeats} rounds of max_tokens {args.max_tokens} after one warm-up "
+        f"round; TTFT: {args.ttft_rounds} rounds of max_tokens 1; every round runs every "
+        "side, in an order rotating by round. Greedy (temperature 0), prefix reuse off, so "
+        "both sides prefill the whole prompt. Decode tok/s = (new tokens - 1) / (last token "
+        "- first token); the gateway's times are the SSE content chunks' arrival at the "
+        "client, its token counts the usage chunk's; the in-process TTFT includes the chat "
+        "template and tokenizer, as the gateway's does. Targets: decode ratio >= 0.97, TTFT "
+        f"overhead <= 10 ms. Reference platform: {reference.platform['blas']}, "
+        f"{reference.platform['weights']}."
     )
     report(
         "Single stream: gateway SSE vs in-process mlx_lm",
