@@ -94,7 +94,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--turns", type=int, default=10)
     parser.add_argument("--max-tokens", type=int, default=32)
-    parser.add_argument("--concurrency", type=int, default=1, help="both model ids' setting")
+    parser.add_argument(
+        "--concurrency", type=int, default=4, help="both model ids' setting (shipped: 4)"
+    )
     args = parser.parse_args()
     load_before = os.getloadavg()
     config = CONFIG.replace("{concurrency}", str(args.concurrency))
