@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import select
 import socket
 import subprocess
 import sys
@@ -23,10 +25,76 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def raw_http(
+    port: int, head: bytes, body_chunks: tuple[bytes, ...] = (), timeout: float = 30
+) -> tuple[int, dict[str, str], bytes]:
+    """One request written byte for byte (no client normalizing paths or headers): the
+    status, headers and body of the answer. Sending stops quietly once the server has
+    answered and closed (as it does on a 413 before reading the body)."""
+    pieces = [head[i : i + 16384] for i in range(0, len(head), 16384)] + list(body_chunks)
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        try:
+            for piece in pieces:
+                # Stop writing once the answer is there: writing on into a socket the server
+                # has closed would draw a reset that can discard the answer unread.
+                if select.select([sock], [], [], 0.01)[0]:
+                    break
+                sock.sendall(piece)
+        except OSError:
+            pass
+        data = b""
+        try:
+            while chunk := sock.recv(65536):
+                data += chunk
+        except ConnectionResetError:
+            pass
+    head_bytes, _, body = data.partition(b"\r\n\r\n")
+    status_line, *lines = head_bytes.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines)}
+    return int(status_line.split()[1]), headers, body
+
+
+# Every log a gateway process wrote this session, with the secrets it was given (env
+# variables named like a key, token, secret or password). When the session ends, no line of
+# any of these logs may hold any of those secrets.
+SESSION_LOGS: list[tuple[Path, tuple[str, ...]]] = []
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
+
+
+def leaked_secrets(logs: list[tuple[Path, tuple[str, ...]]]) -> list[str]:
+    """`log: line` for every line of every log that holds any secret of any log."""
+    secrets = {secret for _, given in logs for secret in given}
+    leaks = []
+    for log, _ in logs:
+        if not log.exists():
+            continue
+        for line in log.read_text(errors="replace").splitlines():
+            leaks += [f"{log}: {line[:300]}" for secret in secrets if secret in line]
+    return leaks
+
+
+def pytest_sessionfinish(session, exitstatus):
+    leaks = leaked_secrets(SESSION_LOGS)
+    if leaks:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        reporter.write_line(f"SECRETS LEAKED into {len(leaks)} log lines:", red=True)
+        for leak in leaks[:20]:
+            reporter.write_line(f"  {leak}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 class GatewayProcess:
     """`gateway serve` as users run it, with its stdout (the event log) in a file."""
 
-    def __init__(self, config: Path, log: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        config: Path,
+        log: Path,
+        env: dict[str, str] | None = None,
+        args: tuple[str, ...] = (),
+    ) -> None:
+        secrets = tuple(v for k, v in (env or {}).items() if SECRET_NAME.search(k) and v)
+        SESSION_LOGS.append((log, secrets))
         self.clients: list = []  # SDK clients made for this gateway, closed with it
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -42,6 +110,7 @@ class GatewayProcess:
                 str(config),
                 "--port",
                 str(self.port),
+                *args,
             ],
             stdout=self._out,
             stderr=subprocess.STDOUT,
@@ -120,10 +189,13 @@ def start_gateway(tmp_path):
     """Start a gateway on YAML text; every process started is stopped after the test."""
     started: list[GatewayProcess] = []
 
-    def start(config_text: str, env: dict[str, str] | None = None) -> GatewayProcess:
+    def start(
+        config_text: str, env: dict[str, str] | None = None, args: tuple[str, ...] = ()
+    ) -> GatewayProcess:
         config = tmp_path / f"models-{len(started)}.yaml"
         config.write_text(textwrap.dedent(config_text))
-        gateway = GatewayProcess(config, tmp_path / f"events-{len(started)}.jsonl", env)
+        log = tmp_path / f"events-{len(started)}.jsonl"
+        gateway = GatewayProcess(config, log, env, args)
         started.append(gateway)
         gateway.wait_ready()
         return gateway
