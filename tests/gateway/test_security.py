@@ -305,3 +305,37 @@ def test_logs_are_json_lines_to_stdout_and_the_log_file_at_the_configured_level(
     assert file_lines == stdout and any(e["event"] == "model_failed" for e in file_lines)
     for event in stdout:
         assert {"event", "ts", "level"} <= set(event)
+
+
+def test_cors_is_closed_unless_origins_are_listed(start_gateway):
+    closed = start_gateway("models:\n  - id: echo\n    engine: scripted\n")
+    listed = start_gateway(
+        """
+        server:
+          cors_origins: ["https://chat.example.com"]
+        models:
+          - id: echo
+            engine: scripted
+        """
+    )
+    preflight = {"access-control-request-method": "POST",
+                 "access-control-request-headers": "authorization, content-type"}  # fmt: skip
+    for origin in ["https://evil.example", "null", "https://chat.example.com.evil.example"]:
+        for gateway in (closed, listed):
+            headers = {"origin": origin}
+            answer = httpx.get(f"{gateway.url}/v1/models", headers=headers)
+            assert "access-control-allow-origin" not in answer.headers, (origin, answer.headers)
+            answer = httpx.options(
+                f"{gateway.url}/v1/chat/completions", headers=headers | preflight
+            )
+            assert "access-control-allow-origin" not in answer.headers, (origin, answer.headers)
+    allowed = {"origin": "https://chat.example.com"}
+    answer = httpx.get(f"{listed.url}/v1/models", headers=allowed | {"cookie": "a=b"})
+    assert answer.headers["access-control-allow-origin"] == "https://chat.example.com"
+    assert "access-control-allow-credentials" not in answer.headers
+    answer = httpx.options(f"{listed.url}/v1/chat/completions", headers=allowed | preflight)
+    assert answer.status_code == 204
+    assert answer.headers["access-control-allow-origin"] == "https://chat.example.com"
+    assert "access-control-allow-credentials" not in answer.headers
+    answer = httpx.get(f"{closed.url}/v1/models", headers=allowed)
+    assert "access-control-allow-origin" not in answer.headers
