@@ -42,6 +42,21 @@ PROMPT = [
     }
 ]
 
+# A long prompt (~600 tokens) for a second TTFT measure, where prefill dominates.
+LONG_PROMPT = [
+    {
+        "role": "user",
+        "content": "Here are my notes from the harbour. "
+        + " ".join(
+            f"Day {day}: the wind came from the {wind}, we mended {day % 4 + 1} nets, the "
+            f"engine of boat {day % 3 + 1} was checked and the tide turned at {6 + day % 5} "
+            "in the morning."
+            for day, wind in zip(range(1, 19), ["north", "west", "south"] * 6, strict=True)
+        )
+        + " Summarise the notes in three sentences.",
+    }
+]
+
 CONFIG = f"""
 server: {{host: 127.0.0.1}}
 models:
@@ -79,8 +94,10 @@ class Reference:
             raise RuntimeError("in-process reference failed to load")
         self.platform = ready["platform"]
 
-    def run(self, max_tokens: int) -> StreamTiming:
-        self.process.stdin.write(json.dumps({"messages": PROMPT, "max_tokens": max_tokens}) + "\n")
+    def run(self, max_tokens: int, messages: list[dict] = PROMPT) -> StreamTiming:
+        self.process.stdin.write(
+            json.dumps({"messages": messages, "max_tokens": max_tokens}) + "\n"
+        )
         self.process.stdin.flush()
         out = json.loads(self.process.stdout.readline())
         return StreamTiming(
@@ -111,6 +128,9 @@ def main() -> None:
     parser.add_argument(
         "--ttft-rounds", type=int, default=15, help="max_tokens 1 runs per side, for TTFT"
     )
+    parser.add_argument(
+        "--long-rounds", type=int, default=5, help="max_tokens 1 runs per side, long prompt"
+    )
     args = parser.parse_args()
     load_before = os.getloadavg()
     sides = ["in-process", "serial", "batched"]
@@ -119,15 +139,17 @@ def main() -> None:
     try:
         with Gateway(CONFIG, "single") as gateway, httpx.Client(timeout=600) as client:
 
-            def run(side: str, max_tokens: int) -> StreamTiming:
+            def run(side: str, max_tokens: int, messages: list[dict] = PROMPT) -> StreamTiming:
                 if side == "in-process":
-                    return reference.run(max_tokens)
-                timing = stream_chat(client, gateway.url, chat_body(side, PROMPT, max_tokens))
+                    return reference.run(max_tokens, messages)
+                body = chat_body(side, messages, max_tokens)
+                timing = stream_chat(client, gateway.url, body)
                 timing.extra["engine_ttft"] = gateway.generated(timing.request_id).get("ttft_s")
                 return timing
 
             decode: dict[str, list[StreamTiming]] = {side: [] for side in sides}
             first: dict[str, list[StreamTiming]] = {side: [] for side in sides}
+            long_first: dict[str, list[StreamTiming]] = {side: [] for side in sides}
             for round_ in range(args.repeats + 1):  # round 0 warms every side up
                 for side in rotated(sides, round_):
                     timing = run(side, args.max_tokens)
@@ -145,6 +167,14 @@ def main() -> None:
                 print(
                     f"ttft round {round_}: "
                     + "  ".join(f"{s} {first[s][-1].ttft * 1000:.1f} ms" for s in sides),
+                    flush=True,
+                )
+            for round_ in range(args.long_rounds):
+                for side in rotated(sides, round_):
+                    long_first[side].append(run(side, 1, LONG_PROMPT))
+                print(
+                    f"long-prompt ttft round {round_}: "
+                    + "  ".join(f"{s} {long_first[s][-1].ttft * 1000:.1f} ms" for s in sides),
                     flush=True,
                 )
             platform_path = gateway.platform()
@@ -192,10 +222,45 @@ def main() -> None:
         ],
         rows,
     )
+    long_rows = []
+    for side in sides:
+        runs = long_first[side]
+        diffs = [
+            (g.ttft - r.ttft) * 1000 for g, r in zip(runs, long_first["in-process"], strict=True)
+        ]
+        long_rows.append(
+            [
+                side,
+                runs[0].prompt_tokens if runs else "n/a",
+                fmt(median([t.ttft * 1000 for t in runs]), 1),
+                "0 (reference)" if side == "in-process" else fmt(median(diffs), 1),
+                fmt(
+                    median(
+                        [
+                            t.ttft / r.ttft
+                            for t, r in zip(runs, long_first["in-process"], strict=True)
+                        ]
+                    ),
+                    3,
+                ),
+            ]
+        )
+    if args.long_rounds:
+        body += "\n\nTime to first token on a long prompt (prefill dominates):\n\n" + table(
+            [
+                "side",
+                "prompt tokens",
+                "TTFT ms (median)",
+                "overhead ms (median)",
+                "ratio to in-process",
+            ],
+            long_rows,
+        )
     notes = (
         f"Gateway models as attached: {decoding}. "
         f"Decode: {args.repeats} rounds of max_tokens {args.max_tokens} after one warm-up "
-        f"round; TTFT: {args.ttft_rounds} rounds of max_tokens 1; every round runs every "
+        f"round; TTFT: {args.ttft_rounds} rounds of max_tokens 1 (and {args.long_rounds} on the "
+        "long prompt); every round runs every "
         "side, in an order rotating by round. Greedy (temperature 0), prefix reuse off, so "
         "both sides prefill the whole prompt. Decode tok/s = (new tokens - 1) / (last token "
         "- first token); the gateway's times are the SSE content chunks' arrival at the "
