@@ -6,6 +6,9 @@
 const MAX_EVENTS = 300;
 const $ = (id) => document.getElementById(id);
 let feedAbort = null;
+let feedRetry = null;
+// Lines already shown: a reconnecting feed replays its recent lines, shown once only.
+const shown = new Set();
 
 function headers(key) {
   return key ? { authorization: `Bearer ${key}` } : {};
@@ -96,7 +99,8 @@ function addEvent(line) {
   } catch {
     return;
   }
-  if (isOwn(event)) return;
+  if (shown.has(line) || isOwn(event)) return;
+  shown.add(line);
   const item = document.createElement("li");
   item.className = event.level || "info";
   item.dataset.event = event.event;
@@ -115,7 +119,10 @@ function addEvent(line) {
   item.title = line;
   const list = $("events");
   list.prepend(item);
-  while (list.children.length > MAX_EVENTS) list.lastElementChild.remove();
+  while (list.children.length > MAX_EVENTS) {
+    shown.delete(list.lastElementChild.title);
+    list.lastElementChild.remove();
+  }
 }
 
 function handleMessage(block) {
@@ -131,6 +138,7 @@ function handleMessage(block) {
 }
 
 async function followEvents() {
+  clearTimeout(feedRetry);
   if (feedAbort) feedAbort.abort();
   const abort = new AbortController();
   feedAbort = abort;
@@ -155,7 +163,7 @@ async function followEvents() {
   }
   if (feedAbort === abort) {
     $("feed-state").textContent = "(reconnecting…)";
-    setTimeout(followEvents, 2000);
+    feedRetry = setTimeout(followEvents, 2000);
   }
 }
 
