@@ -112,7 +112,7 @@ def test_stop_strings_and_max_tokens(gateway):
         ),
         (
             b'{"model": "echo", "messages": [{"role": "user", "content": "x"}], "temperature": NaN}',
-            "not valid JSON",
+            "$.temperature: NaN is not a number",
         ),
         (
             b'{"model": "echo", "messages": [{"role": "user", "content": "x"}], "top_p": 1e999}',
