@@ -12,7 +12,8 @@ import pytest
 from conftest import GatewayProcess
 
 from engines.errors import ModelUnavailable
-from gateway.anthropic import Framer, _events, model_page, to_messages
+from gateway.anthropic import model_page, to_messages
+from gateway.anthropic_stream import Framer, stream_events
 from gateway.registry import Generation
 from schemas import anthropic as wire
 from schemas.canonical import Finished, TextDelta
@@ -385,7 +386,7 @@ async def test_a_failure_after_the_first_event_ends_the_stream_with_an_error_eve
     start = wire.Message(
         id="msg_1", model="m", content=[], usage=wire.Usage(input_tokens=1, output_tokens=0)
     )
-    events = [e async for e in _events(Request(), start, TextDelta("hi"), outputs, [])]
+    events = [e async for e in stream_events(Request(), start, TextDelta("hi"), outputs, [])]
     assert [e.event for e in events] == [
         "message_start",
         "content_block_start",
