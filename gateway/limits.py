@@ -128,7 +128,8 @@ def check_images(document: Any, limits: LimitsConfig) -> None:
     """`BadRequest` for more than `max_images` images, or one over `max_image_pixels`.
 
     Only each image's header is read (the first 64 KiB of its base64, then the whole when
-    the header lies further in); pixels are never decoded.
+    the header lies further in); pixels are never decoded. A URL or an unreadable payload
+    counts as an image and has no pixels to measure.
     """
     images = image_payloads(document)
     if len(images) > limits.max_images:
@@ -163,7 +164,9 @@ def _dimensions(image: str, index: int) -> tuple[int, int]:
             raise BadRequest(f"image {index}: {bomb} (limits.max_image_pixels)") from None
         except (OSError, ValueError, binascii.Error):
             continue
-    raise BadRequest(f"image {index} is not a readable image (base64 of PNG, JPEG, GIF, WebP…)")
+    # Not an image Pillow can read: it has no pixels to limit, and no model could decode it
+    # either; the adapter's own answer (today: images are refused) applies.
+    return 0, 0
 
 
 def guard_pillow(limits: LimitsConfig) -> None:

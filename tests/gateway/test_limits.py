@@ -129,9 +129,10 @@ def test_images_are_counted_and_measured_before_any_adapter_refuses_them(gateway
         # Within the limits, the adapter's own refusal (the models read text only) follows.
         message = refusal(path, [small, small])
         assert "limits." not in message and "supported" in message, message
+    # Not an image at all: nothing to measure, so the adapter's refusal answers.
     bad = {"model": "echo", "prompt": "x", "images": ["bm90IGFuIGltYWdl"]}
     status, _, answer = post(gateway.port, "/api/generate", json.dumps(bad).encode())
-    assert status == 400 and "not a readable image" in answer["error"]
+    assert status == 400 and "images are not supported" in answer["error"]
     assert httpx.get(f"{gateway.url}/health").json()["status"] == "ok"
 
 

@@ -26,7 +26,27 @@ ARGS = [
 KEY, ADMIN = "sk-ui-test-24681357", "adm-ui-test-13572468"
 
 
-@pytest.fixture(scope="module")
+async def test_a_slow_subscriber_loses_old_lines_and_never_blocks_the_feed():
+    feed = EventsFeed(buffer=4, replay=2)
+    feed.bind()
+    for i in range(3):
+        feed.publish(f"early {i}")
+    slow = feed.subscribe()
+    assert await anext(slow) == ("early 1", 0)  # a new subscriber starts with recent lines
+    for i in range(100):  # the subscriber reads nothing meanwhile: publishing never waits
+        feed.publish(f"line {i}")
+    line, dropped = await anext(slow)
+    assert (line, dropped) == ("line 96", 97)  # held: the newest 4; told what it missed
+    threaded = asyncio.to_thread(feed.publish, "from a thread")
+    await threaded
+    rest = [await anext(slow) for _ in range(4)]
+    assert [line for line, _ in rest] == ["line 97", "line 98", "line 99", "from a thread"]
+    feed.close()
+    assert [item async for item in slow] == []
+    assert feed.subscribers == 0
+
+
+@pytest.fixture
 def browser():
     if not os.path.exists(CHROMIUM):
         if os.environ.get("CI"):
@@ -95,23 +115,3 @@ def test_the_ops_page_shows_models_and_follows_the_feed(browser, start_gateway, 
         page.close()
     assert errors == []
     assert KEY not in gateway.log.read_text() and ADMIN not in gateway.log.read_text()
-
-
-async def test_a_slow_subscriber_loses_old_lines_and_never_blocks_the_feed():
-    feed = EventsFeed(buffer=4, replay=2)
-    feed.bind()
-    for i in range(3):
-        feed.publish(f"early {i}")
-    slow = feed.subscribe()
-    assert await anext(slow) == ("early 1", 0)  # a new subscriber starts with recent lines
-    for i in range(100):  # the subscriber reads nothing meanwhile: publishing never waits
-        feed.publish(f"line {i}")
-    line, dropped = await anext(slow)
-    assert (line, dropped) == ("line 96", 97)  # held: the newest 4; told what it missed
-    threaded = asyncio.to_thread(feed.publish, "from a thread")
-    await threaded
-    rest = [await anext(slow) for _ in range(4)]
-    assert [line for line, _ in rest] == ["line 97", "line 98", "line 99", "from a thread"]
-    feed.close()
-    assert [item async for item in slow] == []
-    assert feed.subscribers == 0
