@@ -16,7 +16,16 @@ from engines.batch import Batch
 from engines.errors import GatewayError, ModelUnavailable, QueueFull, QueueTimeout
 from engines.log import emit
 from engines.residency import MemoryBudget
-from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Finished, Output, TextDelta
+from schemas.canonical import (
+    ChatRequest,
+    Embedded,
+    EmbedRequest,
+    Finished,
+    Output,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallOutput,
+)
 from schemas.config import ModelConfig, seconds
 from schemas.events import (
     ContextBeyondTraining,
@@ -339,7 +348,10 @@ class Runner:
     def _deliver(self, job: Job, output: Output | Exception) -> None:
         """Post one output to its job's channel; the last one also frees the job's slot."""
         post = self._loop.call_soon_threadsafe
-        if isinstance(output, TextDelta) and job.first_token_at is None:
+        if (
+            isinstance(output, TextDelta | ReasoningDelta | ToolCallOutput)
+            and not job.first_token_at
+        ):
             job.first_token_at = time.perf_counter()
         if isinstance(output, Finished | Embedded):
             # Reported even when nobody reads on (client gone): ops see what it cost.
