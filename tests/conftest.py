@@ -77,7 +77,7 @@ def pytest_sessionfinish(session, exitstatus):
     leaks = leaked_secrets(SESSION_LOGS)
     if leaks:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-        reporter.write_line(f"SECRETS LEAKED into {len(leaks)} log lines:", red=True)
+        reporter.write_sep("=", f"secrets leaked into {len(leaks)} log lines", red=True)
         for leak in leaks[:20]:
             reporter.write_line(f"  {leak}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
