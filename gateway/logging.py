@@ -17,7 +17,7 @@ from typing import IO, Any
 import msgspec
 import structlog
 
-from gateway.config import ENV_REF
+from gateway.yaml_source import ENV_REF
 from schemas.config import ApiKey, GatewayConfig
 
 LEVELS = {
