@@ -162,6 +162,13 @@ class MLXBatch:
     def _park(self, tokens, cache, seq: Sequence) -> None:
         if self._cache is None or cache is None:
             return
-        before = len(self._cache)
-        self._cache.insert_cache(CACHE_KEY, list(tokens), cache)
-        seq.evicted = len(self._cache) <= before and before >= self._cache.max_size
+        tokens = list(tokens)
+        before = self._parked()
+        self._cache.insert_cache(CACHE_KEY, tokens, cache)
+        # Entries that were prefixes of this conversation are superseded, not evicted.
+        gone = before - self._parked()
+        seq.evicted = any(list(old) != tokens[: len(old)] for old in gone)
+
+    def _parked(self) -> set[tuple[int, ...]]:
+        # LRUPromptCache lists its entries nowhere public; its LRU order holds them.
+        return {tuple(t) for lru in self._cache._lru._lrus.values() for _, t in lru}

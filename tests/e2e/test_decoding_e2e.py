@@ -33,6 +33,9 @@ models:
   - id: capped
     source: {SOURCE}
     rate: {{max_tokens_per_sec: 4}}
+  - id: one-slot
+    source: {SOURCE}
+    session_slots: 1
 """
 QUESTIONS = [
     "What is the capital of France?",
@@ -176,6 +179,7 @@ def test_prefix_reuse_continues_a_conversation_and_never_changes_the_answer(gate
 
     assert converse("batched") == converse("serial")
     turns = gateway.events("generated", model="batched")[-3:]
+    assert not any(t["session_evicted"] for t in turns)  # a longer turn supersedes its prefix
     assert turns[1]["reused_prefix_tokens"] > 0.8 * turns[1]["prompt_tokens"]
     assert turns[2]["reused_prefix_tokens"] > 0.8 * turns[2]["prompt_tokens"]
     assert all(e["reused_prefix_tokens"] == 0 for e in gateway.events("generated", model="serial"))
@@ -193,3 +197,22 @@ def test_the_rate_cap_holds_the_model_under_its_tokens_per_second(gateway):
     generated = gateway.events("generated", model="capped")[-1]
     # 4 tokens/s: the decode of n tokens cannot take less than (n - 1) / 4 seconds.
     assert generated["decode_s"] >= (generated["new_tokens"] - 1) / 4 * 0.9
+
+
+def test_a_second_conversation_evicts_the_first_from_a_single_slot(gateway):
+    def turn(question):
+        with httpx.Client(base_url=gateway.url, timeout=300) as http:
+            http.post(
+                "/v1/chat/completions",
+                json={
+                    "model": "one-slot",
+                    "temperature": 0,
+                    "max_tokens": 8,
+                    "messages": [{"role": "user", "content": question}],
+                },
+            )
+
+    turn("Tell me about owls.")
+    turn("Tell me about ships.")
+    first, second = gateway.events("generated", model="one-slot")[-2:]
+    assert not first["session_evicted"] and second["session_evicted"]
