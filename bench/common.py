@@ -306,6 +306,10 @@ def git_head() -> str:
         return "unknown"
 
 
+# The code a benchmark's gateways start on: others may commit while it runs.
+HEAD_AT_START = git_head()
+
+
 def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -351,7 +355,7 @@ def report(title: str, body: str, *, platform_path: dict | None, load_before, no
             "",
             f"- command: `{command_line()}` (from the repository root)",
             f"- machine: {machine_line(platform_path)}",
-            f"- code: {git_head()}",
+            f"- code at start: {HEAD_AT_START}",
             f"- {load_line(load_before)}",
             "",
             body.strip(),

@@ -138,7 +138,8 @@ def main() -> None:
                 print(
                     f"repeat {repeat} turn {turn:2d}: prompt {seen[('reuse', turn)][-1]['prompt']}"
                     f" tokens, TTFT reuse {seen[('reuse', turn)][-1]['ttft'] * 1000:7.1f} ms "
-                    f"(reused {seen[('reuse', turn)][-1]['reused']}), "
+                    f"(reused {seen[('reuse', turn)][-1]['reused']}, "
+                    f"evicted {seen[('reuse', turn)][-1]['evicted']}), "
                     f"fresh {seen[('fresh', turn)][-1]['ttft'] * 1000:7.1f} ms",
                     flush=True,
                 )
@@ -170,7 +171,7 @@ def main() -> None:
             "TTFT ms, reuse off",
             "on/off (median of per-repeat ratios)",
             "reused_prefix_tokens",
-            "session_evicted",
+            "session_evicted (repeats with true)",
             "engine ttft_s ms, on",
             "engine ttft_s ms, off",
         ],

@@ -144,7 +144,11 @@ def main() -> None:
                     return reference.run(max_tokens, messages)
                 body = chat_body(side, messages, max_tokens)
                 timing = stream_chat(client, gateway.url, body)
-                timing.extra["engine_ttft"] = gateway.generated(timing.request_id).get("ttft_s")
+                event = gateway.generated(timing.request_id)
+                timing.extra["engine_ttft"] = event.get("ttft_s")
+                # The engine's own decode rate, before SSE delivery: separates the two.
+                if event.get("decode_s") and event.get("new_tokens", 0) > 1:
+                    timing.extra["engine_tps"] = (event["new_tokens"] - 1) / event["decode_s"]
                 return timing
 
             decode: dict[str, list[StreamTiming]] = {side: [] for side in sides}
@@ -206,6 +210,9 @@ def main() -> None:
                 fmt(median([t.ttft * 1000 for t in first[side]]), 1),
                 "0 (reference)" if reference_side else fmt(median(overheads), 1),
                 "n/a" if reference_side else fmt(engine_ttft * 1000, 1),
+                "n/a"
+                if reference_side
+                else fmt(median([t.extra.get("engine_tps") for t in decode[side]])),
                 "yes" if all(t.text == ref_text for t in decode[side]) else "NO",
             ]
         )
@@ -218,6 +225,7 @@ def main() -> None:
             "TTFT ms (median)",
             "TTFT overhead ms (median of per-round differences)",
             "gateway's own ttft_s ms (from entering its queue)",
+            "gateway's own decode tok/s ((new - 1) / decode_s)",
             "same text as in-process",
         ],
         rows,
