@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -182,6 +184,19 @@ class GatewayProcess:
         except subprocess.TimeoutExpired:
             self.process.kill()
         self._out.close()
+
+
+@contextlib.contextmanager
+def serving(directory: Path, config_text: str, timeout: float = 180) -> Iterator[GatewayProcess]:
+    """A gateway on `config_text`, its config and event log in `directory`; stopped after."""
+    config = directory / "models.yaml"
+    config.write_text(textwrap.dedent(config_text))
+    process = GatewayProcess(config, directory / "events.jsonl")
+    try:
+        process.wait_ready(timeout)
+        yield process
+    finally:
+        process.stop()
 
 
 @pytest.fixture

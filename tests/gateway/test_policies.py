@@ -10,7 +10,7 @@ import time
 import httpx
 import openai
 import pytest
-from conftest import GatewayProcess
+from conftest import serving
 
 WEATHER_SCHEMA = {
     "type": "object",
@@ -88,14 +88,8 @@ PROTOCOLS = ["openai", "responses", "anthropic", "ollama"]
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory):
-    path = tmp_path_factory.mktemp("policies")
-    (path / "models.yaml").write_text(CONFIG)
-    process = GatewayProcess(path / "models.yaml", path / "events.jsonl")
-    try:
-        process.wait_ready()
+    with serving(tmp_path_factory.mktemp("policies"), CONFIG) as process:
         yield process
-    finally:
-        process.stop()
 
 
 def ask(gateway, protocol: str, model_id: str, *, stream=False, tools=True, messages=ASK, **extra):

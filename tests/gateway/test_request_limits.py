@@ -8,7 +8,7 @@ import json
 
 import httpx
 import pytest
-from conftest import GatewayProcess
+from conftest import serving
 
 CONFIG = """
 defaults:
@@ -74,14 +74,8 @@ BAD = [
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory):
-    path = tmp_path_factory.mktemp("limits")
-    (path / "models.yaml").write_text(CONFIG)
-    process = GatewayProcess(path / "models.yaml", path / "events.jsonl")
-    try:
-        process.wait_ready()
+    with serving(tmp_path_factory.mktemp("limits"), CONFIG) as process:
         yield process
-    finally:
-        process.stop()
 
 
 def send(gateway, adapter: str, field: str, value: str) -> httpx.Response:

@@ -8,7 +8,7 @@ import json
 import httpx
 import openai
 import pytest
-from conftest import GatewayProcess
+from conftest import serving
 
 CONFIG = """
 models:
@@ -40,14 +40,8 @@ TOOL = {
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory):
-    path = tmp_path_factory.mktemp("responses")
-    (path / "models.yaml").write_text(CONFIG)
-    process = GatewayProcess(path / "models.yaml", path / "events.jsonl")
-    try:
-        process.wait_ready()
+    with serving(tmp_path_factory.mktemp("responses"), CONFIG) as process:
         yield process
-    finally:
-        process.stop()
 
 
 @pytest.fixture(scope="module")
