@@ -51,7 +51,7 @@ def _known(generation: Generation, name: str) -> bool:
 def model_page(generation: Generation) -> wire.ModelPage:
     """The model list in Anthropic's shape: each chat model and alias, and its `claude-` name."""
     cards = []
-    for model in generation.config.models:
+    for model in generation.listed():
         if model.task == "embed":
             continue
         for name in (model.id, *model.aliases):

@@ -15,7 +15,7 @@ from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 
 from engines.errors import GatewayError
-from schemas.config import ApiKey, ServerConfig
+from schemas.config import ApiKey, ModelConfig, ServerConfig
 
 if TYPE_CHECKING:
     from gateway.registry import Generation, Route
@@ -87,6 +87,15 @@ async def require_api_key(connection: ASGIConnection, handler: BaseRouteHandler)
             "missing or invalid API key: send it as 'Authorization: Bearer <key>' or 'x-api-key'"
         )
     ALLOWED_MODELS.set(matched)
+
+
+def usable_models(generation: Generation) -> list[ModelConfig]:
+    """The models the request's key may use, for the listing routes (every one without keys)."""
+    names = ALLOWED_MODELS.get()
+    if names is None:
+        return list(generation.config.models)
+    allowed = {generation.resolve_name(n) for n in names}
+    return [m for m in generation.config.models if m.id in allowed]
 
 
 def check_model_allowed(generation: Generation, route: Route) -> None:

@@ -97,7 +97,7 @@ async def tags(generation: Generation) -> Response:
             digest=_digest(model),
             details=_details(model),
         )
-        for model in generation.config.models
+        for model in generation.listed()
         for name in (model.id, *model.aliases)
     ]
     return json_reply(wire.Tags(models=listed))

@@ -220,7 +220,7 @@ async def list_models(request: Request, generation: Generation) -> wire.ModelLis
         return model_page(generation)
     created = int(time.time())
     cards = []
-    for model in generation.config.models:
+    for model in generation.listed():
         cards.append(wire.ModelCard(id=model.id, created=created, aliases=list(model.aliases)))
         cards += [wire.ModelCard(id=a, created=created, alias_of=model.id) for a in model.aliases]
     return wire.ModelList(data=cards)

@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 from engines.errors import ModelNotFound
 from engines.runner import Runner
-from gateway.auth import check_model_allowed
+from gateway.auth import check_model_allowed, usable_models
 from schemas.config import GatewayConfig, ModelConfig
 
 
@@ -44,6 +44,10 @@ class Generation:
         route = self._lookup(name)
         check_model_allowed(self, route)
         return route
+
+    def listed(self) -> list[ModelConfig]:
+        """What the listing routes show: the models the request's API key may use."""
+        return usable_models(self)
 
     def resolve_name(self, name: str) -> str | None:
         """The model id an id or alias names, or None."""
