@@ -9,12 +9,11 @@ from litestar import Request, Response, post
 from litestar.response import ServerSentEvent
 
 from engines.errors import BadRequest
-from engines.log import emit
 from engines.policy import answer
 from gateway.anthropic_stream import NO_SIGNATURE, stop_of, stream_events, tool_input
 from gateway.body import decode_body
 from gateway.canonical import build_chat_request
-from gateway.registry import Generation, Route
+from gateway.registry import Generation, Route, announce
 from gateway.streaming import Collected, collect, unless_client_leaves
 from schemas import anthropic as wire
 from schemas.canonical import (
@@ -25,7 +24,6 @@ from schemas.canonical import (
     ToolCall,
     ToolSpec,
 )
-from schemas.events import RequestRouted
 
 # Claude Code only offers models whose names look like Claude's: every chat model also
 # answers to `claude-<id or alias>`.
@@ -165,25 +163,12 @@ def effort(thinking: wire.ThinkingConfig | None) -> Effort | None:
     return "medium"  # enabled without a budget, adaptive, and kinds yet to come
 
 
-def _routed(route: Route, stream: bool) -> None:
-    emit(
-        RequestRouted(
-            requested=route.requested,
-            served=route.served,
-            alias=route.alias,
-            fallback=route.fallback,
-            stream=stream,
-            protocol="anthropic",
-        )
-    )
-
-
 @post("/v1/messages", status_code=200)
 async def create_message(request: Request, generation: Generation) -> Response | ServerSentEvent:
     """A Messages API answer; `stream: true` answers as Anthropic's server-sent events."""
     data = await decode_body(request, wire.MessagesRequest)
     route = resolve(generation, data.model)
-    _routed(route, data.stream)
+    announce(route, stream=data.stream, protocol="anthropic")
     chat = to_chat(route, data)
     runner = route.runner
     results = answer(runner, chat)
@@ -242,7 +227,7 @@ async def count_tokens(request: Request, generation: Generation) -> wire.TokenCo
     """Tokens in the prompt as the model will see it (template, system, tools included)."""
     data = await decode_body(request, wire.CountTokensRequest)
     route = resolve(generation, data.model)
-    _routed(route, stream=False)
+    announce(route, stream=False, protocol="anthropic")
     chat = to_chat(route, data)
     counted = await unless_client_leaves(request, route.runner.count_prompt(chat))
     return wire.TokenCount(input_tokens=counted)

@@ -12,16 +12,14 @@ from litestar import Request, Response, post
 from litestar.response import ServerSentEvent
 
 from engines.errors import BadRequest
-from engines.log import emit
 from engines.runner import Job, Runner
 from gateway.body import decode_body
 from gateway.canonical import build_chat_request
 from gateway.openai import FINISH_REASONS
-from gateway.registry import Generation
+from gateway.registry import Generation, announce
 from gateway.streaming import Collected, collect, unless_client_leaves
 from schemas import openai_completions as wire
 from schemas.canonical import Finished, Output, TextDelta
-from schemas.events import RequestRouted
 from schemas.openai import Usage
 
 
@@ -56,17 +54,7 @@ async def completions(request: Request, generation: Generation) -> Response | Se
     data = await decode_body(request, wire.CompletionRequest)
     prompts = _prompts(data.prompt)
     _refuse_unsupported(data)
-    route = generation.resolve(data.model)
-    emit(
-        RequestRouted(
-            requested=data.model,
-            served=route.served,
-            alias=route.alias,
-            fallback=route.fallback,
-            stream=data.stream,
-            protocol="openai",
-        )
-    )
+    route = announce(generation.resolve(data.model), stream=data.stream, protocol="openai")
     stop = [data.stop] if isinstance(data.stop, str) else data.stop
     chats = [
         build_chat_request(

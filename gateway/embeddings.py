@@ -13,13 +13,11 @@ import time
 from litestar import Request, post
 
 from engines.errors import BadRequest
-from engines.log import emit
 from gateway.body import decode_body
-from gateway.registry import Generation, Route
+from gateway.registry import Generation, Route, announce
 from gateway.streaming import unless_client_leaves
 from schemas import embeddings as wire
 from schemas.canonical import Embedded, EmbedRequest
-from schemas.events import RequestRouted
 
 
 def openai_inputs(value: str | list[str | int | list[int]]) -> list[str]:
@@ -88,18 +86,7 @@ async def ollama_embed(request: Request, generation: Generation) -> wire.OllamaE
 
 
 def _route(generation: Generation, name: str, protocol: str) -> Route:
-    route = generation.resolve(name)
-    emit(
-        RequestRouted(
-            requested=name,
-            served=route.served,
-            alias=route.alias,
-            fallback=route.fallback,
-            stream=False,
-            protocol=protocol,
-        )
-    )
-    return route
+    return announce(generation.resolve(name), stream=False, protocol=protocol)
 
 
 async def _embed(

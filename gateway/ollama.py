@@ -13,14 +13,13 @@ from litestar.response import Stream
 
 from engines.base import EngineState
 from engines.errors import BadRequest, GatewayError, ModelUnavailable
-from engines.log import emit
 from engines.policy import answer
 from engines.runner import Runner
 from gateway import ollama_models
 from gateway.body import decode_body
 from gateway.canonical import build_chat_request
 from gateway.ollama_models import json_reply, local_name, now
-from gateway.registry import Generation, Route
+from gateway.registry import Generation, Route, announce
 from gateway.streaming import collect, unless_client_leaves
 from schemas import ollama as wire
 from schemas.canonical import (
@@ -35,7 +34,6 @@ from schemas.canonical import (
     ToolCallOutput,
     ToolSpec,
 )
-from schemas.events import RequestRouted
 
 NDJSON = "application/x-ndjson"
 
@@ -45,18 +43,9 @@ Frame = Callable[[str, list[ToolCall], Finished | None, str], wire.Answer]
 
 
 def _route(generation: Generation, name: str, stream: bool) -> Route:
-    route = generation.resolve(local_name(generation, name))
-    emit(
-        RequestRouted(
-            requested=name,
-            served=route.served,
-            alias=route.alias,
-            fallback=route.fallback,
-            stream=stream,
-            protocol="ollama",
-        )
-    )
-    return route
+    # Logged as the client wrote it ("smollm2:latest"), resolved without Ollama's tag.
+    route = generation.resolve(local_name(generation, name))._replace(requested=name)
+    return announce(route, stream=stream, protocol="ollama")
 
 
 def _refuse_unsupported(

@@ -11,13 +11,12 @@ from litestar import Request, Response, get, post
 from litestar.response import ServerSentEvent
 
 from engines.errors import BadRequest, GatewayError
-from engines.log import emit
 from engines.policy import answer
 from gateway.anthropic import model_page
 from gateway.body import decode_body
 from gateway.canonical import build_chat_request
 from gateway.errors import error_body
-from gateway.registry import Generation
+from gateway.registry import Generation, announce
 from gateway.streaming import collect, unless_client_leaves
 from schemas import openai as wire
 from schemas.anthropic import ModelPage
@@ -31,7 +30,6 @@ from schemas.canonical import (
     ToolCallOutput,
     ToolSpec,
 )
-from schemas.events import RequestRouted
 
 FINISH_REASONS = {
     "stop": "stop",
@@ -104,17 +102,7 @@ async def chat_completions(request: Request, generation: Generation) -> Response
         raise BadRequest("n > 1 is not supported: send one request per completion ($.n)")
     if data.logprobs or data.top_logprobs:
         raise BadRequest("logprobs are not supported yet ($.logprobs, $.top_logprobs)")
-    route = generation.resolve(data.model)
-    emit(
-        RequestRouted(
-            requested=data.model,
-            served=route.served,
-            alias=route.alias,
-            fallback=route.fallback,
-            stream=data.stream,
-            protocol="openai",
-        )
-    )
+    route = announce(generation.resolve(data.model), stream=data.stream, protocol="openai")
     stop = [data.stop] if isinstance(data.stop, str) else data.stop
     chat = build_chat_request(
         route.model,

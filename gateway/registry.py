@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from engines.errors import ModelNotFound
+from engines.log import emit
 from engines.runner import Runner
 from gateway.auth import check_model_allowed, usable_models
 from schemas.config import GatewayConfig, ModelConfig
+from schemas.events import RequestRouted
 
 
 class Route(NamedTuple):
@@ -70,3 +72,18 @@ class Registry:
 
     def __init__(self, generation: Generation) -> None:
         self.current = generation
+
+
+def announce(route: Route, *, stream: bool, protocol: str) -> Route:
+    """Log which model serves the request (`request_routed`), and hand the route on."""
+    emit(
+        RequestRouted(
+            requested=route.requested,
+            served=route.served,
+            alias=route.alias,
+            fallback=route.fallback,
+            stream=stream,
+            protocol=protocol,
+        )
+    )
+    return route

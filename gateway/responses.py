@@ -13,17 +13,15 @@ from litestar import Request, Response, post
 from litestar.response import ServerSentEvent, ServerSentEventMessage
 
 from engines.errors import BadRequest, GatewayError
-from engines.log import emit
 from engines.policy import answer
 from gateway.body import decode_body
 from gateway.canonical import build_chat_request
 from gateway.openai import effort
-from gateway.registry import Generation
+from gateway.registry import Generation, announce
 from gateway.responses_events import EventBuilder
 from gateway.streaming import unless_client_leaves
 from schemas import openai_responses as wire
 from schemas.canonical import ChatRequest, Message, Output, ToolCall, ToolSpec
-from schemas.events import RequestRouted
 
 NO_STORED_STATE = (
     "this gateway stores no responses or conversations: send the whole conversation as input"
@@ -160,17 +158,7 @@ async def responses(request: Request, generation: Generation) -> Response | Serv
     data = await decode_body(request, wire.ResponseRequest)
     _refuse_unsupported(data)
     messages = to_messages(data)
-    route = generation.resolve(data.model)
-    emit(
-        RequestRouted(
-            requested=data.model,
-            served=route.served,
-            alias=route.alias,
-            fallback=route.fallback,
-            stream=data.stream,
-            protocol="openai",
-        )
-    )
+    route = announce(generation.resolve(data.model), stream=data.stream, protocol="openai")
     chat = build_chat_request(
         route.model,
         messages,
