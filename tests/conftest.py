@@ -186,6 +186,18 @@ class GatewayProcess:
         self._out.close()
 
 
+def run_example(gateway: GatewayProcess, *command: str) -> subprocess.CompletedProcess[str]:
+    """Run a script from `examples/` against `gateway`, as a user would (GATEWAY_URL set)."""
+    return subprocess.run(
+        list(command),
+        cwd=REPO,
+        env={**os.environ, "GATEWAY_URL": gateway.url},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
 @contextlib.contextmanager
 def serving(directory: Path, config_text: str, timeout: float = 180) -> Iterator[GatewayProcess]:
     """A gateway on `config_text`, its config and event log in `directory`; stopped after."""

@@ -3,12 +3,10 @@ Anthropic examples run against it."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 
 import pytest
-from conftest import REPO
+from conftest import run_example
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 # This SDK no longer takes sampling arguments (Claude's newest models refuse them); the
@@ -56,24 +54,9 @@ def test_streamed_text_equals_plain_and_count_tokens_equals_input_tokens(gateway
 
 
 def test_the_examples_run_against_the_gateway(gateway):
-    env = {**os.environ, "GATEWAY_URL": gateway.url}
-    sdk = subprocess.run(
-        [sys.executable, "examples/anthropic_sdk.py"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    sdk = run_example(gateway, sys.executable, "examples/anthropic_sdk.py")
     assert sdk.returncode == 0, sdk.stderr
     assert "Paris" in sdk.stdout
-    curl = subprocess.run(
-        ["sh", "examples/curl_anthropic.sh"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    curl = run_example(gateway, "sh", "examples/curl_anthropic.sh")
     assert curl.returncode == 0, curl.stdout + curl.stderr
     assert "event: message_start" in curl.stdout and "event: message_stop" in curl.stdout

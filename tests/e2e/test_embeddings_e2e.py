@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 
 import httpx
@@ -11,7 +9,7 @@ import numpy as np
 import ollama
 import openai
 import pytest
-from conftest import REPO
+from conftest import run_example
 
 FOOD = "A man is eating food."
 BREAD = "A man is eating a piece of bread."
@@ -147,13 +145,7 @@ def test_ollama_truncation_and_errors(gateway, ollama_client):
 
 
 def test_the_example_runs(gateway):
-    done = subprocess.run(
-        [sys.executable, str(REPO / "examples" / "openai_embeddings.py")],
-        env={**os.environ, "GATEWAY_URL": gateway.url},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_example(gateway, sys.executable, "examples/openai_embeddings.py")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert "384 dimensions" in lines[0]

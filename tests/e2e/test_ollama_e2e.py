@@ -4,13 +4,11 @@ Ollama examples run against it."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 
 import httpx
 import pytest
-from conftest import REPO
+from conftest import run_example
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 GREEDY = {"temperature": 0, "num_predict": 40}
@@ -64,25 +62,10 @@ def test_generate_and_the_model_routes(gateway, client):
 
 
 def test_the_examples_run_against_the_gateway(gateway):
-    env = {**os.environ, "GATEWAY_URL": gateway.url}
-    sdk = subprocess.run(
-        [sys.executable, "examples/ollama_sdk.py"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    sdk = run_example(gateway, sys.executable, "examples/ollama_sdk.py")
     assert sdk.returncode == 0, sdk.stderr
     assert "Paris" in sdk.stdout and "loaded: " in sdk.stdout
-    curl = subprocess.run(
-        ["sh", "examples/curl_ollama.sh"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    curl = run_example(gateway, "sh", "examples/curl_ollama.sh")
     assert curl.returncode == 0, curl.stdout + curl.stderr
     lines = [json.loads(line) for line in curl.stdout.splitlines() if line.strip()]
     chat, generate, tags = lines[:-2], lines[-2], lines[-1]

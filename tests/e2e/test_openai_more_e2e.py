@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 
 import openai
 import pytest
-from conftest import REPO
+from conftest import run_example
 
 QUESTION = "What is the capital of France?"
 
@@ -52,19 +50,8 @@ def test_responses_answer_paris_and_the_stream_says_the_same(client):
         assert final.usage.model_dump() == plain.usage.model_dump()
 
 
-def examples_env(gateway) -> dict[str, str]:
-    # The examples use the default alias and small token caps, so they stay quick.
-    return {**os.environ, "GATEWAY_URL": gateway.url}
-
-
 def test_the_openai_sdk_example_runs(gateway):
-    done = subprocess.run(
-        [sys.executable, "-W", "error", str(REPO / "examples" / "openai_sdk.py")],
-        env=examples_env(gateway),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = run_example(gateway, sys.executable, "-W", "error", "examples/openai_sdk.py")
     assert done.returncode == 0, done.stderr
     for label in ["chat:", "chat stream:", "completion:", "response:", "response stream:"]:
         assert label in done.stdout
@@ -72,13 +59,7 @@ def test_the_openai_sdk_example_runs(gateway):
 
 
 def test_the_curl_example_runs(gateway):
-    done = subprocess.run(
-        ["bash", str(REPO / "examples" / "curl_openai.sh")],
-        env=examples_env(gateway),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = run_example(gateway, "bash", "examples/curl_openai.sh")
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("== ") == 6
     assert "data: [DONE]" in done.stdout and "event: response.created" in done.stdout

@@ -225,7 +225,12 @@ def test_a_key_may_be_limited_to_some_models(start_gateway):
     # The listings show a limited key only what it may use.
     assert {m.id for m in limited.models.list()} == {"echo", "default"}
     assert {m.id for m in full.models.list()} == {"echo", "default", "other"}
-    assert {m.id for m in claude.models.list()} == {"echo", "claude-echo", "default", "claude-default"}
+    assert {m.id for m in claude.models.list()} == {
+        "echo",
+        "claude-echo",
+        "default",
+        "claude-default",
+    }
     assert {m.model for m in client.list().models} == {"echo", "default"}
     for path, body in [
         ("/v1/completions", {"model": "other", "prompt": "x"}),
