@@ -110,7 +110,7 @@ async def burst(target: Target, clients: int, round_: int, max_tokens: int) -> d
 
 def float32_dir() -> Path:
     """mlx-lm's own save of the gateway's float32 expansion, cached beside converted GGUFs."""
-    from engines.sources import default_cache_dir, resolve_source
+    from engines.sources.resolve import default_cache_dir, resolve_source
 
     stored = resolve_source("bench", SMOLLM2)
     out = default_cache_dir() / "bench" / f"{stored.name}-float32"
@@ -142,7 +142,7 @@ def main() -> None:
     args = parser.parse_args()
     load_before = os.getloadavg()
 
-    from engines.sources import resolve_source
+    from engines.sources.resolve import resolve_source
 
     stored_dir = resolve_source("bench", SMOLLM2)
     f32_dir = float32_dir()

@@ -19,9 +19,9 @@ def main() -> None:
     import mlx_lm
     from mlx_lm.sample_utils import make_sampler
 
-    from engines.mlx_engine import expand_quantized
-    from engines.platform import detect
-    from engines.sources import resolve_source
+    from engines.mlx.engine import expand_quantized
+    from engines.mlx.platform import detect
+    from engines.sources.resolve import resolve_source
 
     source = sys.argv[1]
     platform = detect()

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from engines.base import Engine
 from engines.errors import GatewayError
-from engines.platform import PlatformPath
-from engines.sources import check_source
+from engines.mlx.platform import PlatformPath
+from engines.sources.resolve import check_source
 from schemas.config import ModelConfig, ScriptConfig
 
 
@@ -25,10 +25,10 @@ def make_engine(
         script = model.script or ScriptConfig()
         return ScriptedEngine(script, model.tool_parser, model.context.max, model.id)
     if infer_task(model, base_dir) == "embed":
-        from engines.embedding import EmbeddingEngine
+        from engines.embed.engine import EmbeddingEngine
 
         return EmbeddingEngine(model, base_dir)
-    from engines.mlx_engine import MLXEngine
+    from engines.mlx.engine import MLXEngine
 
     return MLXEngine(model, platform, base_dir, draft)
 
@@ -39,7 +39,7 @@ def infer_task(model: ModelConfig, base_dir: Path | None) -> str:
     Only a model directory's config.json is read (cheap); a .gguf is a chat model, and a
     source that cannot be read is left for the load to report, for this model alone.
     """
-    from engines.embedding import EMBEDDING_ARCHITECTURES
+    from engines.embed.engine import EMBEDDING_ARCHITECTURES
 
     if model.task is not None:
         return model.task

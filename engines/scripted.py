@@ -21,8 +21,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from engines.base import LoadInfo
 from engines.batch import Batch, SerialBatch
 from engines.errors import BadRequest, ContextOverflow
-from engines.output import DEFAULT_TOOL_PARSER, OutputParser, load_tool_format
-from engines.tools import template_messages
+from engines.text.output import DEFAULT_TOOL_PARSER, OutputParser, load_tool_format
+from engines.text.tools import template_messages
 from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Finished, Output
 from schemas.config import ScriptConfig
 

@@ -9,7 +9,7 @@ from litestar import Request, Response, post
 from litestar.response import ServerSentEvent
 
 from engines.errors import BadRequest
-from engines.policy import answer
+from engines.policy.answer import answer
 from gateway.anthropic_stream import NO_SIGNATURE, stop_of, stream_events, tool_input
 from gateway.body import decode_body
 from gateway.canonical import build_chat_request

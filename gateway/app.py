@@ -15,7 +15,7 @@ from litestar.di import Provide
 
 from engines.errors import ConfigInvalid
 from engines.log import LISTENERS
-from engines.platform import PlatformPath
+from engines.mlx.platform import PlatformPath
 from engines.residency import MemoryBudget, auto_budget
 from gateway import admin, anthropic, completions, embeddings, ollama, openai, ops, responses, ui
 from gateway import metrics as metrics_routes

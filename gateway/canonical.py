@@ -5,15 +5,15 @@ applied in one place: request > model `sampling` > file `defaults` > built-in; t
 `system` prompt when the request has none; `guardrails.max_output_tokens` as a silent cap
 (clients such as Claude Code ask for large budgets as a matter of course; the answer's
 `length` stop tells them it was reached); the reasoning effort (request > model
-`reasoning`); and the policies the engines and `engines/policy.py` enforce
+`reasoning`); and the policies the engines and `engines/policy/answer.py` enforce
 (`guardrails.tool_calls`, `context.overflow`). Tool schemas are checked here, once.
 """
 
 from __future__ import annotations
 
 from engines.errors import BadRequest
-from engines.guardrails import check_tools
-from engines.reasoning import effort_of
+from engines.policy.guardrails import check_tools
+from engines.text.reasoning import effort_of
 from schemas.canonical import ChatRequest, Effort, Message, Sampling, ToolSpec
 from schemas.config import ModelConfig
 

@@ -73,14 +73,14 @@ def schema(write: bool) -> int:
 
 
 def serve(path: Path, host: str | None, port: int | None) -> int:
-    from engines.platform import reexec_with_openblas
+    from engines.mlx.platform import reexec_with_openblas
 
     reexec_with_openblas()  # before mlx is imported: a preload only works at process start
 
     import uvicorn
 
-    from engines import platform
     from engines.log import emit
+    from engines.mlx import platform
     from gateway.app import create_app
     from gateway.config import load_config
     from gateway.exposure import bind_refusal

@@ -13,7 +13,7 @@ from litestar.response import Stream
 
 from engines.base import EngineState
 from engines.errors import BadRequest, GatewayError, ModelUnavailable
-from engines.policy import answer
+from engines.policy.answer import answer
 from engines.runner import Runner
 from gateway import ollama_models
 from gateway.body import decode_body

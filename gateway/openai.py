@@ -11,7 +11,7 @@ from litestar import Request, Response, get, post
 from litestar.response import ServerSentEvent
 
 from engines.errors import BadRequest, GatewayError
-from engines.policy import answer
+from engines.policy.answer import answer
 from gateway.anthropic import model_page
 from gateway.body import decode_body
 from gateway.canonical import build_chat_request

@@ -15,10 +15,10 @@ import msgspec
 from engines.errors import ConfigInvalid, SourceError
 from engines.factory import make_engine
 from engines.log import emit
-from engines.platform import PlatformPath
+from engines.mlx.platform import PlatformPath
 from engines.residency import MemoryBudget
 from engines.runner import Runner
-from engines.sources import check_source
+from engines.sources.resolve import check_source
 from gateway.config import load_config
 from gateway.registry import Generation, Registry
 from schemas.config import GatewayConfig, ModelConfig

@@ -13,7 +13,7 @@ from litestar import Request, Response, post
 from litestar.response import ServerSentEvent, ServerSentEventMessage
 
 from engines.errors import BadRequest, GatewayError
-from engines.policy import answer
+from engines.policy.answer import answer
 from gateway.body import decode_body
 from gateway.canonical import build_chat_request
 from gateway.openai import effort

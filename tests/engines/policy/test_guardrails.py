@@ -5,11 +5,11 @@ import json
 
 import pytest
 
-from engines import repair
 from engines.errors import BadRequest
-from engines.guardrails import CallChecker, check_tools
-from engines.output import OutputParser, load_tool_format
-from engines.repair import decode_arguments, repair_json
+from engines.policy import repair
+from engines.policy.guardrails import CallChecker, check_tools
+from engines.policy.repair import decode_arguments, repair_json
+from engines.text.output import OutputParser, load_tool_format
 from schemas.canonical import ChatRequest, MalformedToolCall, Message, ToolCall, ToolSpec
 
 WEATHER = ToolSpec(

@@ -1,4 +1,4 @@
-"""Sentence embeddings on MLX: the engine that serves a BERT encoder (engines/bert.py).
+"""Sentence embeddings on MLX: the engine that serves a BERT encoder (engines/embed/bert.py).
 
 Inputs are tokenized with the model's own tokenizer.json, cut to the window (for
 all-MiniLM-L6-v2 256 word pieces, [CLS] and [SEP] included, per sentence_bert_config.json,
@@ -16,9 +16,16 @@ from tokenizers import Tokenizer
 
 from engines.base import LoadInfo
 from engines.batch import Batch, SerialBatch
-from engines.bert import BertArgs, Pooling, build_encoder, load_weights, read_json, read_pooling
+from engines.embed.bert import (
+    BertArgs,
+    Pooling,
+    build_encoder,
+    load_weights,
+    read_json,
+    read_pooling,
+)
 from engines.errors import BadRequest, GatewayError, SourceError
-from engines.sources import check_source, resolve_source
+from engines.sources.resolve import check_source, resolve_source
 from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Output
 from schemas.config import ModelConfig
 

@@ -3,8 +3,8 @@
 `check_tools` refuses a request whose tool schemas are not JSON Schema (a 400 naming the
 tool). `CallChecker` judges each call the model emits — its name against the declared
 tools, its arguments against that tool's schema — under the model's `guardrails.tool_calls`
-policy: `repair` fixes what `engines/repair.py` can, `strict` repairs nothing, `off` only
-reports. Pure functions and plain values: the re-ask lives in `engines/policy.py`.
+policy: `repair` fixes what `engines/policy/repair.py` can, `strict` repairs nothing, `off` only
+reports. Pure functions and plain values: the re-ask lives in `engines/policy/answer.py`.
 
 JSON Schema validation is `jsonschema`'s (the reference implementation: every draft,
 `$ref`, formats), not a hand-written subset.
@@ -21,7 +21,7 @@ import jsonschema
 from jsonschema.exceptions import SchemaError
 
 from engines.errors import BadRequest, GatewayError
-from engines.repair import Repaired, decode_arguments, repair_json
+from engines.policy.repair import Repaired, decode_arguments, repair_json
 from schemas.canonical import MalformedToolCall, ToolCall, ToolPolicy, ToolSpec
 
 

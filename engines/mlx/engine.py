@@ -9,13 +9,13 @@ from typing import NamedTuple
 
 from engines.base import LoadInfo
 from engines.batch import Batch, SerialBatch
-from engines.context import size_context
 from engines.errors import BadRequest, ContextOverflow, SourceError
-from engines.output import DEFAULT_TOOL_PARSER, OutputParser, ToolFormat, load_tool_format
-from engines.platform import PlatformPath
-from engines.reasoning import template_kwargs, thinking_markers
-from engines.sources import check_source, resolve_source
-from engines.tools import template_knows_tools, template_messages, tool_specs
+from engines.mlx.context import size_context
+from engines.mlx.platform import PlatformPath
+from engines.sources.resolve import check_source, resolve_source
+from engines.text.output import DEFAULT_TOOL_PARSER, OutputParser, ToolFormat, load_tool_format
+from engines.text.reasoning import template_kwargs, thinking_markers
+from engines.text.tools import template_knows_tools, template_messages, tool_specs
 from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Finished, Output
 from schemas.config import ModelConfig
 
@@ -126,7 +126,7 @@ class MLXEngine:
         """
         if self._config.kv_bits or self._draft is not None:
             return SerialBatch(self.generate)
-        from engines.mlx_batch import MLXBatch
+        from engines.mlx.batch import MLXBatch
 
         return MLXBatch(self, self._model, self._tokenizer, self._config)
 
@@ -265,7 +265,7 @@ def trained_context(model) -> int:
 
 
 def expand_quantized(model) -> None:
-    """Replace quantized layers by float32 ones (faster on CPU, see engines/platform.py)."""
+    """Replace quantized layers by float32 ones (faster on CPU, see engines/mlx/platform.py)."""
     import mlx.core as mx
     import mlx.nn as nn
     from mlx.utils import tree_unflatten

@@ -1,4 +1,4 @@
-from engines.stops import StopMatcher
+from engines.text.stops import StopMatcher
 
 
 def run(stops, deltas):

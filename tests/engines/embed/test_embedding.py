@@ -10,13 +10,13 @@ import msgspec
 import numpy as np
 import pytest
 
-from engines import embedding
-from engines.embedding import EmbeddingEngine
+from engines.embed import engine as embedding
+from engines.embed.engine import EmbeddingEngine
 from engines.errors import BadRequest, GatewayError
 from engines.factory import make_engine
-from engines.mlx_engine import MLXEngine
-from engines.platform import PlatformPath
-from engines.sources import resolve_source
+from engines.mlx.engine import MLXEngine
+from engines.mlx.platform import PlatformPath
+from engines.sources.resolve import resolve_source
 from schemas.canonical import ChatRequest, EmbedRequest, Message
 from schemas.config import ModelConfig
 

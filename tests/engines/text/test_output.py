@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from engines.output import OutputParser, load_tool_format
+from engines.text.output import OutputParser, load_tool_format
 from schemas.canonical import TextDelta, ToolCallOutput
 
 CALL = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'

