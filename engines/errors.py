@@ -1,11 +1,32 @@
-"""The one exception tree. Each error carries the status a protocol should answer with."""
+"""The one exception tree of the gateway, drawn once here.
+
+Each error says what went wrong in domain terms and carries the facts a client needs (a
+message, a retry delay); none knows HTTP. `gateway/errors.py` maps each class to a status
+and renders it in each protocol's envelope, in one place.
+
+    GatewayError
+    ├── BadRequest              the request cannot be served as asked
+    │   └── ContextOverflow     the prompt does not fit the context window
+    ├── Unauthorized            no key, or a key the gateway does not know
+    ├── Forbidden               a key not allowed this model or route
+    ├── PayloadTooLarge         a body past `limits.max_body_bytes`
+    ├── ModelNotFound           a name no model or alias answers to
+    ├── ModelBusy               an admin action that needs an idle model
+    ├── QueueFull               the model's queue is at `queue.max_depth`
+    │   └── QueueTimeout        waited past `queue.max_wait`
+    ├── ModelUnavailable        failed to load, or detaching
+    ├── ToolCallRefused         the model's tool call failed its guardrails
+    ├── ClientGone              the client left before its answer
+    ├── ConfigInvalid           a config file that fails validation
+    └── SourceError             a model source missing, unreadable or corrupt
+        ├── GGUFFormatError     a GGUF file MLX cannot read safely
+        └── ContextTooLarge     a context window whose KV cache cannot fit
+"""
 
 from __future__ import annotations
 
 
 class GatewayError(Exception):
-    status: int = 500
-    kind: str = "server_error"
     retry_after: float | None = None
 
     def __init__(self, message: str) -> None:
@@ -14,56 +35,7 @@ class GatewayError(Exception):
 
 
 class BadRequest(GatewayError):
-    status = 400
-    kind = "invalid_request_error"
-
-
-class ModelNotFound(GatewayError):
-    status = 404
-    kind = "not_found_error"
-
-
-class QueueFull(GatewayError):
-    status = 429
-    kind = "rate_limit_error"
-
-    def __init__(self, message: str, retry_after: float) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
-
-
-class QueueTimeout(QueueFull):
-    """Waited in the queue past `queue.max_wait`."""
-
-    status = 503
-    kind = "overloaded_error"
-
-
-class ModelUnavailable(GatewayError):
-    """The model failed to load, or is detaching."""
-
-    status = 503
-    kind = "overloaded_error"
-
-
-class SourceError(GatewayError):
-    """A model source that is missing, unreadable or corrupt. Names the model and the path."""
-
-    def __init__(self, model_id: str, path: str, reason: str) -> None:
-        super().__init__(f"model {model_id!r}: source {path}: {reason}")
-        self.model_id = model_id
-        self.path = path
-        self.reason = reason
-
-
-class ConfigInvalid(GatewayError):
-    """A config file that fails validation; `errors` holds every problem found."""
-
-    status = 400
-
-    def __init__(self, errors: list[str]) -> None:
-        super().__init__("invalid config:\n" + "\n".join(errors))
-        self.errors = errors
+    pass
 
 
 class ContextOverflow(BadRequest):
@@ -78,8 +50,75 @@ class ContextOverflow(BadRequest):
         self.window = window
 
 
+class Unauthorized(GatewayError):
+    pass
+
+
+class Forbidden(GatewayError):
+    pass
+
+
+class PayloadTooLarge(GatewayError):
+    pass
+
+
+class ModelNotFound(GatewayError):
+    pass
+
+
 class ModelBusy(GatewayError):
     """An admin action that needs an idle model, asked of a busy one."""
 
-    status = 409
-    kind = "conflict"
+
+class QueueFull(GatewayError):
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class QueueTimeout(QueueFull):
+    """Waited in the queue past `queue.max_wait`."""
+
+
+class ModelUnavailable(GatewayError):
+    """The model failed to load, or is detaching."""
+
+
+class ToolCallRefused(GatewayError):
+    """The model's tool call failed its checks and the policy allows no (further) repair:
+    the model behind the gateway answered wrongly, not the client."""
+
+
+class ClientGone(GatewayError):
+    """The client disconnected before its answer was ready (logged as 499)."""
+
+
+class ConfigInvalid(GatewayError):
+    """A config file that fails validation; `errors` holds every problem found."""
+
+    def __init__(self, errors: list[str]) -> None:
+        super().__init__("invalid config:\n" + "\n".join(errors))
+        self.errors = errors
+
+
+class SourceError(GatewayError):
+    """A model source that is missing, unreadable or corrupt. Names the model and the path."""
+
+    def __init__(self, model_id: str, path: str, reason: str) -> None:
+        super().__init__(f"model {model_id!r}: source {path}: {reason}")
+        self.model_id = model_id
+        self.path = path
+        self.reason = reason
+
+
+class ContextTooLarge(SourceError):
+    """A `context.max` whose KV cache cannot fit the memory left after the weights."""
+
+
+class GGUFFormatError(SourceError):
+    """The file is not a GGUF that MLX can read safely; the message is the reason. Raised
+    by the header check, which knows the file but not the model that named it."""
+
+    def __init__(self, reason: str) -> None:
+        GatewayError.__init__(self, reason)
+        self.model_id, self.path, self.reason = "", "", reason

@@ -11,8 +11,8 @@ from litestar.datastructures import State
 from litestar.handlers.base import BaseRouteHandler
 
 from engines.base import EngineState
-from engines.errors import ModelBusy, ModelNotFound
-from gateway.auth import Unauthorized, presented_key
+from engines.errors import ModelBusy, ModelNotFound, Unauthorized
+from gateway.auth import presented_key
 from gateway.registry import Generation
 
 

@@ -12,7 +12,7 @@ from engines.errors import BadRequest
 from engines.policy.answer import answer
 from gateway.anthropic_stream import NO_SIGNATURE, stop_of, stream_events, tool_input
 from gateway.body import decode_body
-from gateway.canonical import build_chat_request
+from gateway.chat_request import build_chat_request
 from gateway.registry import Generation, Route, announce
 from gateway.streaming import Collected, collect, unless_client_leaves
 from schemas import anthropic as wire

@@ -11,8 +11,7 @@ import msgspec
 from litestar import Request
 from litestar.response.sse import ServerSentEventMessage
 
-from engines.errors import GatewayError
-from gateway.errors import error_body
+from gateway.errors import error_body, render
 from schemas import anthropic as wire
 from schemas.canonical import Finished, Output, ReasoningDelta, TextDelta
 
@@ -166,10 +165,7 @@ async def stream_events(
 
 def _error_event(request: Request, error: Exception) -> ServerSentEventMessage:
     """A failure after the 200 went out, as Anthropic reports it: an `error` event."""
-    if isinstance(error, GatewayError):
-        status, message = error.status, error.message
-    else:
-        status, message = 500, "internal error"
+    status, message, _ = render(error)
     request.scope.setdefault("state", {})["error"] = f"mid-stream: {error!r}"
     body = error_body("anthropic", status, message)
     return ServerSentEventMessage(event="error", data=msgspec.json.encode(body).decode())

@@ -14,21 +14,11 @@ from typing import TYPE_CHECKING
 from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 
-from engines.errors import GatewayError
+from engines.errors import Forbidden, Unauthorized
 from schemas.config import ApiKey, ModelConfig, ServerConfig
 
 if TYPE_CHECKING:
     from gateway.registry import Generation, Route
-
-
-class Unauthorized(GatewayError):
-    status = 401
-    kind = "authentication_error"
-
-
-class Forbidden(GatewayError):
-    status = 403
-    kind = "permission_error"
 
 
 # The model names the request's key may use; None when it may use every model. Set by the

@@ -14,7 +14,7 @@ from litestar.response import ServerSentEvent
 from engines.errors import BadRequest
 from engines.runner import Job, Runner
 from gateway.body import decode_body
-from gateway.canonical import build_chat_request
+from gateway.chat_request import build_chat_request
 from gateway.openai import FINISH_REASONS
 from gateway.registry import Generation, announce
 from gateway.streaming import Collected, collect, unless_client_leaves

@@ -3,12 +3,32 @@
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 
-from engines.errors import GatewayError
+from engines import errors as e
 from gateway.logging import REDACTOR
+
+# Each class of the tree (engines/errors.py) as HTTP sees it: its status and the `type`
+# OpenAI's envelope gives it. A subclass not listed takes its nearest listed ancestor's.
+RENDERING: dict[type[e.GatewayError], tuple[int, str]] = {
+    e.BadRequest: (400, "invalid_request_error"),
+    e.Unauthorized: (401, "authentication_error"),
+    e.Forbidden: (403, "permission_error"),
+    e.ModelNotFound: (404, "not_found_error"),
+    e.ModelBusy: (409, "conflict"),
+    e.PayloadTooLarge: (413, "invalid_request_error"),
+    e.QueueFull: (429, "rate_limit_error"),
+    e.QueueTimeout: (503, "overloaded_error"),
+    e.ModelUnavailable: (503, "overloaded_error"),
+    e.ToolCallRefused: (502, "invalid_tool_call"),
+    e.ClientGone: (499, "client_closed_request"),
+    e.ConfigInvalid: (400, "server_error"),
+    e.ContextTooLarge: (503, "server_error"),
+    e.GatewayError: (500, "server_error"),
+}
 
 OPENAI_TYPES = {
     400: "invalid_request_error",
@@ -34,6 +54,24 @@ ANTHROPIC_TYPES = {
 }
 
 
+class Rendered(NamedTuple):
+    status: int
+    message: str
+    kind: str  # OpenAI's error `type`
+
+
+def render(error: Exception) -> Rendered:
+    """Status, client-facing message and OpenAI type of any exception: a gateway error as
+    its class says; anything else a generic 500 that tells the client no internals."""
+    if not isinstance(error, e.GatewayError):
+        return Rendered(500, "internal error", "server_error")
+    for cls in type(error).__mro__:
+        if cls in RENDERING:
+            status, kind = RENDERING[cls]
+            return Rendered(status, error.message, kind)
+    raise AssertionError("unreachable: GatewayError is in RENDERING")
+
+
 def protocol_of(path: str) -> str:
     """Which protocol's envelope an error on `path` is written in."""
     if path.startswith("/v1/messages"):
@@ -57,8 +95,8 @@ def error_body(protocol: str, status: int, message: str, kind: str | None = None
 def error_response(request: Request, error: Exception) -> Response:
     """One app-wide exception handler: status, headers and body from the error's kind."""
     headers: dict[str, str] = {}
-    if isinstance(error, GatewayError):
-        status, message, kind = error.status, error.message, error.kind
+    if isinstance(error, e.GatewayError):
+        status, message, kind = render(error)
         if error.retry_after is not None:
             headers["Retry-After"] = str(max(1, math.ceil(error.retry_after)))
     elif isinstance(error, ValidationException):

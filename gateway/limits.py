@@ -20,7 +20,7 @@ from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from PIL import Image
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from engines.errors import BadRequest, GatewayError
+from engines.errors import BadRequest, PayloadTooLarge
 from gateway.errors import error_body
 from gateway.middleware import send_error
 from schemas.config import LimitsConfig, size_bytes
@@ -29,11 +29,6 @@ from schemas.config import LimitsConfig, size_bytes
 # so the match is linear in its length).
 _JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _IMAGE_HEAD_CHARS = 64 * 1024  # base64 characters decoded to find an image's dimensions
-
-
-class PayloadTooLarge(GatewayError):
-    status = 413
-    kind = "invalid_request_error"
 
 
 def limits_of(scope: Scope) -> LimitsConfig:

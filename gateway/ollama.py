@@ -17,7 +17,7 @@ from engines.policy.answer import answer
 from engines.runner import Runner
 from gateway import ollama_models
 from gateway.body import decode_body
-from gateway.canonical import build_chat_request
+from gateway.chat_request import build_chat_request
 from gateway.ollama_models import json_reply, local_name, now
 from gateway.registry import Generation, Route, announce
 from gateway.streaming import collect, unless_client_leaves

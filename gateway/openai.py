@@ -14,8 +14,8 @@ from engines.errors import BadRequest, GatewayError
 from engines.policy.answer import answer
 from gateway.anthropic import model_page
 from gateway.body import decode_body
-from gateway.canonical import build_chat_request
-from gateway.errors import error_body
+from gateway.chat_request import build_chat_request
+from gateway.errors import error_body, render
 from gateway.registry import Generation, announce
 from gateway.streaming import collect, unless_client_leaves
 from schemas import openai as wire
@@ -191,7 +191,8 @@ async def _chunks(
         yield "[DONE]"
     except GatewayError as error:
         # The 200 is out: OpenAI reports a failure mid-stream as a chunk holding `error`.
-        yield msgspec.json.encode(error_body("openai", error.status, error.message)).decode()
+        status, text, kind = render(error)
+        yield msgspec.json.encode(error_body("openai", status, text, kind)).decode()
     finally:
         # The client went away (or the stream ended): stop the job within a token.
         await results.aclose()

@@ -15,7 +15,8 @@ from litestar.response import ServerSentEvent, ServerSentEventMessage
 from engines.errors import BadRequest, GatewayError
 from engines.policy.answer import answer
 from gateway.body import decode_body
-from gateway.canonical import build_chat_request
+from gateway.chat_request import build_chat_request
+from gateway.errors import render
 from gateway.openai import effort
 from gateway.registry import Generation, announce
 from gateway.responses_events import EventBuilder
@@ -202,7 +203,7 @@ async def _events(
             for event in builder.feed(output):
                 yield message(event)
     except GatewayError as error:  # the 200 is out: only an `error` event can tell the client
-        yield message(builder.error(error.kind, error.message))
+        yield message(builder.error(render(error).kind, error.message))
     finally:
         # The client went away (or the stream ended): stop the job within a token.
         await results.aclose()

@@ -9,17 +9,10 @@ from typing import TypeVar
 import msgspec
 from litestar import Request
 
-from engines.errors import GatewayError
+from engines.errors import ClientGone
 from schemas.canonical import Finished, Output, ReasoningDelta, TextDelta, ToolCall, ToolCallOutput
 
 T = TypeVar("T")
-
-
-class ClientGone(GatewayError):
-    """The client disconnected before its answer was ready (logged as 499)."""
-
-    status = 499
-    kind = "client_closed_request"
 
 
 async def _until_disconnect(request: Request) -> None:

@@ -57,7 +57,7 @@ class ChatRequest(msgspec.Struct, frozen=True, kw_only=True):
     tools: list[ToolSpec] = []
     # Set for plain completions: the text is the prompt as is, no chat template.
     raw_prompt: str | None = None
-    # The model's policies, resolved once by gateway/canonical.py for every protocol.
+    # The model's policies, resolved once by gateway/chat_request.py for every protocol.
     reasoning: Effort = "off"
     tool_policy: ToolPolicy = "off"
     overflow: OverflowPolicy = "reject"

@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-from engines.errors import SourceError
+from engines.errors import ContextTooLarge
 from engines.residency import describe
 
 # A window smaller than this is not worth loading a chat model for.
 MIN_CONTEXT = 256
-
-
-class ContextTooLarge(SourceError):
-    """A fixed `context.max` whose KV cache cannot fit the memory left."""
-
-    status = 503
 
 
 def size_context(

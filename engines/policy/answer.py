@@ -23,9 +23,9 @@ from collections.abc import AsyncIterator
 
 from msgspec.structs import replace
 
-from engines.errors import ContextOverflow
+from engines.errors import ContextOverflow, ToolCallRefused
 from engines.log import emit
-from engines.policy.guardrails import CallChecker, ToolCallRefused, Verdict, reask_message
+from engines.policy.guardrails import CallChecker, Verdict, reask_message
 from engines.policy.truncation import fit_messages
 from engines.runner import Runner
 from schemas.canonical import (

@@ -20,19 +20,9 @@ from typing import Any, NamedTuple
 import jsonschema
 from jsonschema.exceptions import SchemaError
 
-from engines.errors import BadRequest, GatewayError
+from engines.errors import BadRequest
 from engines.policy.repair import Repaired, decode_arguments, repair_json
 from schemas.canonical import MalformedToolCall, ToolCall, ToolPolicy, ToolSpec
-
-
-class ToolCallRefused(GatewayError):
-    """The model's tool call failed its checks and the policy allows no (further) repair.
-
-    A 502: the model behind the gateway answered wrongly, not the client.
-    """
-
-    status = 502
-    kind = "invalid_tool_call"
 
 
 class Verdict(NamedTuple):

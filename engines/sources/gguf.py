@@ -16,8 +16,8 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from engines.errors import SourceError
-from engines.sources.gguf_header import BITS, GGUFFormatError, GGUFHeader, read_gguf_header
+from engines.errors import GGUFFormatError, SourceError
+from engines.sources.gguf_header import BITS, GGUFHeader, read_gguf_header
 
 # Bump when the converted layout changes, so stale cache entries are rebuilt.
 CONVERTER_VERSION = 1

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from engines.errors import GGUFFormatError
+
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q"}
 _SCALARS |= {11: "<q"}
 _STRING, _ARRAY, _FLOAT64 = 8, 9, 12
@@ -29,10 +31,6 @@ _TENSOR_TYPES = {
 _OTHER_TYPES = {6: "Q5_0", 7: "Q5_1", 9: "Q8_1", 10: "Q2_K", 11: "Q3_K", 12: "Q4_K"}
 _OTHER_TYPES |= {13: "Q5_K", 14: "Q6_K", 15: "Q8_K", 30: "BF16"}
 BITS = {"Q4_0": 4, "Q4_1": 4, "Q8_0": 8}
-
-
-class GGUFFormatError(ValueError):
-    """The file is not a GGUF that MLX can read safely; the message is the reason."""
 
 
 @dataclass(frozen=True)
