@@ -8,20 +8,18 @@ admin key): `/ui/state` and the feed `/ui/events`. `/health` stays public as eve
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from functools import cache
 from importlib.resources import files
 
 from litestar import Response, get
 from litestar.datastructures import State
-from litestar.exceptions import NotFoundException
 from litestar.response import ServerSentEvent
 from litestar.response.sse import ServerSentEventMessage
+from litestar.static_files import create_static_files_router
 
 from gateway.metrics import STATE_NAMES
 
-STATIC = {  # the only files served: a fixed list, so no path ever reaches the filesystem
-    "app.js": "text/javascript; charset=utf-8",
-    "style.css": "text/css; charset=utf-8",
-}
+STATIC_DIR = files("gateway") / "static"
 PAGE_HEADERS = {
     # The page runs only its own script and talks only to this gateway.
     "content-security-policy": (
@@ -36,22 +34,31 @@ PUBLIC = {"public": True}
 OPS = {"ops": True}
 
 
-def _static(name: str) -> bytes:
-    return (files("gateway") / "static" / name).read_bytes()
+@cache
+def _page() -> bytes:
+    return (STATIC_DIR / "index.html").read_bytes()
 
 
 @get("/ui", opt=PUBLIC, sync_to_thread=False)
 def page() -> Response:
     """The ops page itself."""
-    return Response(_static("index.html"), media_type="text/html; charset=utf-8",
-                    headers=PAGE_HEADERS)  # fmt: skip
+    return Response(_page(), media_type="text/html; charset=utf-8", headers=PAGE_HEADERS)
 
 
-@get("/ui/static/{name:str}", opt=PUBLIC, sync_to_thread=False)
-def static(name: str) -> Response:
-    if name not in STATIC:
-        raise NotFoundException(f"no such file: {name}")
-    return Response(_static(name), media_type=STATIC[name], headers=PAGE_HEADERS)
+def _page_headers(response: Response) -> Response:
+    response.headers.update(PAGE_HEADERS)
+    return response
+
+
+# The page's script and style sheet, through litestar's static-files router: it confines
+# every path to the directory (no `..`, no symlinks out) and answers 404 for the rest.
+static = create_static_files_router(
+    "/ui/static",
+    directories=[STATIC_DIR],
+    opt=PUBLIC,
+    after_request=_page_headers,
+    name="ui-static",
+)
 
 
 @get("/ui/state", opt=OPS, sync_to_thread=False)

@@ -14,6 +14,7 @@ import ollama
 import openai
 import pytest
 from conftest import REPO, free_port, leaked_secrets, raw_http
+from litestar import Router
 
 from gateway.config import parse_config
 from gateway.errors import protocol_of
@@ -42,11 +43,16 @@ def every_route() -> list[tuple[str, str, dict]]:
              "embeddings", "ops", "admin", "metrics", "ui"]  # fmt: skip
     found = set()
     for module in (importlib.import_module(f"gateway.{name}") for name in names):
-        for handler in getattr(module, "ROUTES", []):
-            for path in handler.paths:
-                path = path.replace("{model_id:str}", "echo").replace("{name:str}", "app.js")
+        for item in getattr(module, "ROUTES", []):
+            if isinstance(item, Router):  # the static files: a router of its own
+                pairs = [(r.path, h, item.opt) for r in item.routes for h in r.route_handlers]
+            else:
+                pairs = [(path, item, {}) for path in item.paths]
+            for path, handler, router_opt in pairs:
+                path = path.replace("{model_id:str}", "echo").replace("{file_path:path}", "app.js")
                 for method in handler.http_methods:
-                    found.add((method, path, json.dumps(handler.opt, sort_keys=True)))
+                    opt = {**router_opt, **handler.opt}
+                    found.add((method, path, json.dumps(opt, sort_keys=True)))
     return [(m, p, json.loads(o)) for m, p, o in sorted(found)]
 
 
