@@ -5,13 +5,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-import msgspec
 from msgspec import Meta
 
-
-class Wire(msgspec.Struct, kw_only=True):
-    """Base of wire structs: unknown fields are ignored, not rejected."""
-
+from schemas.wire import Wire
 
 # Content blocks, tagged by their `type`. Request and response share them.
 

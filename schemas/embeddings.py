@@ -9,18 +9,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-import msgspec
 from msgspec import Meta
+
+from schemas.wire import Wire
 
 # OpenAI's own limit on inputs per request; it also bounds the work one request queues.
 MAX_INPUTS = 2048
 
 ModelName = Annotated[str, Meta(min_length=1)]
 Dimensions = Annotated[int, Meta(ge=1)]
-
-
-class Wire(msgspec.Struct, kw_only=True):
-    """Base of embedding structs: unknown fields are ignored, not rejected."""
 
 
 class EmbeddingRequest(Wire, kw_only=True):

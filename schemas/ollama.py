@@ -11,11 +11,9 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
+from schemas.wire import Wire
+
 ModelName = Annotated[str, Meta(min_length=1)]
-
-
-class Wire(msgspec.Struct, kw_only=True):
-    """Base of request structs: unknown fields are ignored, not rejected."""
 
 
 class Reply(msgspec.Struct, kw_only=True, omit_defaults=True):

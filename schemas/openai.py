@@ -4,17 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-import msgspec
 from msgspec import Meta
+
+from schemas.wire import Wire
 
 NonNegativeFloat = Annotated[float, Meta(ge=0)]
 # Every effort OpenAI's API names; the gateway serves off/low/medium/high (see EFFORTS).
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
 EFFORTS = {"none": "off", "minimal": "low", "xhigh": "high", "max": "high"}
-
-
-class Wire(msgspec.Struct, kw_only=True):
-    """Base of wire structs: unknown fields are ignored, not rejected."""
 
 
 class ContentPart(Wire, kw_only=True):

@@ -6,7 +6,8 @@ from typing import Annotated, Literal
 
 from msgspec import Meta
 
-from schemas.openai import StreamOptions, Usage, Wire
+from schemas.openai import StreamOptions, Usage
+from schemas.wire import Wire
 
 # A prompt is text, a list of texts, or token ids (one list, or a list of lists); the
 # adapter refuses token ids by name rather than leaving msgspec to say "expected str".

@@ -7,7 +7,8 @@ from typing import Annotated, Any, Literal
 
 from msgspec import Meta, field
 
-from schemas.openai import ReasoningEffort, Wire
+from schemas.openai import ReasoningEffort
+from schemas.wire import Wire
 
 # --- the request -------------------------------------------------------------------------
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import textwrap
 from pathlib import Path
 
@@ -10,7 +9,6 @@ import pytest
 
 from engines.errors import ConfigInvalid
 from gateway.config import load_config, parse_config, summarize
-from gateway.json_schema import SCHEMA_PATH, config_json_schema, write_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "configs").rglob("*.yaml"))
@@ -352,18 +350,3 @@ def test_defaults_reject_model_only_keys_and_typos():
 def test_mlx_source_missing_because_defaults_says_mlx():
     error = one_error("defaults: {engine: mlx}\nmodels:\n  - id: m\n")
     assert error == "t.yaml:3:5: models[0].source: model 'm': engine 'mlx' needs a source"
-
-
-def test_committed_schema_matches_the_structs():
-    committed = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
-    assert committed == config_json_schema(), (
-        "schemas/models.schema.json is stale: run `gateway schema --write`"
-    )
-
-
-def test_write_schema(tmp_path: Path):
-    path = write_schema(tmp_path / "s.json")
-    text = path.read_text(encoding="utf-8")
-    assert text == SCHEMA_PATH.read_text(encoding="utf-8")
-    assert text.endswith("}\n")
-    assert json.loads(text)["$schema"].startswith("https://json-schema.org/")
