@@ -242,3 +242,20 @@ def shipped_gateway(tmp_path_factory):
         yield process
     finally:
         process.stop()
+
+
+# SDK clients for the module's `gateway` fixture (each module, or tests/e2e/conftest.py,
+# says which gateway); closed when that gateway stops.
+@pytest.fixture(scope="module")
+def openai_client(gateway):
+    return gateway.openai()
+
+
+@pytest.fixture(scope="module")
+def anthropic_client(gateway):
+    return gateway.anthropic()
+
+
+@pytest.fixture(scope="module")
+def ollama_client(gateway):
+    return gateway.ollama()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sys
 
-import pytest
 from conftest import run_example
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
@@ -14,37 +13,29 @@ QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 GREEDY = {"temperature": 0}
 
 
-@pytest.fixture(scope="module")
-def gateway(shipped_gateway):
-    return shipped_gateway
-
-
-@pytest.fixture(scope="module")
-def client(gateway):
-    return gateway.anthropic()
-
-
-def test_answers_the_capital_of_france(client):
-    reply = client.messages.create(
+def test_answers_the_capital_of_france(anthropic_client):
+    reply = anthropic_client.messages.create(
         model="smollm2", messages=QUESTION, extra_body=GREEDY, max_tokens=40
     )
     assert "Paris" in reply.content[0].text
     assert reply.model == "smollm2"
 
 
-def test_streamed_text_equals_plain_and_count_tokens_equals_input_tokens(gateway, client):
-    raw = client.messages.with_raw_response.create(
+def test_streamed_text_equals_plain_and_count_tokens_equals_input_tokens(gateway, anthropic_client):
+    raw = anthropic_client.messages.with_raw_response.create(
         model="claude-smollm2", messages=QUESTION, extra_body=GREEDY, max_tokens=40
     )
     plain = raw.parse()
-    with client.messages.stream(
+    with anthropic_client.messages.stream(
         model="claude-default", messages=QUESTION, extra_body=GREEDY, max_tokens=40
     ) as stream:
         streamed = "".join(stream.text_stream)
         final = stream.get_final_message()
     assert streamed == plain.content[0].text
     assert final.usage.model_dump() == plain.usage.model_dump()
-    counted = client.messages.count_tokens(model="smollm2", messages=QUESTION).input_tokens
+    counted = anthropic_client.messages.count_tokens(
+        model="smollm2", messages=QUESTION
+    ).input_tokens
     assert counted == plain.usage.input_tokens
     generated = gateway.wait_event("generated", request_id=raw.headers["x-request-id"])
     assert (generated["prompt_tokens"], generated["new_tokens"]) == (

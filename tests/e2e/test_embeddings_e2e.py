@@ -16,23 +16,6 @@ BREAD = "A man is eating a piece of bread."
 BABY = "The girl is carrying a baby."
 
 
-@pytest.fixture(scope="module")
-def gateway(shipped_gateway):
-    return shipped_gateway
-
-
-@pytest.fixture(scope="module")
-def client(gateway):
-    with openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="unused") as client:
-        yield client
-
-
-@pytest.fixture(scope="module")
-def ollama_client(gateway):
-    with ollama.Client(host=gateway.url) as client:
-        yield client
-
-
 def post(gateway, path, **body):
     return httpx.post(f"{gateway.url}{path}", json=body, timeout=60)
 
@@ -44,10 +27,10 @@ def test_the_model_attaches_with_its_window_and_size(gateway):
     assert 85_000_000 < attached["memory_bytes"] < 95_000_000
 
 
-def test_float_and_base64_vectors_are_equal(client):
-    floats = client.embeddings.create(model="minilm", input=FOOD, encoding_format="float")
+def test_float_and_base64_vectors_are_equal(openai_client):
+    floats = openai_client.embeddings.create(model="minilm", input=FOOD, encoding_format="float")
     # The openai package asks for base64 when no format is given, and decodes it itself.
-    decoded = client.embeddings.create(model="minilm", input=FOOD)
+    decoded = openai_client.embeddings.create(model="minilm", input=FOOD)
     assert floats.model == decoded.model == "minilm"
     assert floats.object == "list" and floats.data[0].object == "embedding"
     vector = np.array(floats.data[0].embedding, dtype=np.float32)
@@ -55,18 +38,18 @@ def test_float_and_base64_vectors_are_equal(client):
     assert np.array_equal(vector, np.array(decoded.data[0].embedding, dtype=np.float32))
 
 
-def test_a_batch_keeps_order_and_meaning(client):
-    batch = client.embeddings.create(model="all-minilm", input=[FOOD, BREAD, BABY])
+def test_a_batch_keeps_order_and_meaning(openai_client):
+    batch = openai_client.embeddings.create(model="all-minilm", input=[FOOD, BREAD, BABY])
     assert [item.index for item in batch.data] == [0, 1, 2]
     food, bread, baby = (np.array(item.embedding) for item in batch.data)
     assert food @ bread > food @ baby + 0.5
-    single = client.embeddings.create(model="minilm", input=BABY)
+    single = openai_client.embeddings.create(model="minilm", input=BABY)
     assert np.allclose(single.data[0].embedding, baby, atol=1e-5)
     assert batch.usage.prompt_tokens == batch.usage.total_tokens > single.usage.prompt_tokens
 
 
-def test_usage_equals_the_generated_event(gateway, client):
-    raw = client.embeddings.with_raw_response.create(model="minilm", input=[FOOD, BABY])
+def test_usage_equals_the_generated_event(gateway, openai_client):
+    raw = openai_client.embeddings.with_raw_response.create(model="minilm", input=[FOOD, BABY])
     request_id = raw.headers["x-request-id"]
     usage = raw.parse().usage
     generated = gateway.wait_event("generated", request_id=request_id)
@@ -76,19 +59,19 @@ def test_usage_equals_the_generated_event(gateway, client):
     assert (routed["protocol"], routed["stream"], routed["served"]) == ("openai", False, "minilm")
 
 
-def test_a_chat_model_refuses_to_embed(client):
+def test_a_chat_model_refuses_to_embed(openai_client):
     for model in ("smollm2", "echo"):
         with pytest.raises(openai.BadRequestError, match="chat model; it does not embed"):
-            client.embeddings.create(model=model, input=FOOD)
+            openai_client.embeddings.create(model=model, input=FOOD)
 
 
-def test_the_embedding_model_refuses_to_chat(client):
+def test_the_embedding_model_refuses_to_chat(openai_client):
     hello = [{"role": "user", "content": "hi"}]
     with pytest.raises(openai.BadRequestError, match="'minilm' is an embedding model"):
-        client.chat.completions.create(model="minilm", messages=hello)
+        openai_client.chat.completions.create(model="minilm", messages=hello)
     # Streamed too: the error comes before the stream starts, so it keeps its status.
     with pytest.raises(openai.BadRequestError, match="'minilm' is an embedding model"):
-        client.chat.completions.create(model="minilm", messages=hello, stream=True)
+        openai_client.chat.completions.create(model="minilm", messages=hello, stream=True)
 
 
 @pytest.mark.parametrize(
@@ -111,16 +94,16 @@ def test_bad_requests_are_400s_naming_the_field(gateway, body, message):
     assert error["type"] == "invalid_request_error" and message in error["message"]
 
 
-def test_dimensions_equal_to_the_model_are_fine(client):
-    reply = client.embeddings.create(model="minilm", input=FOOD, dimensions=384)
+def test_dimensions_equal_to_the_model_are_fine(openai_client):
+    reply = openai_client.embeddings.create(model="minilm", input=FOOD, dimensions=384)
     assert len(reply.data[0].embedding) == 384
 
 
-def test_ollama_embed_matches_openai(gateway, client, ollama_client):
+def test_ollama_embed_matches_openai(gateway, openai_client, ollama_client):
     reply = ollama_client.embed(model="all-minilm", input=[FOOD, BABY])
     assert reply.model == "minilm" and reply.prompt_eval_count == 17
     assert reply.total_duration > 0
-    openai_reply = client.embeddings.create(model="minilm", input=[FOOD, BABY])
+    openai_reply = openai_client.embeddings.create(model="minilm", input=[FOOD, BABY])
     for mine, theirs in zip(reply.embeddings, openai_reply.data, strict=True):
         assert np.allclose(mine, theirs.embedding, atol=1e-6)
     one = ollama_client.embed(model="minilm", input=FOOD)

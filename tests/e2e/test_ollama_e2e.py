@@ -7,32 +7,19 @@ import json
 import sys
 
 import httpx
-import pytest
 from conftest import run_example
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 GREEDY = {"temperature": 0, "num_predict": 40}
 
 
-@pytest.fixture(scope="module")
-def gateway(shipped_gateway):
-    return shipped_gateway
-
-
-@pytest.fixture(scope="module")
-def client(gateway):
-    client = gateway.ollama()
-    yield client
-    client.close()
-
-
-def test_answers_the_capital_of_france(client):
-    reply = client.chat(model="smollm2", messages=QUESTION, options=GREEDY)
+def test_answers_the_capital_of_france(ollama_client):
+    reply = ollama_client.chat(model="smollm2", messages=QUESTION, options=GREEDY)
     assert "Paris" in reply.message.content
     assert reply.model == "smollm2" and reply.done_reason in ("stop", "length")
 
 
-def test_streamed_equals_plain_and_counts_equal_the_generated_event(gateway, client):
+def test_streamed_equals_plain_and_counts_equal_the_generated_event(gateway, ollama_client):
     body = {"model": "default:latest", "messages": QUESTION, "options": GREEDY, "stream": False}
     response = httpx.post(f"{gateway.url}/api/chat", json=body, timeout=120)
     plain = response.json()
@@ -41,7 +28,9 @@ def test_streamed_equals_plain_and_counts_equal_the_generated_event(gateway, cli
         plain["prompt_eval_count"],
         plain["eval_count"],
     )
-    parts = list(client.chat(model="smollm2", messages=QUESTION, options=GREEDY, stream=True))
+    parts = list(
+        ollama_client.chat(model="smollm2", messages=QUESTION, options=GREEDY, stream=True)
+    )
     assert "".join(p.message.content for p in parts) == plain["message"]["content"]
     final = parts[-1]
     assert final.done and (final.prompt_eval_count, final.eval_count) == (
@@ -51,11 +40,11 @@ def test_streamed_equals_plain_and_counts_equal_the_generated_event(gateway, cli
     assert final.prompt_eval_duration > 0 and final.eval_duration > 0
 
 
-def test_generate_and_the_model_routes(gateway, client):
-    reply = client.generate(model="smollm2", prompt=QUESTION[0]["content"], options=GREEDY)
+def test_generate_and_the_model_routes(gateway, ollama_client):
+    reply = ollama_client.generate(model="smollm2", prompt=QUESTION[0]["content"], options=GREEDY)
     assert "Paris" in reply.response
-    assert "smollm2" in {m.model for m in client.ps().models}
-    shown = client.show("smollm2")
+    assert "smollm2" in {m.model for m in ollama_client.ps().models}
+    shown = ollama_client.show("smollm2")
     attached = gateway.events("model_attached", model="smollm2")[-1]
     assert shown.modelinfo["mlx.context_length"] == attached["context"]
     assert shown.details.format == "mlx"

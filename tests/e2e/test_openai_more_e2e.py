@@ -4,26 +4,13 @@ from __future__ import annotations
 
 import sys
 
-import openai
-import pytest
 from conftest import run_example
 
 QUESTION = "What is the capital of France?"
 
 
-@pytest.fixture(scope="module")
-def gateway(shipped_gateway):
-    return shipped_gateway
-
-
-@pytest.fixture(scope="module")
-def client(gateway):
-    with openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="unused") as client:
-        yield client
-
-
-def test_a_raw_prompt_is_continued_with_paris(gateway, client):
-    raw = client.completions.with_raw_response.create(
+def test_a_raw_prompt_is_continued_with_paris(gateway, openai_client):
+    raw = openai_client.completions.with_raw_response.create(
         model="smollm2", prompt="The capital of France is", temperature=0, max_tokens=8
     )
     completion = raw.parse()
@@ -33,12 +20,12 @@ def test_a_raw_prompt_is_continued_with_paris(gateway, client):
     assert completion.usage.prompt_tokens == generated["prompt_tokens"] < 10
 
 
-def test_responses_answer_paris_and_the_stream_says_the_same(client):
-    plain = client.responses.create(
+def test_responses_answer_paris_and_the_stream_says_the_same(openai_client):
+    plain = openai_client.responses.create(
         model="smollm2", input=QUESTION, temperature=0, max_output_tokens=40
     )
     assert "Paris" in plain.output_text
-    with client.responses.stream(
+    with openai_client.responses.stream(
         model="smollm2", input=QUESTION, temperature=0, max_output_tokens=40
     ) as stream:
         deltas = [e.delta for e in stream if e.type == "response.output_text.delta"]

@@ -2,19 +2,7 @@
 
 from __future__ import annotations
 
-import pytest
-
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
-
-
-@pytest.fixture(scope="module")
-def gateway(shipped_gateway):
-    return shipped_gateway
-
-
-@pytest.fixture(scope="module")
-def client(gateway):
-    return gateway.openai()
 
 
 def test_startup_line_says_which_platform_path_runs(gateway):
@@ -26,21 +14,23 @@ def test_startup_line_says_which_platform_path_runs(gateway):
     assert attached["context"] == 8192 and attached["memory_bytes"] > 100_000_000
 
 
-def test_answers_the_capital_of_france(client):
-    reply = client.chat.completions.create(
+def test_answers_the_capital_of_france(openai_client):
+    reply = openai_client.chat.completions.create(
         model="smollm2", messages=QUESTION, temperature=0, max_tokens=40
     )
     assert "Paris" in reply.choices[0].message.content
     assert reply.model == "smollm2"
 
 
-def test_streamed_text_equals_plain_text_and_usage_equals_the_generated_event(gateway, client):
-    plain = client.chat.completions.with_raw_response.create(
+def test_streamed_text_equals_plain_text_and_usage_equals_the_generated_event(
+    gateway, openai_client
+):
+    plain = openai_client.chat.completions.with_raw_response.create(
         model="default", messages=QUESTION, temperature=0, max_tokens=40
     )
     request_id = plain.headers["x-request-id"]
     plain = plain.parse()
-    stream = client.chat.completions.create(
+    stream = openai_client.chat.completions.create(
         model="gpt-4o-mini",
         messages=QUESTION,
         temperature=0,
@@ -58,21 +48,21 @@ def test_streamed_text_equals_plain_text_and_usage_equals_the_generated_event(ga
     assert generated["prefill_s"] > 0 and generated["decode_s"] > 0
 
 
-def test_max_tokens_and_stop_strings_on_the_real_model(client):
-    short = client.chat.completions.create(
+def test_max_tokens_and_stop_strings_on_the_real_model(openai_client):
+    short = openai_client.chat.completions.create(
         model="smollm2", messages=QUESTION, temperature=0, max_tokens=3
     )
     assert short.usage.completion_tokens == 3
     assert short.choices[0].finish_reason == "length"
-    stopped = client.chat.completions.create(
+    stopped = openai_client.chat.completions.create(
         model="smollm2", messages=QUESTION, temperature=0, max_tokens=40, stop=["Paris"]
     )
     assert "Paris" not in stopped.choices[0].message.content
     assert stopped.choices[0].finish_reason == "stop"
 
 
-def test_non_ascii_streams_without_replacement_characters(client):
-    stream = client.chat.completions.create(
+def test_non_ascii_streams_without_replacement_characters(openai_client):
+    stream = openai_client.chat.completions.create(
         model="smollm2",
         messages=[{"role": "user", "content": "Write three emoji and the word café."}],
         temperature=0,
@@ -83,6 +73,6 @@ def test_non_ascii_streams_without_replacement_characters(client):
     assert text and "\ufffd" not in text
 
 
-def test_the_scripted_model_beside_it_is_served_too(client):
-    reply = client.chat.completions.create(model="echo", messages=QUESTION)
+def test_the_scripted_model_beside_it_is_served_too(openai_client):
+    reply = openai_client.chat.completions.create(model="echo", messages=QUESTION)
     assert reply.choices[0].message.content == "hello from echo"

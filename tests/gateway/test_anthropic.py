@@ -56,12 +56,6 @@ def gateway(tmp_path_factory):
         yield process
 
 
-@pytest.fixture(scope="module")
-def client(gateway):
-    # No retries: a 429 must reach the test, not be retried away by the SDK.
-    return gateway.anthropic()
-
-
 def raw_events(gateway, body: dict) -> list[tuple[str, dict]]:
     """The SSE stream as (event name, data) pairs, read line by line."""
     events, name = [], None
@@ -76,8 +70,10 @@ def raw_events(gateway, body: dict) -> list[tuple[str, dict]]:
     return events
 
 
-def test_plain_message_and_usage_equal_the_generated_event(gateway, client):
-    raw = client.messages.with_raw_response.create(model="echo", max_tokens=100, messages=HELLO)
+def test_plain_message_and_usage_equal_the_generated_event(gateway, anthropic_client):
+    raw = anthropic_client.messages.with_raw_response.create(
+        model="echo", max_tokens=100, messages=HELLO
+    )
     message = raw.parse()
     assert message.id.startswith("msg_") and message.type == "message"
     assert message.role == "assistant" and message.model == "echo"
@@ -91,8 +87,8 @@ def test_plain_message_and_usage_equal_the_generated_event(gateway, client):
     assert routed["protocol"] == "anthropic"
 
 
-def test_raw_stream_is_anthropics_event_sequence(gateway, client):
-    plain = client.messages.create(model="echo", max_tokens=100, messages=HELLO)
+def test_raw_stream_is_anthropics_event_sequence(gateway, anthropic_client):
+    plain = anthropic_client.messages.create(model="echo", max_tokens=100, messages=HELLO)
     events = raw_events(
         gateway, {"model": "e", "max_tokens": 100, "messages": HELLO, "stream": True}
     )
@@ -130,9 +126,9 @@ def test_raw_stream_is_anthropics_event_sequence(gateway, client):
     assert message_delta["usage"]["output_tokens"] == plain.usage.output_tokens
 
 
-def test_sdk_stream_text_and_usage_equal_the_plain_answer(client):
-    plain = client.messages.create(model="echo", max_tokens=100, messages=HELLO)
-    with client.messages.stream(model="echo", max_tokens=100, messages=HELLO) as stream:
+def test_sdk_stream_text_and_usage_equal_the_plain_answer(anthropic_client):
+    plain = anthropic_client.messages.create(model="echo", max_tokens=100, messages=HELLO)
+    with anthropic_client.messages.stream(model="echo", max_tokens=100, messages=HELLO) as stream:
         text = "".join(stream.text_stream)
         final = stream.get_final_message()
     assert text == plain.content[0].text == final.content[0].text
@@ -141,27 +137,31 @@ def test_sdk_stream_text_and_usage_equal_the_plain_answer(client):
     assert final.stop_reason == "end_turn"
 
 
-def count(client, **body) -> int:
-    return client.messages.count_tokens(model=body.pop("model", "echo"), **body).input_tokens
+def count(anthropic_client, **body) -> int:
+    return anthropic_client.messages.count_tokens(
+        model=body.pop("model", "echo"), **body
+    ).input_tokens
 
 
-def test_system_as_string_and_as_blocks(client):
+def test_system_as_string_and_as_blocks(anthropic_client):
     blocks = [{"type": "text", "text": "Be brief."}, {"type": "text", "text": "Be kind."}]
     for system in ["Be brief.\n\nBe kind.", blocks]:
-        reply = client.messages.create(model="echo", max_tokens=50, system=system, messages=HELLO)
+        reply = anthropic_client.messages.create(
+            model="echo", max_tokens=50, system=system, messages=HELLO
+        )
         assert reply.content[0].text == REPLY
-    with_string = count(client, system="Be brief.\n\nBe kind.", messages=HELLO)
-    assert count(client, system=blocks, messages=HELLO) == with_string
-    assert with_string > count(client, messages=HELLO)
+    with_string = count(anthropic_client, system="Be brief.\n\nBe kind.", messages=HELLO)
+    assert count(anthropic_client, system=blocks, messages=HELLO) == with_string
+    assert with_string > count(anthropic_client, messages=HELLO)
 
 
-def test_stop_sequences_cut_the_text_and_name_the_match(client):
-    plain = client.messages.create(
+def test_stop_sequences_cut_the_text_and_name_the_match(anthropic_client):
+    plain = anthropic_client.messages.create(
         model="echo", max_tokens=100, messages=HELLO, stop_sequences=["café"]
     )
     assert plain.content[0].text == "hello from echo, "
     assert (plain.stop_reason, plain.stop_sequence) == ("stop_sequence", "café")
-    with client.messages.stream(
+    with anthropic_client.messages.stream(
         model="echo", max_tokens=100, messages=HELLO, stop_sequences=["café"]
     ) as stream:
         assert "".join(stream.text_stream) == "hello from echo, "
@@ -169,34 +169,40 @@ def test_stop_sequences_cut_the_text_and_name_the_match(client):
     assert (final.stop_reason, final.stop_sequence) == ("stop_sequence", "café")
 
 
-def test_max_tokens_stops_with_max_tokens(client):
-    reply = client.messages.create(model="echo", max_tokens=10, messages=HELLO)
+def test_max_tokens_stops_with_max_tokens(anthropic_client):
+    reply = anthropic_client.messages.create(model="echo", max_tokens=10, messages=HELLO)
     assert reply.stop_reason == "max_tokens"
     assert 0 < reply.usage.output_tokens <= 10
     assert REPLY.startswith(reply.content[0].text)
 
 
-def test_count_tokens_grows_with_the_prompt_and_equals_the_generated_count(gateway, client):
-    short = count(client, messages=HELLO)
-    longer = count(client, messages=[{"role": "user", "content": "hi there, how are you?"}])
+def test_count_tokens_grows_with_the_prompt_and_equals_the_generated_count(
+    gateway, anthropic_client
+):
+    short = count(anthropic_client, messages=HELLO)
+    longer = count(
+        anthropic_client, messages=[{"role": "user", "content": "hi there, how are you?"}]
+    )
     assert 0 < short < longer
-    assert count(client, messages=HELLO, tools=TOOLS) > short
-    raw = client.messages.with_raw_response.create(
+    assert count(anthropic_client, messages=HELLO, tools=TOOLS) > short
+    raw = anthropic_client.messages.with_raw_response.create(
         model="echo", max_tokens=100, messages=HELLO, tools=TOOLS, system="Be brief."
     )
     generated = gateway.wait_event("generated", request_id=raw.headers["x-request-id"])
-    counted = count(client, messages=HELLO, tools=TOOLS, system="Be brief.")
+    counted = count(anthropic_client, messages=HELLO, tools=TOOLS, system="Be brief.")
     assert counted == generated["prompt_tokens"] == raw.parse().usage.input_tokens
 
 
-def test_tool_call_comes_back_as_a_tool_use_block(client):
-    reply = client.messages.create(model="caller", max_tokens=200, messages=HELLO, tools=TOOLS)
+def test_tool_call_comes_back_as_a_tool_use_block(anthropic_client):
+    reply = anthropic_client.messages.create(
+        model="caller", max_tokens=200, messages=HELLO, tools=TOOLS
+    )
     assert reply.stop_reason == "tool_use"
     text, call = reply.content
     assert (text.type, text.text) == ("text", "Checking. ")
     assert (call.type, call.name, call.input) == ("tool_use", "get_weather", {"city": "Paris"})
     assert call.id
-    with client.messages.stream(
+    with anthropic_client.messages.stream(
         model="caller", max_tokens=200, messages=HELLO, tools=TOOLS
     ) as stream:
         final = stream.get_final_message()
@@ -220,8 +226,10 @@ def test_streamed_tool_use_block_carries_input_json_delta(gateway):
     assert events[-2][1]["delta"]["stop_reason"] == "tool_use"
 
 
-def test_a_follow_up_with_tool_use_and_tool_result_is_accepted(client):
-    first = client.messages.create(model="caller", max_tokens=200, messages=HELLO, tools=TOOLS)
+def test_a_follow_up_with_tool_use_and_tool_result_is_accepted(anthropic_client):
+    first = anthropic_client.messages.create(
+        model="caller", max_tokens=200, messages=HELLO, tools=TOOLS
+    )
     call = first.content[1]
     follow_up = [
         *HELLO,
@@ -234,22 +242,28 @@ def test_a_follow_up_with_tool_use_and_tool_result_is_accepted(client):
             ],
         },
     ]
-    reply = client.messages.create(model="echo", max_tokens=100, messages=follow_up, tools=TOOLS)
+    reply = anthropic_client.messages.create(
+        model="echo", max_tokens=100, messages=follow_up, tools=TOOLS
+    )
     assert reply.content[0].text == REPLY
-    assert count(client, messages=follow_up, tools=TOOLS) > count(
-        client, messages=HELLO, tools=TOOLS
+    assert count(anthropic_client, messages=follow_up, tools=TOOLS) > count(
+        anthropic_client, messages=HELLO, tools=TOOLS
     )
 
 
-def test_claude_prefixed_names_route_to_the_model(gateway, client):
+def test_claude_prefixed_names_route_to_the_model(gateway, anthropic_client):
     for name in ["claude-echo", "claude-e"]:
-        raw = client.messages.with_raw_response.create(model=name, max_tokens=50, messages=HELLO)
+        raw = anthropic_client.messages.with_raw_response.create(
+            model=name, max_tokens=50, messages=HELLO
+        )
         assert raw.parse().model == "echo"
         routed = gateway.wait_event("request_routed", request_id=raw.headers["x-request-id"])
         assert (routed["requested"], routed["served"], routed["alias"]) == (name, "echo", name)
-    assert count(client, model="claude-echo", messages=HELLO) == count(client, messages=HELLO)
+    assert count(anthropic_client, model="claude-echo", messages=HELLO) == count(
+        anthropic_client, messages=HELLO
+    )
     with pytest.raises(anthropic.NotFoundError):
-        client.messages.create(model="claude-nope", max_tokens=50, messages=HELLO)
+        anthropic_client.messages.create(model="claude-nope", max_tokens=50, messages=HELLO)
 
 
 @pytest.mark.parametrize(
@@ -272,30 +286,32 @@ def test_claude_prefixed_names_route_to_the_model(gateway, client):
         ),
     ],
 )
-def test_bad_requests_are_400s_in_anthropics_envelope(gateway, client, body, fragment):
+def test_bad_requests_are_400s_in_anthropics_envelope(gateway, anthropic_client, body, fragment):
     response = httpx.post(f"{gateway.url}/v1/messages", json=body)
     assert response.status_code == 400
     assert response.json()["type"] == "error"
     assert response.json()["error"]["type"] == "invalid_request_error"
     assert fragment in response.json()["error"]["message"]
     with pytest.raises(anthropic.BadRequestError) as raised:
-        client.post("/v1/messages", body=body, cast_to=httpx.Response)
+        anthropic_client.post("/v1/messages", body=body, cast_to=httpx.Response)
     assert raised.value.body["error"]["type"] == "invalid_request_error"
 
 
-def test_unknown_model_is_a_404_naming_the_known_ones(client):
+def test_unknown_model_is_a_404_naming_the_known_ones(anthropic_client):
     with pytest.raises(anthropic.NotFoundError) as missing:
-        client.messages.create(model="gpt-5", max_tokens=10, messages=HELLO)
+        anthropic_client.messages.create(model="gpt-5", max_tokens=10, messages=HELLO)
     error = missing.value.body
     assert error["type"] == "error" and error["error"]["type"] == "not_found_error"
     assert "gpt-5" in error["error"]["message"] and "echo" in error["error"]["message"]
     with pytest.raises(anthropic.NotFoundError):
-        client.messages.count_tokens(model="gpt-5", messages=HELLO)
+        anthropic_client.messages.count_tokens(model="gpt-5", messages=HELLO)
 
 
-def test_full_queue_is_a_429_rate_limit_error(gateway, client):
+def test_full_queue_is_a_429_rate_limit_error(gateway, anthropic_client):
     def stream_slow():
-        with client.messages.stream(model="slow", max_tokens=100, messages=HELLO) as stream:
+        with anthropic_client.messages.stream(
+            model="slow", max_tokens=100, messages=HELLO
+        ) as stream:
             stream.until_done()
 
     streams = [threading.Thread(target=stream_slow) for _ in range(2)]
@@ -304,7 +320,7 @@ def test_full_queue_is_a_429_rate_limit_error(gateway, client):
     streams[1].start()  # waits in the queue: depth 1 of max_depth 1
     wait_health(gateway, "slow", lambda m: m["queue_depth"] == 1)
     with pytest.raises(anthropic.RateLimitError) as refused:
-        client.messages.create(model="slow", max_tokens=100, messages=HELLO)
+        anthropic_client.messages.create(model="slow", max_tokens=100, messages=HELLO)
     assert refused.value.body["error"]["type"] == "rate_limit_error"
     assert int(refused.value.response.headers["retry-after"]) >= 1
     for thread in streams:
@@ -416,10 +432,10 @@ def test_the_anthropic_model_list_offers_claude_names_for_chat_models():
 
 
 def test_claude_code_model_discovery_lists_claude_names(gateway):
-    client = gateway.anthropic()
-    ids = [m.id for m in client.models.list()]
+    anthropic_client = gateway.anthropic()
+    ids = [m.id for m in anthropic_client.models.list()]
     assert "echo" in ids and "claude-echo" in ids
-    reply = client.messages.create(
+    reply = anthropic_client.messages.create(
         model="claude-echo", max_tokens=50, messages=[{"role": "user", "content": "hi"}]
     )
     assert reply.model == "echo"

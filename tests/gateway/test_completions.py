@@ -28,19 +28,13 @@ def gateway(tmp_path_factory):
         yield process
 
 
-@pytest.fixture(scope="module")
-def client(gateway):
-    with openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="unused") as client:
-        yield client
-
-
 def generated_for(gateway, request_id: str) -> list[dict]:
     gateway.wait_event("request_finished", request_id=request_id)
     return gateway.events("generated", request_id=request_id)
 
 
-def test_a_prompt_is_continued_as_is_and_usage_equals_the_generated_event(gateway, client):
-    raw = client.completions.with_raw_response.create(model="echo", prompt="Once upon")
+def test_a_prompt_is_continued_as_is_and_usage_equals_the_generated_event(gateway, openai_client):
+    raw = openai_client.completions.with_raw_response.create(model="echo", prompt="Once upon")
     reply = raw.parse()
     assert reply.object == "text_completion" and reply.id.startswith("cmpl-")
     assert reply.model == "echo"
@@ -55,9 +49,9 @@ def test_a_prompt_is_continued_as_is_and_usage_equals_the_generated_event(gatewa
     assert (routed["served"], routed["protocol"], routed["stream"]) == ("echo", "openai", False)
 
 
-def test_a_list_of_prompts_gives_a_choice_each_in_order_and_summed_usage(gateway, client):
+def test_a_list_of_prompts_gives_a_choice_each_in_order_and_summed_usage(gateway, openai_client):
     prompts = ["a", "bb", "ccc"]
-    raw = client.completions.with_raw_response.create(model="e", prompt=prompts, echo=True)
+    raw = openai_client.completions.with_raw_response.create(model="e", prompt=prompts, echo=True)
     reply = raw.parse()
     assert [c.index for c in reply.choices] == [0, 1, 2]
     assert [c.text for c in reply.choices] == [p + REPLY for p in prompts]
@@ -67,10 +61,10 @@ def test_a_list_of_prompts_gives_a_choice_each_in_order_and_summed_usage(gateway
     assert reply.usage.completion_tokens == sum(g["new_tokens"] for g in generated)
 
 
-def test_streamed_text_and_usage_match_the_plain_answer(client):
-    plain = client.completions.create(model="echo", prompt="hi", max_tokens=12)
+def test_streamed_text_and_usage_match_the_plain_answer(openai_client):
+    plain = openai_client.completions.create(model="echo", prompt="hi", max_tokens=12)
     chunks = list(
-        client.completions.create(
+        openai_client.completions.create(
             model="echo",
             prompt="hi",
             max_tokens=12,
@@ -87,9 +81,9 @@ def test_streamed_text_and_usage_match_the_plain_answer(client):
     assert chunks[-1].usage.model_dump() == plain.usage.model_dump()
 
 
-def test_streamed_list_with_echo_goes_choice_by_choice(client):
+def test_streamed_list_with_echo_goes_choice_by_choice(openai_client):
     chunks = list(
-        client.completions.create(model="echo", prompt=["x", "y"], echo=True, stream=True)
+        openai_client.completions.create(model="echo", prompt=["x", "y"], echo=True, stream=True)
     )
     assert chunks[-1].usage is None  # no usage chunk unless asked for
     texts = {0: "", 1: ""}
@@ -110,11 +104,11 @@ def test_raw_sse_ends_with_done(gateway):
     assert data[-1] == "data: [DONE]"
 
 
-def test_stop_strings_and_max_tokens(client):
-    stopped = client.completions.create(model="echo", prompt="hi", stop="café")
+def test_stop_strings_and_max_tokens(openai_client):
+    stopped = openai_client.completions.create(model="echo", prompt="hi", stop="café")
     assert stopped.choices[0].text == "hello from echo, "
     assert stopped.choices[0].finish_reason == "stop"
-    short = client.completions.create(model="echo", prompt="hi", max_tokens=10, seed=1)
+    short = openai_client.completions.create(model="echo", prompt="hi", max_tokens=10, seed=1)
     assert short.choices[0].finish_reason == "length"
     assert short.usage.completion_tokens <= 10
 
@@ -142,9 +136,9 @@ def test_bad_requests_are_openai_shaped_400s(gateway, body, fragment):
     assert error["type"] == "invalid_request_error"
 
 
-def test_unknown_model_is_a_404_naming_the_known_ones(client):
+def test_unknown_model_is_a_404_naming_the_known_ones(openai_client):
     with pytest.raises(openai.NotFoundError) as missing:
-        client.completions.create(model="davinci-002", prompt="x")
+        openai_client.completions.create(model="davinci-002", prompt="x")
     message = missing.value.body["message"]
     assert "davinci-002" in message and "echo" in message
 

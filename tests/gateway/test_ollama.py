@@ -43,18 +43,11 @@ def gateway(tmp_path_factory):
         yield process
 
 
-@pytest.fixture(scope="module")
-def client(gateway):
-    client = gateway.ollama()
-    yield client
-    client.close()
-
-
 def post(gateway, path: str, body: dict) -> httpx.Response:
     return httpx.post(f"{gateway.url}{path}", json=body, timeout=30)
 
 
-def test_chat_streamed_equals_plain_and_counts_equal_the_generated_event(gateway, client):
+def test_chat_streamed_equals_plain_and_counts_equal_the_generated_event(gateway, ollama_client):
     plain = post(gateway, "/api/chat", {"model": "echo", "messages": HELLO, "stream": False})
     assert plain.status_code == 200
     body = plain.json()
@@ -67,7 +60,7 @@ def test_chat_streamed_equals_plain_and_counts_equal_the_generated_event(gateway
     for field in ("total_duration", "load_duration", "prompt_eval_duration", "eval_duration"):
         assert isinstance(body[field], int) and body[field] >= 0
 
-    parts = list(client.chat(model="echo", messages=HELLO, stream=True))
+    parts = list(ollama_client.chat(model="echo", messages=HELLO, stream=True))
     assert "".join(p.message.content for p in parts) == REPLY
     assert [p.done for p in parts] == [False] * (len(parts) - 1) + [True]
     last = parts[-1]
@@ -77,17 +70,19 @@ def test_chat_streamed_equals_plain_and_counts_equal_the_generated_event(gateway
     )
     assert last.done_reason == "stop" and last.total_duration >= last.eval_duration
 
-    whole = client.chat(model="echo", messages=HELLO, stream=False)
+    whole = ollama_client.chat(model="echo", messages=HELLO, stream=False)
     assert whole.message.content == REPLY and whole.eval_count == body["eval_count"]
 
 
-def test_generate_streamed_equals_plain_with_system_and_raw(gateway, client):
-    plain = client.generate(model="echo", prompt="hi", system="be brief", stream=False)
-    streamed = list(client.generate(model="echo", prompt="hi", system="be brief", stream=True))
+def test_generate_streamed_equals_plain_with_system_and_raw(gateway, ollama_client):
+    plain = ollama_client.generate(model="echo", prompt="hi", system="be brief", stream=False)
+    streamed = list(
+        ollama_client.generate(model="echo", prompt="hi", system="be brief", stream=True)
+    )
     assert plain.response == "".join(p.response for p in streamed) == REPLY
     assert streamed[-1].done and streamed[-1].eval_count == plain.eval_count
     # The system turn is part of the prompt the engine counted.
-    bare = client.generate(model="echo", prompt="hi", stream=False)
+    bare = ollama_client.generate(model="echo", prompt="hi", stream=False)
     assert plain.prompt_eval_count > bare.prompt_eval_count
     # raw: the prompt goes to the model as is, without a template (and without the system).
     raw = post(
@@ -116,21 +111,25 @@ def test_ndjson_framing(gateway):
     assert "".join(o["response"] for o in objects) == REPLY and objects[-1]["done"] is True
 
 
-def test_options_map_to_the_canonical_request(client):
-    short = client.chat(model="echo", messages=HELLO, options={"num_predict": 10}, stream=False)
+def test_options_map_to_the_canonical_request(ollama_client):
+    short = ollama_client.chat(
+        model="echo", messages=HELLO, options={"num_predict": 10}, stream=False
+    )
     assert short.done_reason == "length" and short.eval_count <= 10
     assert REPLY.startswith(short.message.content) and short.message.content != REPLY
     streamed = list(
-        client.chat(model="echo", messages=HELLO, options={"num_predict": 10}, stream=True)
+        ollama_client.chat(model="echo", messages=HELLO, options={"num_predict": 10}, stream=True)
     )
     assert streamed[-1].done_reason == "length" and streamed[-1].eval_count == short.eval_count
     for unlimited in (-1, -2, 0):  # the model's default (here 64 tokens: the whole reply)
-        reply = client.generate(model="echo", prompt="hi", options={"num_predict": unlimited})
+        reply = ollama_client.generate(
+            model="echo", prompt="hi", options={"num_predict": unlimited}
+        )
         assert reply.response == REPLY and reply.done_reason == "stop"
-    stopped = client.generate(model="echo", prompt="hi", options={"stop": ["café"]})
+    stopped = ollama_client.generate(model="echo", prompt="hi", options={"stop": ["café"]})
     assert stopped.response == "hello from echo, " and stopped.done_reason == "stop"
     # Accepted, and (for now) not applied: the model's own window rules.
-    wide = client.generate(
+    wide = ollama_client.generate(
         model="echo",
         prompt="hi",
         options={
@@ -160,23 +159,23 @@ def test_options_map_to_the_canonical_request(client):
         ({"stop": [1]}, "stop"),
     ],
 )
-def test_bad_options_are_400s_naming_the_field(client, options, field):
+def test_bad_options_are_400s_naming_the_field(ollama_client, options, field):
     with pytest.raises(ollama.ResponseError) as refused:
-        client.chat(model="echo", messages=HELLO, options=options, stream=False)
+        ollama_client.chat(model="echo", messages=HELLO, options=options, stream=False)
     assert refused.value.status_code == 400
     assert f"$.options.{field}" in refused.value.error
 
 
-def test_latest_tags_resolve_to_the_bare_name(gateway, client):
-    assert client.chat(model="echo:latest", messages=HELLO).message.content == REPLY
-    assert client.generate(model="e:latest", prompt="hi").response == REPLY
+def test_latest_tags_resolve_to_the_bare_name(gateway, ollama_client):
+    assert ollama_client.chat(model="echo:latest", messages=HELLO).message.content == REPLY
+    assert ollama_client.generate(model="e:latest", prompt="hi").response == REPLY
     routed = gateway.wait_event("request_routed", requested="e:latest")
     assert (routed["served"], routed["alias"], routed["protocol"]) == ("echo", "e", "ollama")
-    assert client.show("echo:latest").details.format == "scripted"
+    assert ollama_client.show("echo:latest").details.format == "scripted"
 
 
-def test_tags_version_and_show(gateway, client):
-    listed = {m.model: m for m in client.list().models}
+def test_tags_version_and_show(gateway, ollama_client):
+    listed = {m.model: m for m in ollama_client.list().models}
     assert set(listed) == {"echo", "e", "tools", "lazy"}
     assert listed["e"].digest == listed["echo"].digest != listed["tools"].digest
     assert listed["echo"].details.format == "scripted" and listed["echo"].size == 0
@@ -185,7 +184,7 @@ def test_tags_version_and_show(gateway, client):
     reply = httpx.get(f"{gateway.url}/api/version").json()
     assert reply == {"version": version("mlx-gateway")}
 
-    shown = client.show("e")
+    shown = ollama_client.show("e")
     assert shown.capabilities == ["completion", "tools"]
     assert shown.modelinfo["general.architecture"] == "scripted"
     assert shown.modelinfo["scripted.context_length"] == 8192
@@ -193,19 +192,19 @@ def test_tags_version_and_show(gateway, client):
     assert "<|im_start|>" in shown.template and shown.details.family == "scripted"
 
 
-def test_ps_lists_what_is_loaded_and_never_loads(gateway, client):
+def test_ps_lists_what_is_loaded_and_never_loads(gateway, ollama_client):
     def loaded() -> set[str]:
-        return {m.model for m in client.ps().models}
+        return {m.model for m in ollama_client.ps().models}
 
     assert loaded() == {"echo", "tools"}  # pinned; `lazy` loads at first use
     health = httpx.get(f"{gateway.url}/health").json()
     assert health["models"]["lazy"]["state"] == "unloaded"
-    running = {m.model: m for m in client.ps().models}["echo"]
+    running = {m.model: m for m in ollama_client.ps().models}["echo"]
     assert running.size_vram == 0 and running.expires_at.year > 2100
     assert running.context_length == 8192
 
     # An empty prompt is Ollama's load request: it loads the model and generates nothing.
-    load = client.generate(model="lazy", prompt="")
+    load = ollama_client.generate(model="lazy", prompt="")
     assert (load.done, load.done_reason, load.response) == (True, "load", "")
     assert loaded() == {"echo", "tools", "lazy"}
     assert not gateway.events("generated", model="lazy")
@@ -214,14 +213,16 @@ def test_ps_lists_what_is_loaded_and_never_loads(gateway, client):
     assert chat_load.json()["message"] == {"role": "assistant", "content": ""}
 
 
-def test_tool_calls_round_trip(client):
-    reply = client.chat(model="tools", messages=HELLO, tools=[WEATHER_TOOL], stream=False)
+def test_tool_calls_round_trip(ollama_client):
+    reply = ollama_client.chat(model="tools", messages=HELLO, tools=[WEATHER_TOOL], stream=False)
     calls = reply.message.tool_calls
     assert [(c.function.name, dict(c.function.arguments)) for c in calls] == [
         ("get_weather", {"city": "Paris"})
     ]
     assert reply.done_reason == "stop" and reply.message.content == ""
-    streamed = list(client.chat(model="tools", messages=HELLO, tools=[WEATHER_TOOL], stream=True))
+    streamed = list(
+        ollama_client.chat(model="tools", messages=HELLO, tools=[WEATHER_TOOL], stream=True)
+    )
     streamed_calls = [c for p in streamed for c in p.message.tool_calls or []]
     assert [(c.function.name, dict(c.function.arguments)) for c in streamed_calls] == [
         ("get_weather", {"city": "Paris"})
@@ -231,19 +232,19 @@ def test_tool_calls_round_trip(client):
         reply.message,
         {"role": "tool", "content": "sunny, 21 °C", "tool_name": "get_weather"},
     ]
-    answer = client.chat(model="echo", messages=follow_up, tools=[WEATHER_TOOL])
+    answer = ollama_client.chat(model="echo", messages=follow_up, tools=[WEATHER_TOOL])
     assert answer.message.content == REPLY
     # The call and its result are part of the prompt the model saw.
     assert answer.prompt_eval_count > reply.prompt_eval_count + len("sunny, 21 °C")
 
 
-def test_unknown_model_is_404_in_ollama_shape(gateway, client):
+def test_unknown_model_is_404_in_ollama_shape(gateway, ollama_client):
     with pytest.raises(ollama.ResponseError) as missing:
-        client.chat(model="llama3:8b", messages=HELLO)
+        ollama_client.chat(model="llama3:8b", messages=HELLO)
     assert missing.value.status_code == 404
     assert "llama3:8b" in missing.value.error and "echo" in missing.value.error
     with pytest.raises(ollama.ResponseError) as missing:
-        client.show("llama3")
+        ollama_client.show("llama3")
     assert missing.value.status_code == 404
     response = post(gateway, "/api/generate", {"model": "nope", "prompt": "hi"})
     assert response.status_code == 404 and set(response.json()) == {"error"}

@@ -39,13 +39,8 @@ def gateway(tmp_path_factory):
         yield process
 
 
-@pytest.fixture(scope="module")
-def client(gateway):
-    return gateway.openai()
-
-
-def test_tool_call_comes_back_as_tool_calls(client):
-    reply = client.chat.completions.create(model="caller", messages=ASK, tools=TOOLS)
+def test_tool_call_comes_back_as_tool_calls(openai_client):
+    reply = openai_client.chat.completions.create(model="caller", messages=ASK, tools=TOOLS)
     choice = reply.choices[0]
     assert choice.finish_reason == "tool_calls"
     assert choice.message.content == "Checking. "
@@ -54,9 +49,11 @@ def test_tool_call_comes_back_as_tool_calls(client):
     assert json.loads(call.function.arguments) == {"city": "Paris"}
 
 
-def test_tool_call_streams_as_deltas(client):
+def test_tool_call_streams_as_deltas(openai_client):
     chunks = list(
-        client.chat.completions.create(model="caller", messages=ASK, tools=TOOLS, stream=True)
+        openai_client.chat.completions.create(
+            model="caller", messages=ASK, tools=TOOLS, stream=True
+        )
     )
     calls = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
     assert len(calls) == 1 and calls[0].index == 0 and calls[0].id.startswith("call_")
@@ -64,23 +61,23 @@ def test_tool_call_streams_as_deltas(client):
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "tool_calls"
 
 
-def test_without_tools_the_reply_is_plain_text(client):
-    reply = client.chat.completions.create(model="caller", messages=ASK)
+def test_without_tools_the_reply_is_plain_text(openai_client):
+    reply = openai_client.chat.completions.create(model="caller", messages=ASK)
     assert "<tool_call>" in reply.choices[0].message.content
     assert reply.choices[0].message.tool_calls is None
 
 
-def test_a_follow_up_with_the_tool_result_is_accepted_and_counted(client, gateway):
-    first = client.chat.completions.create(model="caller", messages=ASK, tools=TOOLS)
+def test_a_follow_up_with_the_tool_result_is_accepted_and_counted(openai_client, gateway):
+    first = openai_client.chat.completions.create(model="caller", messages=ASK, tools=TOOLS)
     call = first.choices[0].message.tool_calls[0]
     follow_up = ASK + [
         {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
         {"role": "tool", "tool_call_id": call.id, "content": '{"temp_c": 21}'},
     ]
-    second = client.chat.completions.create(model="caller", messages=follow_up, tools=TOOLS)
+    second = openai_client.chat.completions.create(model="caller", messages=follow_up, tools=TOOLS)
     # The tool definitions and the tool turn are part of the rendered prompt, so they count.
     assert second.usage.prompt_tokens > first.usage.prompt_tokens
-    plain = client.chat.completions.create(model="caller", messages=ASK)
+    plain = openai_client.chat.completions.create(model="caller", messages=ASK)
     assert first.usage.prompt_tokens > plain.usage.prompt_tokens
 
 

@@ -44,12 +44,6 @@ def gateway(tmp_path_factory):
         yield process
 
 
-@pytest.fixture(scope="module")
-def client(gateway):
-    with openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="unused") as client:
-        yield client
-
-
 def sse(gateway, body: dict) -> list[tuple[str, dict]]:
     """The raw stream as (event name, data) pairs."""
     events, name = [], None
@@ -71,8 +65,8 @@ def chatml(*turns: tuple[str, str]) -> int:
     return len((text + "<|im_start|>assistant\n").encode())
 
 
-def test_plain_response_object_and_usage_equal_the_generated_event(gateway, client):
-    raw = client.responses.with_raw_response.create(model="e", input="hi")
+def test_plain_response_object_and_usage_equal_the_generated_event(gateway, openai_client):
+    raw = openai_client.responses.with_raw_response.create(model="e", input="hi")
     response = raw.parse()
     assert response.id.startswith("resp_") and response.object == "response"
     assert (response.status, response.model, response.error) == ("completed", "echo", None)
@@ -93,8 +87,8 @@ def test_plain_response_object_and_usage_equal_the_generated_event(gateway, clie
     assert (routed["requested"], routed["alias"], routed["protocol"]) == ("e", "e", "openai")
 
 
-def test_instructions_and_message_items_become_the_conversation(client):
-    response = client.responses.create(
+def test_instructions_and_message_items_become_the_conversation(openai_client):
+    response = openai_client.responses.create(
         model="echo",
         instructions="Be brief.",
         input=[
@@ -118,8 +112,8 @@ def test_instructions_and_message_items_become_the_conversation(client):
     assert response.instructions == "Be brief."
 
 
-def test_raw_event_stream_in_order_and_its_text_equals_the_plain_answer(gateway, client):
-    plain = client.responses.create(model="echo", input="hi")
+def test_raw_event_stream_in_order_and_its_text_equals_the_plain_answer(gateway, openai_client):
+    plain = openai_client.responses.create(model="echo", input="hi")
     events = sse(gateway, {"model": "echo", "input": "hi", "stream": True})
     names = [name for name, _ in events]
     assert names == [
@@ -155,20 +149,20 @@ def test_raw_event_stream_in_order_and_its_text_equals_the_plain_answer(gateway,
     assert final["usage"]["output_tokens"] == plain.usage.output_tokens
 
 
-def test_sdk_stream_and_final_response(client):
-    plain = client.responses.create(model="echo", input="hi")
-    with client.responses.stream(model="echo", input="hi") as stream:
+def test_sdk_stream_and_final_response(openai_client):
+    plain = openai_client.responses.create(model="echo", input="hi")
+    with openai_client.responses.stream(model="echo", input="hi") as stream:
         deltas = [e.delta for e in stream if e.type == "response.output_text.delta"]
         final = stream.get_final_response()
     assert "".join(deltas) == final.output_text == plain.output_text
     assert final.usage.model_dump() == plain.usage.model_dump()
-    events = list(client.responses.create(model="echo", input="hi", stream=True))
+    events = list(openai_client.responses.create(model="echo", input="hi", stream=True))
     assert events[-1].type == "response.completed"
     assert events[-1].response.output_text == plain.output_text
 
 
-def test_max_output_tokens_makes_the_response_incomplete(gateway, client):
-    response = client.responses.create(model="echo", input="hi", max_output_tokens=10)
+def test_max_output_tokens_makes_the_response_incomplete(gateway, openai_client):
+    response = openai_client.responses.create(model="echo", input="hi", max_output_tokens=10)
     assert response.status == "incomplete"
     assert response.incomplete_details.reason == "max_output_tokens"
     assert response.output_text == "hello from"
@@ -179,13 +173,13 @@ def test_max_output_tokens_makes_the_response_incomplete(gateway, client):
     assert events[-1][0] == "response.incomplete"
     assert events[-1][1]["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
     sdk_events = list(
-        client.responses.create(model="echo", input="hi", max_output_tokens=10, stream=True)
+        openai_client.responses.create(model="echo", input="hi", max_output_tokens=10, stream=True)
     )
     assert sdk_events[-1].response.status == "incomplete"
 
 
-def test_a_tool_call_comes_back_as_a_function_call_item(client):
-    response = client.responses.create(
+def test_a_tool_call_comes_back_as_a_function_call_item(openai_client):
+    response = openai_client.responses.create(
         model="caller", input="Weather in Paris?", tools=[TOOL], parallel_tool_calls=False
     )
     message, call = response.output
@@ -197,7 +191,7 @@ def test_a_tool_call_comes_back_as_a_function_call_item(client):
     assert response.parallel_tool_calls is False
 
 
-def test_a_streamed_tool_call_has_its_own_output_item(gateway, client):
+def test_a_streamed_tool_call_has_its_own_output_item(gateway, openai_client):
     body = {"model": "caller", "input": "Weather?", "tools": [TOOL], "stream": True}
     events = sse(gateway, body)
     names = [name for name, _ in events]
@@ -215,15 +209,15 @@ def test_a_streamed_tool_call_has_its_own_output_item(gateway, client):
     assert delta["item_id"] == done["item_id"] == added["item"]["id"]
     assert json.loads(done["arguments"]) == {"city": "Paris"} and done["name"] == "get_weather"
     assert item_done["item"]["status"] == "completed"
-    with client.responses.stream(model="caller", input="Weather?", tools=[TOOL]) as stream:
+    with openai_client.responses.stream(model="caller", input="Weather?", tools=[TOOL]) as stream:
         final = stream.get_final_response()
     assert [item.type for item in final.output] == ["message", "function_call"]
 
 
-def test_function_call_round_trip_matches_the_same_chat_conversation(client):
-    first = client.responses.create(model="caller", input="Weather in Paris?", tools=[TOOL])
+def test_function_call_round_trip_matches_the_same_chat_conversation(openai_client):
+    first = openai_client.responses.create(model="caller", input="Weather in Paris?", tools=[TOOL])
     call = first.output[1]
-    follow_up = client.responses.create(
+    follow_up = openai_client.responses.create(
         model="echo",
         tools=[TOOL],
         input=[
@@ -235,7 +229,7 @@ def test_function_call_round_trip_matches_the_same_chat_conversation(client):
     )
     assert follow_up.status == "completed" and follow_up.output_text == REPLY
     # The same conversation through chat completions reaches the model as the same prompt.
-    chat = client.chat.completions.create(
+    chat = openai_client.chat.completions.create(
         model="echo",
         tools=[{"type": "function", "function": {k: TOOL[k] for k in TOOL if k != "type"}}],
         messages=[
@@ -257,8 +251,8 @@ def test_function_call_round_trip_matches_the_same_chat_conversation(client):
     assert follow_up.usage.input_tokens == chat.usage.prompt_tokens
 
 
-def test_tool_choice_none_hides_the_tools(client):
-    response = client.responses.create(
+def test_tool_choice_none_hides_the_tools(openai_client):
+    response = openai_client.responses.create(
         model="caller", input="Weather?", tools=[TOOL], tool_choice="none"
     )
     assert [item.type for item in response.output] == ["message"]
@@ -304,15 +298,15 @@ def test_what_is_not_supported_is_refused_with_a_clear_400(gateway, body, fragme
     assert error["type"] == "invalid_request_error"
 
 
-def test_sdk_raises_bad_request_and_not_found(client):
+def test_sdk_raises_bad_request_and_not_found(openai_client):
     with pytest.raises(openai.BadRequestError, match="stores no responses"):
-        client.responses.create(model="echo", input="hi", previous_response_id="resp_1")
+        openai_client.responses.create(model="echo", input="hi", previous_response_id="resp_1")
     with pytest.raises(openai.NotFoundError) as missing:
-        client.responses.create(model="gpt-5", input="hi")
+        openai_client.responses.create(model="gpt-5", input="hi")
     assert "gpt-5" in missing.value.body["message"]
     with (
         pytest.raises(openai.NotFoundError),
-        client.responses.stream(model="gpt-5", input="hi") as stream,
+        openai_client.responses.stream(model="gpt-5", input="hi") as stream,
     ):
         list(stream)
 
