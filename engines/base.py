@@ -14,6 +14,7 @@ from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Output
 
 class EngineState(enum.Enum):
     UNLOADED = "unloaded"
+    DOWNLOADING = "downloading"  # fetching an `hf:` source before the load
     LOADING = "loading"
     READY = "ready"
     FAILED = "failed"

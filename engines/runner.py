@@ -11,10 +11,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 from engines.base import Engine, EngineState
 from engines.batch import Batch
+from engines.download import DownloadThrottle, SourceFetch
 from engines.errors import GatewayError, ModelUnavailable, QueueFull, QueueTimeout
 from engines.job import Job, Pace
 from engines.log import emit
 from engines.residency import MemoryBudget
+from engines.sources.hub import parse_hub_source
 from schemas.canonical import (
     ChatRequest,
     Embedded,
@@ -31,6 +33,8 @@ from schemas.events import (
     Generated,
     ModelAttached,
     ModelDetached,
+    ModelDownloaded,
+    ModelDownloading,
     ModelFailed,
     ModelLoading,
     RequestQueued,
@@ -55,14 +59,24 @@ class Runner:
     Residency: a pinned model loads at `start` and stays; an on-demand one loads when its
     first request arrives (that request waits in the line meanwhile; concurrent first
     requests share the one load) and unloads after `idle_ttl` without requests. Loading
-    first makes room in the shared memory budget.
+    first downloads what `fetch` says is missing (an `hf:` source), then makes room in the
+    shared memory budget.
     """
 
-    def __init__(self, model: ModelConfig, engine: Engine, budget: MemoryBudget | None = None):
+    def __init__(
+        self,
+        model: ModelConfig,
+        engine: Engine,
+        budget: MemoryBudget | None = None,
+        fetch: SourceFetch | None = None,
+    ):
         self.model = model
         self.engine = engine
         self.state = EngineState.UNLOADED
         self.error: str | None = None
+        self._fetch = fetch
+        self.download = None  # the file arriving now (hub.FileProgress) while DOWNLOADING
+        self.source_detail: dict[str, str] = {}  # the hub revision and commit, once fetched
         self.context: int | None = None
         self.memory_bytes = 0
         self.last_used = time.monotonic()
@@ -211,6 +225,8 @@ class Runner:
         emit(ModelLoading(model=self.model.id))
         started = time.perf_counter()
         try:
+            if self._fetch is not None:
+                await self._download()
             left = None
             if self._budget:
                 needed = self.memory_bytes or await self._loop.run_in_executor(
@@ -236,7 +252,7 @@ class Runner:
                 load_s=round(time.perf_counter() - started, 3),
                 memory_bytes=info.memory_bytes,
                 context=info.context,
-                detail=info.detail,
+                detail={**info.detail, **self.source_detail},
             )
         )
         if info.trained_context and info.context > info.trained_context:
@@ -248,6 +264,46 @@ class Runner:
             )
         self._pump()
         self._settle()
+
+    async def _download(self) -> None:
+        """Fetch the hub sources not in the cache, on the model's thread (state DOWNLOADING
+        while bytes arrive); a failure raises `SourceError` into the load's own handler."""
+        throttle, started = DownloadThrottle(), time.perf_counter()
+
+        def arrived(progress) -> None:  # on the loop, posted from the download thread
+            if self.state is not EngineState.LOADING and self.state is not EngineState.DOWNLOADING:
+                return
+            self.state, self.download = EngineState.DOWNLOADING, progress
+            if throttle.ready():
+                file, done, total, rate = progress
+                emit(
+                    ModelDownloading(
+                        model=self.model.id, file=file, done=done, total=total, rate=round(rate)
+                    )
+                )
+
+        def report(progress) -> None:
+            self._loop.call_soon_threadsafe(arrived, progress)
+
+        try:
+            snapshots = await self._loop.run_in_executor(self._executor, self._fetch, report)
+        finally:
+            self.state, self.download = EngineState.LOADING, None
+        for (model_id, source, _), snap in zip(self._fetch.sources, snapshots, strict=True):
+            revision = parse_hub_source(model_id, source).revision
+            if model_id == self.model.id:
+                self.source_detail = {"revision": revision, "commit": snap.commit}
+            if snap.downloaded:
+                emit(
+                    ModelDownloaded(
+                        model=model_id,
+                        source=source,
+                        revision=revision,
+                        commit=snap.commit,
+                        bytes=snap.downloaded,
+                        download_s=round(time.perf_counter() - started, 3),
+                    )
+                )
 
     def _pump(self) -> None:
         """Admit from the front of the line while the batch has room (`concurrency`)."""

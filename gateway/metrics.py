@@ -42,6 +42,7 @@ from schemas.events import (
 # Engine states as ops name them: a model is "loaded" when it can serve.
 STATE_NAMES = {
     EngineState.UNLOADED: "unloaded",
+    EngineState.DOWNLOADING: "downloading",
     EngineState.LOADING: "loading",
     EngineState.READY: "loaded",
     EngineState.FAILED: "failed",

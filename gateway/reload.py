@@ -12,12 +12,14 @@ from pathlib import Path
 
 import msgspec
 
+from engines.download import make_fetch
 from engines.errors import ConfigInvalid, SourceError
 from engines.factory import make_engine
 from engines.log import emit
 from engines.mlx.platform import PlatformPath
 from engines.residency import MemoryBudget
 from engines.runner import Runner
+from engines.sources.hub import NotCached
 from engines.sources.resolve import check_source
 from gateway.config import load_config
 from gateway.registry import Generation, Registry
@@ -40,6 +42,7 @@ ENGINE_FIELDS = (
     "prefix_reuse",
     "session_slots",
     "rate",
+    "hf_token",
 )
 
 
@@ -56,13 +59,17 @@ def needs_new_engine(old: ModelConfig, new: ModelConfig) -> bool:
 
 
 def source_errors(config: GatewayConfig, base_dir: Path) -> list[str]:
-    """Every model source that is missing or unreadable, found without loading anything."""
+    """Every model source that is missing or unreadable, found without loading anything.
+
+    An `hf:` source not in the cache yet is no error: its runner downloads it at load."""
     errors = []
     for model in config.models:
         if model.source is None:
             continue
         try:
             check_source(model.id, model.source, base_dir=base_dir)
+        except NotCached:
+            continue
         except SourceError as error:
             errors.append(f"models[{model.id}].source: {error.message}")
     return errors
@@ -76,7 +83,8 @@ def make_runner(
     budget: MemoryBudget,
 ) -> Runner:
     draft = next((m for m in config.models if model.draft and m.id == model.draft.model), None)
-    return Runner(model, make_engine(model, platform, base_dir, draft), budget)
+    fetch = make_fetch(model, draft, offline=config.server.offline)
+    return Runner(model, make_engine(model, platform, base_dir, draft), budget, fetch)
 
 
 class Reloader:

@@ -109,6 +109,9 @@ class ServerConfig(Strict):
     log_file: str | None = None
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     watch_config: bool = False
+    # Fetch nothing from the Hugging Face Hub (as HF_HUB_OFFLINE=1 does): hub models must
+    # already be in the cache (`gateway pull`).
+    offline: bool = False
 
 
 class QueueConfig(Strict):
@@ -185,6 +188,7 @@ class ModelSettings(Strict):
     task: Literal["chat", "embed"] | None = None
     queue: QueueConfig | None = None
     script: ScriptConfig | None = None
+    hf_token: str | None = None
 
 
 class ModelConfig(Strict):
@@ -210,6 +214,9 @@ class ModelConfig(Strict):
     task: Literal["chat", "embed"] | None = None
     queue: QueueConfig = QueueConfig()
     script: ScriptConfig | None = None
+    # The Hugging Face token for an `hf:` source (gated or private repositories); usually
+    # `${HF_TOKEN}`. Absent: huggingface_hub's own (HF_TOKEN, or `hf auth login`'s).
+    hf_token: str | None = None
 
     @property
     def pinned(self) -> bool:

@@ -61,6 +61,27 @@ class ModelLoading(Event, tag="model_loading"):
     model: str
 
 
+class ModelDownloading(Event, tag="model_downloading"):
+    """A hub source's file arriving; at most one a second per model."""
+
+    model: str
+    file: str
+    done: int  # bytes on disk so far
+    total: int | None  # bytes in the file, when the Hub says
+    rate: float  # bytes per second since this file's download started
+
+
+class ModelDownloaded(Event, tag="model_downloaded"):
+    """A hub source is complete in the cache; `revision` resolved to `commit`."""
+
+    model: str
+    source: str
+    revision: str
+    commit: str
+    bytes: int  # fetched by this download (0 when everything was cached)
+    download_s: float
+
+
 class ModelAttached(Event, tag="model_attached"):
     model: str
     load_s: float

@@ -1,7 +1,9 @@
 """Model sources: turn a config's `source:` string into a directory `mlx_lm.load` opens.
 
-Three forms: a directory in MLX/Hugging Face layout, a `.gguf` file (converted once and
-cached), and `package:MODULE/RESOURCE` for a file shipped inside an installed package.
+Four forms: a directory in MLX/Hugging Face layout, a `.gguf` file (converted once and
+cached), `package:MODULE/RESOURCE` for a file shipped inside an installed package, and
+`hf:ORG/REPO[/FILE.gguf][@REVISION]` read from the Hugging Face cache (`engines.sources.hub`
+downloads it first: the runner before a load, `gateway pull` ahead of time).
 Every failure is a `SourceError` naming the model, the path and one reason.
 """
 
@@ -15,6 +17,7 @@ from pathlib import Path, PurePosixPath
 
 from engines.errors import SourceError
 from engines.sources.gguf import check_gguf, convert_gguf
+from engines.sources.hub import HUB_PREFIX, locate
 
 PACKAGE_PREFIX = "package:"
 # What mlx_lm.load needs to build a tokenizer: any one of these.
@@ -51,8 +54,11 @@ def check_source(model_id: str, source: str, *, base_dir: Path | None = None) ->
     """Locate `source` and run the cheap checks (layout, GGUF header) without converting.
 
     For `gateway check` and reload validation; returns the directory or the .gguf file.
+    An `hf:` source is looked up in the Hugging Face cache only (never the network).
     """
-    if source.startswith(PACKAGE_PREFIX):
+    if source.startswith(HUB_PREFIX):
+        path = locate(model_id, source).path
+    elif source.startswith(PACKAGE_PREFIX):
         path = _package_resource(model_id, source)
     else:
         path = Path(source).expanduser()

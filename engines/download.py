@@ -1,0 +1,54 @@
+"""What a runner downloads before its engine loads: the model's (and its draft's) `hf:` sources.
+
+The runner calls a `SourceFetch` on its own thread; progress comes back through a callback,
+which `DownloadThrottle` turns into at most one `model_downloading` event a second.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from engines.sources.hub import FileProgress, Snapshot, fetch, is_hub_source
+from schemas.config import ModelConfig
+
+# At most one `model_downloading` event per model per this many seconds.
+EVENT_INTERVAL_S = 1.0
+
+
+class SourceFetch:
+    """The hub sources one runner needs, fetched in order (the model, then its draft)."""
+
+    def __init__(self, models: list[ModelConfig], *, offline: bool) -> None:
+        self.sources = [(m.id, m.source, m.hf_token) for m in models if is_hub_source(m.source)]
+        self.offline = offline
+
+    def __call__(self, progress: Callable[[FileProgress], None]) -> list[Snapshot]:
+        """Download what is not cached; raises `SourceError` naming the model and reason."""
+        return [
+            fetch(model_id, source, token=token, offline=self.offline, progress=progress)
+            for model_id, source, token in self.sources
+        ]
+
+
+def make_fetch(
+    model: ModelConfig, draft: ModelConfig | None, *, offline: bool
+) -> SourceFetch | None:
+    """The fetch a runner for `model` needs, or None when nothing of it is on the Hub."""
+    found = SourceFetch([m for m in (model, draft) if m is not None], offline=offline)
+    return found if found.sources else None
+
+
+class DownloadThrottle:
+    """Lets a progress report through at most once every `interval` seconds."""
+
+    def __init__(self, interval: float = EVENT_INTERVAL_S) -> None:
+        self.interval = interval
+        self._last: float | None = None
+
+    def ready(self) -> bool:
+        now = time.monotonic()
+        if self._last is not None and now - self._last < self.interval:
+            return False
+        self._last = now
+        return True

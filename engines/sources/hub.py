@@ -1,0 +1,374 @@
+"""Hugging Face sources: `hf:ORG/REPO[@REVISION]` and `hf:ORG/REPO/FILE.gguf[@REVISION]`.
+
+The real `huggingface_hub` client does every transfer, into the standard cache (`HF_HOME`,
+`HF_HUB_CACHE`; `HF_ENDPOINT` honoured), verifying sizes and ETags as it always does. This
+module decides what to fetch (only what the engine reads), resolves a branch to its commit,
+finds a snapshot in the cache without the network, and turns the library's failures into
+one `SourceError` with a reason a person can act on.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import shutil
+import time
+from collections.abc import Callable
+from fnmatch import fnmatch
+from pathlib import Path
+from typing import NamedTuple
+
+from engines.errors import SourceError
+
+HUB_PREFIX = "hf:"
+DEFAULT_REVISION = "main"
+COMMIT = re.compile(r"^[0-9a-f]{40}$")
+_REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+# What the engines read: config, tokenizer files, chat template, safetensors weights and
+# their index (mlx-lm's own list, without its *.py: no remote code runs here).
+ALLOW_PATTERNS = (
+    "*.json",
+    "model*.safetensors",
+    "*.jinja",
+    "*.txt",
+    "*.jsonl",
+    "*.tiktoken",
+    "tokenizer.model",
+    "tiktoken.model",
+)
+_TRUE = {"1", "true", "yes", "on"}
+
+
+class HubSpec(NamedTuple):
+    """A parsed `hf:` source: the repository, one file in it (a GGUF) or None, a revision."""
+
+    repo: str
+    file: str | None
+    revision: str
+
+    @property
+    def pinned(self) -> bool:
+        """A full commit hash: the snapshot can never change under it."""
+        return bool(COMMIT.fullmatch(self.revision))
+
+
+class Snapshot(NamedTuple):
+    """A hub source on disk: the directory (or GGUF file) and the commit it holds."""
+
+    path: Path
+    commit: str
+    size: int  # bytes of the files the engine reads
+    downloaded: int = 0  # bytes fetched by the call that returned this
+
+
+class FileProgress(NamedTuple):
+    """One file's download, as huggingface_hub reports it."""
+
+    file: str
+    done: int
+    total: int | None
+    rate: float  # bytes per second since this file's download started
+
+
+Progress = Callable[[FileProgress], None]
+
+
+def is_hub_source(source: str | None) -> bool:
+    return bool(source) and source.startswith(HUB_PREFIX)
+
+
+def parse_hub_source(model_id: str, source: str) -> HubSpec:
+    """`hf:ORG/REPO[/FILE.gguf][@REVISION]` -> HubSpec; SourceError naming the form if not."""
+    body = source[len(HUB_PREFIX) :]
+    body, at, revision = body.rpartition("@") if "@" in body else (body, "", "")
+    if at and not revision:
+        raise SourceError(model_id, source, "empty revision after '@'")
+    org, _, rest = body.partition("/")
+    name, _, file = rest.partition("/")
+    repo = f"{org}/{name}"
+    if not _REPO.fullmatch(repo) or ".." in repo:
+        raise SourceError(model_id, source, "expected hf:ORG/REPO[@REVISION]")
+    if file and (not file.lower().endswith(".gguf") or ".." in file.split("/")):
+        raise SourceError(
+            model_id, source, "a file inside a repository must be a .gguf (hf:ORG/REPO/FILE.gguf)"
+        )
+    return HubSpec(repo, file or None, revision or DEFAULT_REVISION)
+
+
+def offline_env() -> bool:
+    """HF_HUB_OFFLINE=1 (huggingface_hub's own switch) is set."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUE
+
+
+def hub_cache_dir() -> Path:
+    """The standard Hugging Face cache: `HF_HUB_CACHE`, else `HF_HOME/hub`, else
+    `~/.cache/huggingface/hub` (read now, not when huggingface_hub was imported)."""
+    if cache := os.environ.get("HF_HUB_CACHE"):
+        return Path(cache).expanduser()
+    if home := os.environ.get("HF_HOME"):
+        return Path(home).expanduser() / "hub"
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg).expanduser() / "huggingface" / "hub"
+
+
+def _storage(spec: HubSpec) -> Path:
+    return hub_cache_dir() / ("models--" + spec.repo.replace("/", "--"))
+
+
+def cached_snapshot(model_id: str, spec: HubSpec) -> Snapshot | None:
+    """The complete snapshot for `spec` in the cache, found without the network; else None.
+
+    A branch is read through the cache's `refs/` (the commit the last download resolved).
+    Complete means every file the engine reads is there: config, tokenizer, every weight
+    shard the index lists (files are fetched smallest first, so the weights come last).
+    """
+    storage = _storage(spec)
+    commit = spec.revision
+    if not spec.pinned:
+        try:
+            commit = (storage / "refs" / spec.revision).read_text().strip()
+        except OSError:
+            return None
+    snapshot = storage / "snapshots" / commit
+    if spec.file:
+        path = snapshot / spec.file
+        return Snapshot(path, commit, path.stat().st_size) if path.is_file() else None
+    if not snapshot.is_dir() or model_dir_problem(model_id, snapshot) is not None:
+        return None
+    files = [p for p in snapshot.rglob("*") if _wanted(str(p.relative_to(snapshot)))]
+    return Snapshot(snapshot, commit, sum(p.stat().st_size for p in files if p.is_file()))
+
+
+def model_dir_problem(model_id: str, path: Path) -> str | None:
+    """What keeps `path` from being a complete model directory, or None when it is one."""
+    import json
+
+    from engines.sources.resolve import check_model_dir  # resolve imports this module
+
+    try:
+        check_model_dir(model_id, path)
+        index = path / "model.safetensors.index.json"
+        if index.is_file():
+            shards = set(json.loads(index.read_text())["weight_map"].values())
+            if absent := sorted(s for s in shards if not (path / s).is_file()):
+                return f"missing weight shards {', '.join(absent)}"
+    except SourceError as error:
+        return error.reason
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        return f"unreadable index: {error}"
+    return None
+
+
+def _wanted(path: str) -> bool:
+    return any(fnmatch(path, pattern) for pattern in ALLOW_PATTERNS)
+
+
+class NotCached(SourceError):
+    """An `hf:` source not downloaded yet: serve fetches it at load, `gateway pull` now."""
+
+
+def locate(model_id: str, source: str) -> Snapshot:
+    """The cached snapshot of an `hf:` source; SourceError (`NotCached`) when it is not there."""
+    spec = parse_hub_source(model_id, source)
+    found = cached_snapshot(model_id, spec)
+    if found is None:
+        raise NotCached(model_id, source, "not in the Hugging Face cache yet")
+    return found
+
+
+def fetch(
+    model_id: str,
+    source: str,
+    *,
+    token: str | None = None,
+    offline: bool = False,
+    progress: Progress | None = None,
+    bar: Callable[[str], type] | None = None,
+    refresh: bool = False,
+) -> Snapshot:
+    """Make `source` local: the cached snapshot when there is one, else download it.
+
+    `refresh` (for `gateway pull`) asks the Hub what a branch points at now even when a
+    snapshot is cached. `progress` gets each file's bytes as they arrive; `bar(file)` is
+    the progress-bar class for one file (default: huggingface_hub's own tqdm).
+    Offline (`offline`, or HF_HUB_OFFLINE=1) fetches nothing. Raises `SourceError`.
+    """
+    spec = parse_hub_source(model_id, source)
+    found = cached_snapshot(model_id, spec)
+    if found is not None and (spec.pinned or not refresh):
+        return found
+    if offline or offline_env():
+        if found is not None:
+            return found
+        raise SourceError(
+            model_id,
+            source,
+            "not in the Hugging Face cache and the gateway is offline (server.offline or "
+            "HF_HUB_OFFLINE=1); run `gateway pull` with network access first",
+        )
+    try:
+        return _download(model_id, spec, token, progress, bar)
+    except SourceError:
+        raise
+    except Exception as error:  # every library failure becomes one reason, for this model only
+        raise SourceError(model_id, source, describe_failure(error, token)) from None
+
+
+def _download(
+    model_id: str,
+    spec: HubSpec,
+    token: str | None,
+    progress: Progress | None,
+    bar: Callable[[str], type] | None,
+) -> Snapshot:
+    from huggingface_hub import HfApi, hf_hub_download
+    from huggingface_hub.hf_api import RepoFile
+
+    endpoint = os.environ.get("HF_ENDPOINT") or None
+    api = HfApi(endpoint=endpoint, token=token)
+    commit = spec.revision
+    if not spec.pinned:  # a branch or tag: the commit it points at now
+        commit = api.model_info(spec.repo, revision=spec.revision).sha
+    tree = [
+        f
+        for f in api.list_repo_tree(spec.repo, revision=commit, recursive=True)
+        if isinstance(f, RepoFile)
+    ]
+    if spec.file:
+        files = [f for f in tree if f.path == spec.file]
+        if not files:
+            raise SourceError(model_id, _name(spec), f"404: no file {spec.file!r} at {commit}")
+    else:
+        files = [f for f in tree if _wanted(f.path)]
+        if not any(f.path.endswith(".safetensors") for f in files):
+            ggufs = sorted(f.path for f in tree if f.path.lower().endswith(".gguf"))
+            hint = f"; name one GGUF: hf:{spec.repo}/{ggufs[0]}" if ggufs else ""
+            raise SourceError(model_id, _name(spec), f"no safetensors weights at {commit}{hint}")
+    cache = hub_cache_dir()
+    snapshot = _storage(spec) / "snapshots" / commit
+    missing = [f for f in files if not (snapshot / f.path).is_file()]
+    _check_disk(model_id, spec, cache, sum(f.size or 0 for f in missing))
+    for f in sorted(missing, key=lambda f: (f.path.endswith(".safetensors"), f.size or 0)):
+        hf_hub_download(
+            spec.repo,
+            f.path,
+            revision=commit,
+            cache_dir=cache,
+            endpoint=endpoint,
+            token=token,
+            tqdm_class=_meter(f.path, progress) if progress else (bar(f.path) if bar else None),
+        )
+    if not spec.pinned:
+        _write_ref(_storage(spec), spec.revision, commit)
+    found = cached_snapshot(model_id, spec._replace(revision=commit))
+    if found is None:
+        problem = model_dir_problem(model_id, snapshot) or "incomplete"
+        raise SourceError(model_id, _name(spec), f"downloaded snapshot {commit}: {problem}")
+    return found._replace(downloaded=sum(f.size or 0 for f in missing))
+
+
+def _name(spec: HubSpec) -> str:
+    file = f"/{spec.file}" if spec.file else ""
+    return f"{HUB_PREFIX}{spec.repo}{file}@{spec.revision}"
+
+
+def _check_disk(model_id: str, spec: HubSpec, cache: Path, needed: int) -> None:
+    """Refuse before the first byte when the cache's disk cannot hold what is missing."""
+    probe = cache
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if needed > free:
+        raise SourceError(
+            model_id,
+            _name(spec),
+            f"disk full: needs {needed / 1e6:.1f} MB, {free / 1e6:.1f} MB free in {cache}",
+        )
+
+
+def _write_ref(storage: Path, revision: str, commit: str) -> None:
+    """Record what the branch resolved to, as huggingface_hub does (read back offline)."""
+    ref = storage / "refs" / revision
+    ref.parent.mkdir(parents=True, exist_ok=True)
+    tmp = ref.with_name(f".{ref.name}.{os.getpid()}.tmp")
+    tmp.write_text(commit)
+    os.replace(tmp, ref)
+
+
+def describe_failure(error: BaseException, token: str | None = None) -> str:
+    """One line saying why a download failed: network, gated (401/403), 404, disk full."""
+    from huggingface_hub import errors as hub
+
+    status = getattr(getattr(error, "response", None), "status_code", None)
+    if isinstance(error, hub.GatedRepoError):
+        why = "a token with access" if token or os.environ.get("HF_TOKEN") else "hf_token/HF_TOKEN"
+        return (
+            f"{status or 401} gated repository: accept its terms on the Hub and set {why}"
+            if not token
+            else f"{status or 403} gated repository: the token has no access to it"
+        )
+    if isinstance(error, hub.RevisionNotFoundError):
+        return f"{status or 404} revision not found"
+    if isinstance(error, hub.RemoteEntryNotFoundError):
+        return f"{status or 404} file not found in the repository"
+    if isinstance(error, hub.RepositoryNotFoundError):
+        if status == 401:
+            return "401 repository not found or private: check the name, or set hf_token/HF_TOKEN"
+        return f"{status or 404} repository not found"
+    if isinstance(error, hub.HfHubHTTPError) and status is not None:
+        return f"HTTP {status} from the Hub"
+    if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+        return f"disk full: {error.strerror}"
+    if isinstance(error, hub.OfflineModeIsEnabled):
+        return "offline (HF_HUB_OFFLINE=1): not in the cache; run `gateway pull` first"
+    if isinstance(error, hub.LocalEntryNotFoundError | ConnectionError | TimeoutError):
+        return f"network: the Hub could not be reached ({_first_line(error)})"
+    name = type(error).__module__.split(".")[0]
+    if name.startswith("httpx"):  # the transport's connect, read and protocol errors
+        return f"network: {type(error).__name__}: {_first_line(error)}"
+    return f"{type(error).__name__}: {_first_line(error)}"
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [""])[0][:200]
+
+
+def _meter(file: str, progress: Progress) -> type:
+    """A progress-bar class huggingface_hub can drive, reporting to `progress` instead of a
+    terminal (it is not a tqdm subclass, so the library calls it with plain arguments)."""
+
+    class Meter:
+        def __init__(self, *_, total: int | None = None, initial: int = 0, **__) -> None:
+            self.total, self.n = total, initial
+            self._first, self._start = initial, time.monotonic()
+            self._report()
+
+        def update(self, n: int | float | None = 1) -> None:
+            self.n += int(n or 0)
+            self._report()
+
+        def _report(self) -> None:
+            elapsed = time.monotonic() - self._start
+            rate = (self.n - self._first) / elapsed if elapsed > 0 else 0.0
+            progress(FileProgress(file, self.n, self.total, max(rate, 0.0)))
+
+        def __enter__(self) -> Meter:
+            return self
+
+        def __exit__(self, *_) -> None:
+            self.close()
+
+        def close(self) -> None:
+            pass
+
+        def update_transfer(self, n: int | float | None = 1) -> None:
+            pass
+
+        def set_postfix_str(self, *_, **__) -> None:
+            pass
+
+        def refresh(self, *_, **__) -> None:
+            pass
+
+    return Meter
