@@ -1,4 +1,4 @@
-"""The `gateway` command: serve, check, schema, models."""
+"""The `gateway` command: serve, check, pull, schema, models."""
 
 from __future__ import annotations
 
@@ -28,6 +28,15 @@ def _parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check", help="validate a config without serving it")
     check.add_argument("config", type=Path)
 
+    pull = commands.add_parser(
+        "pull",
+        help="download (and convert, for a GGUF) the hf: models of a config",
+        description="Download the hf: models a config declares into the Hugging Face cache "
+        "(HF_HOME), with a progress bar per file; a branch is resolved to its newest commit.",
+    )
+    pull.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
+    pull.add_argument("models", nargs="*", metavar="MODEL", help="ids or aliases (default: all)")
+
     schema = commands.add_parser("schema", help="print the JSON Schema of models.yaml")
     schema.add_argument("--write", action="store_true", help="write it into schemas/")
 
@@ -42,6 +51,10 @@ def main(argv: list[str] | None = None) -> int:
         return serve(args.config, args.host, args.port)
     if args.command == "schema":
         return schema(args.write)
+    if args.command == "pull":
+        from gateway.pull import pull
+
+        return pull(args.config, args.models)
     # `models` lists what `check` validates: the same one line per model.
     return check(args.config)
 

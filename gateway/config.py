@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from engines.errors import ConfigInvalid
+from engines.sources.hub import cache_status, is_hub_source
 from gateway.yaml_source import KeyPath, Source, read_yaml
 from schemas.config import GatewayConfig, ModelConfig, ModelSettings, ServerConfig
 
@@ -61,6 +62,8 @@ def summarize(config: GatewayConfig) -> list[str]:
             parts.append(f"task={m.task}")
         if m.draft:
             parts.append(f"draft={m.draft.model}")
+        if is_hub_source(m.source):  # from the cache alone: check never touches the network
+            parts.append(cache_status(m.id, m.source))
         lines.append("  ".join(parts))
     return lines
 

@@ -164,6 +164,17 @@ def _wanted(path: str) -> bool:
     return any(fnmatch(path, pattern) for pattern in ALLOW_PATTERNS)
 
 
+def cache_status(model_id: str, source: str) -> str:
+    """`cached=COMMIT (SIZE)` or `cached=no`, read from the cache alone (for `gateway check`)."""
+    try:
+        found = cached_snapshot(model_id, parse_hub_source(model_id, source))
+    except SourceError as error:
+        return f"cached=no ({error.reason})"
+    if found is None:
+        return "cached=no (run `gateway pull`, or serve downloads it at first load)"
+    return f"cached={found.commit[:12]} ({found.size / 1e6:.1f} MB)"
+
+
 class NotCached(SourceError):
     """An `hf:` source not downloaded yet: serve fetches it at load, `gateway pull` now."""
 
