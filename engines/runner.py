@@ -183,6 +183,12 @@ class Runner:
             self._loading = asyncio.ensure_future(self._load())
         await asyncio.shield(self._loading)
 
+    def forget_failure(self) -> None:
+        """After a failed load whose cause is gone (its files downloaded since): the next
+        request loads again instead of being refused with the old error."""
+        if self.state is EngineState.FAILED:
+            self.state, self.error = EngineState.UNLOADED, None
+
     async def unload(self, reason: str) -> bool:
         """Unload now if nothing waits or runs; False when busy (or not loaded)."""
         if self.state is not EngineState.READY or self._running or self._waiting:

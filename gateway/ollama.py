@@ -15,7 +15,7 @@ from engines.base import EngineState
 from engines.errors import BadRequest, GatewayError, ModelUnavailable
 from engines.policy.answer import answer
 from engines.runner import Runner
-from gateway import ollama_models
+from gateway import ollama_models, ollama_pull
 from gateway.body import decode_body
 from gateway.chat_request import build_chat_request
 from gateway.ollama_models import json_reply, local_name, now
@@ -295,4 +295,4 @@ async def generate(request: Request, generation: Generation) -> Response | Strea
     return await _answer(request, route, chat, data.stream, frame)
 
 
-ROUTES = [chat, generate, *ollama_models.ROUTES]
+ROUTES = [chat, generate, *ollama_models.ROUTES, *ollama_pull.ROUTES]

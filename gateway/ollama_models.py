@@ -14,9 +14,10 @@ import msgspec
 from litestar import MediaType, Request, Response, get, post
 
 from engines.base import EngineState
-from engines.errors import BadRequest, ModelNotFound
+from engines.errors import BadRequest, ModelNotFound, SourceError
 from engines.runner import Runner
 from engines.scripted import SCRIPTED_CONTEXT
+from engines.sources.hub import Snapshot, is_hub_source, locate, parse_hub_source
 from gateway.body import decode_body
 from gateway.registry import Generation
 from schemas import ollama as wire
@@ -85,21 +86,43 @@ def _context(model: ModelConfig, runner: Runner) -> int | None:
     return SCRIPTED_CONTEXT if model.engine == "scripted" else None
 
 
+def _cached(model: ModelConfig) -> Snapshot | None:
+    """An `hf:` model's snapshot in the Hugging Face cache (read from disk, no network)."""
+    if not is_hub_source(model.source):
+        return None
+    try:
+        return locate(model.id, model.source)
+    except SourceError:
+        return None
+
+
+def _modified(snapshot: Snapshot | None) -> str:
+    """When the snapshot was downloaded; for local models, when this process started."""
+    if snapshot is None:
+        return STARTED_AT
+    at = datetime.fromtimestamp(snapshot.path.stat().st_mtime, UTC)
+    return at.isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
 @get("/api/tags")
 async def tags(generation: Generation) -> Response:
-    """Every model id and alias, listed as Ollama lists pulled models."""
-    listed = [
-        wire.TagModel(
-            name=name,
-            model=name,
-            modified_at=STARTED_AT,
-            size=0,
-            digest=_digest(model),
-            details=_details(model),
-        )
-        for model in generation.listed()
-        for name in (model.id, *model.aliases)
-    ]
+    """Every model id and alias, listed as Ollama lists pulled models; an `hf:` model with
+    its cached size and commit."""
+    listed = []
+    for model in generation.listed():
+        snapshot = _cached(model)
+        listed += [
+            wire.TagModel(
+                name=name,
+                model=name,
+                modified_at=_modified(snapshot),
+                size=snapshot.size if snapshot else 0,
+                digest=_digest(model),
+                details=_details(model),
+                revision=snapshot.commit if snapshot else None,
+            )
+            for name in (model.id, *model.aliases)
+        ]
     return json_reply(wire.Tags(models=listed))
 
 
@@ -159,6 +182,12 @@ async def show(request: Request, generation: Generation) -> Response:
         known = ", ".join(sorted(_names(generation)))
         raise ModelNotFound(f"model {name!r} not found; known models: {known}")
     info: dict[str, Any] = {"general.architecture": model.engine}
+    if is_hub_source(model.source):
+        snapshot = _cached(model)
+        info["general.source"] = model.source
+        info["general.revision"] = parse_hub_source(model.id, model.source).revision
+        info["general.commit"] = snapshot.commit if snapshot else None
+        info["general.size"] = snapshot.size if snapshot else 0
     context = _context(model, generation.runners[model.id])
     if context:
         info[f"{model.engine}.context_length"] = context

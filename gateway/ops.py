@@ -5,7 +5,16 @@ from __future__ import annotations
 from litestar import Response, get
 from litestar.datastructures import State
 
+from engines.runner import Runner
 from gateway.registry import Generation
+
+
+def download_state(runner: Runner) -> dict | None:
+    """The file an `hf:` model is downloading now: bytes done, total, bytes per second."""
+    if runner.download is None:
+        return None
+    file, done, total, rate = runner.download
+    return {"file": file, "done": done, "total": total, "rate": round(rate)}
 
 
 @get("/health", opt={"public": True})
@@ -19,6 +28,7 @@ async def health(generation: Generation, state: State) -> Response:
             "queue_depth": runner.queue_depth,
             "running": runner.running,
             **({"error": runner.error} if runner.error else {}),
+            **({"download": download_state(runner)} if runner.download else {}),
         }
         for model_id, runner in generation.runners.items()
     }

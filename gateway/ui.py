@@ -18,6 +18,7 @@ from litestar.response.sse import ServerSentEventMessage
 from litestar.static_files import create_static_files_router
 
 from gateway.metrics import STATE_NAMES
+from gateway.ops import download_state
 
 STATIC_DIR = files("gateway") / "static"
 PAGE_HEADERS = {
@@ -79,6 +80,7 @@ def ui_state(state: State) -> dict:
                 "running": runner.running,
                 "tokens_per_s": state.metrics.tokens_per_s(model.id),
                 "error": runner.error,
+                "download": download_state(runner),
             }
         )
     return {"draining": state.admission.draining, "models": models}

@@ -103,6 +103,22 @@ class ShowRequest(Wire, kw_only=True):
     verbose: bool = False
 
 
+class PullRequest(Wire, kw_only=True):
+    model: str = ""
+    name: str = ""  # older clients send the model as `name`
+    insecure: bool = False
+    stream: bool = True
+
+
+class PullProgress(Reply, kw_only=True):
+    """One line of `/api/pull`: a status, and while a file arrives its bytes."""
+
+    status: str
+    digest: str | None = None
+    total: int | None = None
+    completed: int | None = None
+
+
 class ReplyFunction(Reply, kw_only=True):
     name: str
     arguments: dict[str, Any]
@@ -160,6 +176,7 @@ class TagModel(Reply, kw_only=True):
     size: int
     digest: str
     details: ModelDetails
+    revision: str | None = None  # an hf: model's cached commit (not in Ollama's own replies)
 
 
 class Tags(Reply, kw_only=True):

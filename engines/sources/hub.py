@@ -10,6 +10,7 @@ one `SourceError` with a reason a person can act on.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import re
 import shutil
@@ -235,6 +236,9 @@ def _download(
 ) -> Snapshot:
     from huggingface_hub import HfApi, hf_hub_download
     from huggingface_hub.hf_api import RepoFile
+
+    # The transport logs every request at INFO: lines that would break the JSON event stream.
+    logging.getLogger("httpx2").setLevel(logging.WARNING)
 
     endpoint = os.environ.get("HF_ENDPOINT") or None
     api = HfApi(endpoint=endpoint, token=token)

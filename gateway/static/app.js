@@ -30,6 +30,21 @@ function cell(row, text, className) {
   return td;
 }
 
+// An hf: model downloading: the file arriving now, as a bar with its bytes and rate.
+function downloadBar(download) {
+  const box = document.createElement("div");
+  box.className = "download";
+  const bar = document.createElement("progress");
+  bar.max = download.total || 1;
+  bar.value = download.total ? download.done : 0;
+  const mb = (n) => (n / 1e6).toFixed(1);
+  const label = document.createElement("span");
+  const total = download.total ? `/${mb(download.total)}` : "";
+  label.textContent = `${download.file} ${mb(download.done)}${total} MB · ${mb(download.rate)} MB/s`;
+  box.append(bar, label);
+  return box;
+}
+
 function renderModels(models) {
   const body = $("models").tBodies[0];
   body.replaceChildren();
@@ -39,6 +54,7 @@ function renderModels(models) {
     cell(row, model.id);
     const state = cell(row, model.state, `state ${model.state}`);
     if (model.error) state.title = model.error;
+    if (model.download) state.append(downloadBar(model.download));
     const aliases = row.insertCell();
     for (const alias of model.aliases) {
       const tag = document.createElement("span");
