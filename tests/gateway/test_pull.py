@@ -1,0 +1,84 @@
+"""`gateway pull` and `gateway check` on hf: models, against the local Hub stand-in."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from conftest import REPO
+from hub_server import FakeHub, Repo, smollm2_files
+
+B = "b" * 40
+
+
+@pytest.fixture(scope="module")
+def hub():
+    files, gguf = smollm2_files()
+    with FakeHub({"org/smol": Repo({B: {**files, "smol.Q4_1.gguf": gguf}}, {"main": B})}) as server:
+        yield server
+
+
+def gateway(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gateway", *args],
+        cwd=REPO,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_pull_downloads_with_a_bar_per_file_and_check_says_cached(hub, tmp_path) -> None:
+    config = tmp_path / "models.yaml"
+    config.write_text(
+        textwrap.dedent("""
+        models:
+          - id: smol
+            source: hf:org/smol
+            aliases: [small]
+          - id: smol-gguf
+            source: hf:org/smol/smol.Q4_1.gguf
+          - id: echo
+            engine: scripted
+        """)
+    )
+    # TQDM_POSITION=-1 keeps huggingface_hub's bars on although stderr is not a terminal.
+    env = {"HF_HOME": str(tmp_path / "hf"), "HF_ENDPOINT": hub.url, "TQDM_POSITION": "-1"}
+    before = gateway("check", str(config), env=env)
+    assert before.returncode == 0 and before.stdout.count("cached=no (run `gateway pull`") == 2
+
+    pulled = gateway("pull", "--config", str(config), env=env)
+    assert pulled.returncode == 0, pulled.stderr
+    out = pulled.stdout.splitlines()
+    assert "smol: hf:org/smol" in out and f"smol: main -> {B}, 101.9 MB, 101.9 MB in" in "\n".join(
+        out
+    )
+    assert any(line.startswith("smol-gguf: converted to MLX in ") for line in out)
+    for file in ["config.json", "tokenizer.json", "model.safetensors", "smol.Q4_1.gguf"]:
+        assert f"{file}: 100%" in pulled.stderr  # huggingface_hub's own tqdm, per file
+    assert "98.4M/98.4M" in pulled.stderr
+
+    after = gateway("check", str(config), env=env)
+    assert after.stdout.count(f"cached={B[:12]}") == 2
+    hub.requests.clear()
+    again = gateway("pull", "--config", str(config), "small", "echo", env=env)
+    assert again.returncode == 0
+    assert f"smol: main -> {B}, 101.9 MB, up to date" in again.stdout
+    assert "echo: scripted is local: nothing to pull" in again.stdout
+    assert hub.file_requests("GET") == []  # only the branch was asked about
+
+    unknown = gateway("pull", "--config", str(config), "nope", env=env)
+    assert unknown.returncode == 1 and "not in" in unknown.stderr and "nope" in unknown.stderr
+    offline = gateway(
+        "pull",
+        "--config",
+        str(config),
+        env={**env, "HF_HOME": str(tmp_path / "x"), "HF_HUB_OFFLINE": "1"},
+    )
+    assert (
+        offline.returncode == 1 and "smol: failed: not in the Hugging Face cache" in offline.stderr
+    )
