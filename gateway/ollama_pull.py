@@ -41,6 +41,8 @@ async def pull(request: Request, generation: Generation) -> Response | Stream:
     data = await decode_body(request, wire.PullRequest)
     if not (data.model or data.name):
         raise BadRequest("$.model: name the model to pull")
+    if data.insecure:  # no registry of our own whose TLS checks could be skipped
+        raise BadRequest("$.insecure: not supported; the Hub is reached as HF_ENDPOINT says")
     name = local_name(generation, data.model or data.name)
     model_id = generation.resolve_name(name)
     if model_id is None:  # never the fallback: a pull names exactly what it fetches
