@@ -9,8 +9,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from engines.sources.hub import FileProgress, Snapshot, fetch, is_hub_source
+from engines.log import emit
+from engines.sources.hub import Snapshot, fetch, is_hub_source, parse_hub_source
+from engines.sources.hub_client import FileProgress
 from schemas.config import ModelConfig
+from schemas.events import ModelDownloaded, ModelDownloading
 
 # At most one `model_downloading` event per model per this many seconds.
 EVENT_INTERVAL_S = 1.0
@@ -52,3 +55,32 @@ class DownloadThrottle:
             return False
         self._last = now
         return True
+
+
+def downloading_event(model_id: str, progress: FileProgress) -> ModelDownloading:
+    file, done, total, rate = progress
+    return ModelDownloading(model=model_id, file=file, done=done, total=total, rate=round(rate))
+
+
+def report_downloaded(
+    model_id: str, fetch: SourceFetch, snapshots: list[Snapshot], started: float
+) -> dict[str, str]:
+    """`model_downloaded` for each source that fetched bytes just now; returns the model's
+    own revision and commit, for its `model_attached` detail."""
+    detail: dict[str, str] = {}
+    for (source_model, source, _), snap in zip(fetch.sources, snapshots, strict=True):
+        revision = parse_hub_source(source_model, source).revision
+        if source_model == model_id:
+            detail = {"revision": revision, "commit": snap.commit}
+        if snap.downloaded:
+            emit(
+                ModelDownloaded(
+                    model=source_model,
+                    source=source,
+                    revision=revision,
+                    commit=snap.commit,
+                    bytes=snap.downloaded,
+                    download_s=round(time.perf_counter() - started, 3),
+                )
+            )
+    return detail

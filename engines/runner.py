@@ -11,12 +11,17 @@ from concurrent.futures import ThreadPoolExecutor
 
 from engines.base import Engine, EngineState
 from engines.batch import Batch
-from engines.download import DownloadThrottle, SourceFetch
+from engines.download import (
+    DownloadThrottle,
+    SourceFetch,
+    downloading_event,
+    report_downloaded,
+)
 from engines.errors import GatewayError, ModelUnavailable, QueueFull, QueueTimeout
 from engines.job import Job, Pace
 from engines.log import emit
 from engines.residency import MemoryBudget
-from engines.sources.hub import parse_hub_source
+from engines.sources.hub_client import FileProgress
 from schemas.canonical import (
     ChatRequest,
     Embedded,
@@ -33,8 +38,6 @@ from schemas.events import (
     Generated,
     ModelAttached,
     ModelDetached,
-    ModelDownloaded,
-    ModelDownloading,
     ModelFailed,
     ModelLoading,
     RequestQueued,
@@ -276,40 +279,20 @@ class Runner:
         while bytes arrive); a failure raises `SourceError` into the load's own handler."""
         throttle, started = DownloadThrottle(), time.perf_counter()
 
-        def arrived(progress) -> None:  # on the loop, posted from the download thread
-            if self.state is not EngineState.LOADING and self.state is not EngineState.DOWNLOADING:
-                return
-            self.state, self.download = EngineState.DOWNLOADING, progress
-            if throttle.ready():
-                file, done, total, rate = progress
-                emit(
-                    ModelDownloading(
-                        model=self.model.id, file=file, done=done, total=total, rate=round(rate)
-                    )
-                )
+        def arrived(progress: FileProgress) -> None:  # on the loop, posted by the download
+            if self.state in (EngineState.LOADING, EngineState.DOWNLOADING):
+                self.state, self.download = EngineState.DOWNLOADING, progress
+                if throttle.ready():
+                    emit(downloading_event(self.model.id, progress))
 
-        def report(progress) -> None:
+        def report(progress: FileProgress) -> None:
             self._loop.call_soon_threadsafe(arrived, progress)
 
         try:
             snapshots = await self._loop.run_in_executor(self._executor, self._fetch, report)
         finally:
             self.state, self.download = EngineState.LOADING, None
-        for (model_id, source, _), snap in zip(self._fetch.sources, snapshots, strict=True):
-            revision = parse_hub_source(model_id, source).revision
-            if model_id == self.model.id:
-                self.source_detail = {"revision": revision, "commit": snap.commit}
-            if snap.downloaded:
-                emit(
-                    ModelDownloaded(
-                        model=model_id,
-                        source=source,
-                        revision=revision,
-                        commit=snap.commit,
-                        bytes=snap.downloaded,
-                        download_s=round(time.perf_counter() - started, 3),
-                    )
-                )
+        self.source_detail = report_downloaded(self.model.id, self._fetch, snapshots, started)
 
     def _pump(self) -> None:
         """Admit from the front of the line while the batch has room (`concurrency`)."""

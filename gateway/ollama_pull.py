@@ -14,7 +14,8 @@ from litestar import Request, Response, post
 from litestar.response import Stream
 
 from engines.errors import BadRequest, GatewayError, ModelNotFound, SourceError
-from engines.sources.hub import FileProgress, fetch, is_hub_source, parse_hub_source
+from engines.sources.hub import fetch, is_hub_source, parse_hub_source
+from engines.sources.hub_client import FileProgress
 from gateway.body import decode_body
 from gateway.ollama_models import json_reply, local_name
 from gateway.registry import Generation

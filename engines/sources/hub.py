@@ -9,18 +9,17 @@ one `SourceError` with a reason a person can act on.
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import re
 import shutil
-import time
 from collections.abc import Callable
 from fnmatch import fnmatch
 from pathlib import Path
 from typing import NamedTuple
 
 from engines.errors import SourceError
+from engines.sources.hub_client import Progress, describe_failure, meter
 
 HUB_PREFIX = "hf:"
 DEFAULT_REVISION = "main"
@@ -61,18 +60,6 @@ class Snapshot(NamedTuple):
     commit: str
     size: int  # bytes of the files the engine reads
     downloaded: int = 0  # bytes fetched by the call that returned this
-
-
-class FileProgress(NamedTuple):
-    """One file's download, as huggingface_hub reports it."""
-
-    file: str
-    done: int
-    total: int | None
-    rate: float  # bytes per second since this file's download started
-
-
-Progress = Callable[[FileProgress], None]
 
 
 def is_hub_source(source: str | None) -> bool:
@@ -272,7 +259,7 @@ def _download(
             cache_dir=cache,
             endpoint=endpoint,
             token=token,
-            tqdm_class=_meter(f.path, progress) if progress else (bar(f.path) if bar else None),
+            tqdm_class=meter(f.path, progress) if progress else (bar(f.path) if bar else None),
         )
     if not spec.pinned:
         _write_ref(_storage(spec), spec.revision, commit)
@@ -309,81 +296,3 @@ def _write_ref(storage: Path, revision: str, commit: str) -> None:
     tmp = ref.with_name(f".{ref.name}.{os.getpid()}.tmp")
     tmp.write_text(commit)
     os.replace(tmp, ref)
-
-
-def describe_failure(error: BaseException, token: str | None = None) -> str:
-    """One line saying why a download failed: network, gated (401/403), 404, disk full."""
-    from huggingface_hub import errors as hub
-
-    status = getattr(getattr(error, "response", None), "status_code", None)
-    if isinstance(error, hub.GatedRepoError):
-        why = "a token with access" if token or os.environ.get("HF_TOKEN") else "hf_token/HF_TOKEN"
-        return (
-            f"{status or 401} gated repository: accept its terms on the Hub and set {why}"
-            if not token
-            else f"{status or 403} gated repository: the token has no access to it"
-        )
-    if isinstance(error, hub.RevisionNotFoundError):
-        return f"{status or 404} revision not found"
-    if isinstance(error, hub.RemoteEntryNotFoundError):
-        return f"{status or 404} file not found in the repository"
-    if isinstance(error, hub.RepositoryNotFoundError):
-        if status == 401:
-            return "401 repository not found or private: check the name, or set hf_token/HF_TOKEN"
-        return f"{status or 404} repository not found"
-    if isinstance(error, hub.HfHubHTTPError) and status is not None:
-        return f"HTTP {status} from the Hub"
-    if isinstance(error, OSError) and error.errno == errno.ENOSPC:
-        return f"disk full: {error.strerror}"
-    if isinstance(error, hub.OfflineModeIsEnabled):
-        return "offline (HF_HUB_OFFLINE=1): not in the cache; run `gateway pull` first"
-    if isinstance(error, hub.LocalEntryNotFoundError | ConnectionError | TimeoutError):
-        return f"network: the Hub could not be reached ({_first_line(error)})"
-    name = type(error).__module__.split(".")[0]
-    if name.startswith("httpx"):  # the transport's connect, read and protocol errors
-        return f"network: {type(error).__name__}: {_first_line(error)}"
-    return f"{type(error).__name__}: {_first_line(error)}"
-
-
-def _first_line(error: BaseException) -> str:
-    return (str(error).strip().splitlines() or [""])[0][:200]
-
-
-def _meter(file: str, progress: Progress) -> type:
-    """A progress-bar class huggingface_hub can drive, reporting to `progress` instead of a
-    terminal (it is not a tqdm subclass, so the library calls it with plain arguments)."""
-
-    class Meter:
-        def __init__(self, *_, total: int | None = None, initial: int = 0, **__) -> None:
-            self.total, self.n = total, initial
-            self._first, self._start = initial, time.monotonic()
-            self._report()
-
-        def update(self, n: int | float | None = 1) -> None:
-            self.n += int(n or 0)
-            self._report()
-
-        def _report(self) -> None:
-            elapsed = time.monotonic() - self._start
-            rate = (self.n - self._first) / elapsed if elapsed > 0 else 0.0
-            progress(FileProgress(file, self.n, self.total, max(rate, 0.0)))
-
-        def __enter__(self) -> Meter:
-            return self
-
-        def __exit__(self, *_) -> None:
-            self.close()
-
-        def close(self) -> None:
-            pass
-
-        def update_transfer(self, n: int | float | None = 1) -> None:
-            pass
-
-        def set_postfix_str(self, *_, **__) -> None:
-            pass
-
-        def refresh(self, *_, **__) -> None:
-            pass
-
-    return Meter
