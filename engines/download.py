@@ -19,6 +19,10 @@ from schemas.events import ModelDownloaded, ModelDownloading
 EVENT_INTERVAL_S = 1.0
 
 
+class DownloadStopped(Exception):
+    """Raised from the progress callback to abandon a transfer when its runner stops."""
+
+
 class SourceFetch:
     """The hub sources one runner needs, fetched in order (the model, then its draft)."""
 

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from engines.base import Engine, EngineState
 from engines.batch import Batch
 from engines.download import (
+    DownloadStopped,
     DownloadThrottle,
     SourceFetch,
     downloading_event,
@@ -285,7 +286,9 @@ class Runner:
                 if throttle.ready():
                     emit(downloading_event(self.model.id, progress))
 
-        def report(progress: FileProgress) -> None:
+        def report(progress: FileProgress) -> None:  # on the download thread, per chunk
+            if self._closed:  # stopping (shutdown, reload, removal): abandon the transfer
+                raise DownloadStopped(f"download stopped: the model was {self._closed}")
             self._loop.call_soon_threadsafe(arrived, progress)
 
         try:

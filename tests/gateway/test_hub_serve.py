@@ -3,6 +3,8 @@ after a restart, failures that stay their model's own, offline, and Ollama's /ap
 
 from __future__ import annotations
 
+import os
+import shutil
 import textwrap
 import threading
 import time
@@ -189,3 +191,48 @@ def test_api_pull_streams_the_download_through_the_ollama_client(hub, env, start
     assert (info["general.revision"], info["general.commit"]) == (A, A)
     hub.requests.clear()
     assert chat(gateway, "smol").status_code == 200 and hub.requests == []  # pulled: no fetch
+
+
+def test_the_ops_page_shows_a_download_as_a_progress_bar_and_shutdown_stops_it(
+    hub, env, start_gateway
+) -> None:
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    if not os.path.exists(chromium):
+        pytest.skip("chromium is not installed (./setup.sh test installs it)")
+    from playwright.sync_api import expect, sync_playwright
+
+    gateway = start_gateway(
+        yaml(
+            """
+            server: {shutdown_grace: 1s}
+            models:
+              - id: smol
+                source: hf:org/smol
+                residency: {on_demand: true}
+            """,
+            ECHO,
+        ),
+        env,
+    )
+    hub.rate = 6e6  # about 16 s for the weights: the page polls every 2 s
+    try:
+        threading.Thread(target=chat, args=(gateway, "smol"), daemon=True).start()
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(
+                executable_path=chromium, args=["--headless", "--no-sandbox", "--disable-gpu"]
+            )
+            page = browser.new_page()
+            page.goto(f"{gateway.url}/ui")
+            bar = page.locator('tr[data-model="smol"] .download progress')
+            expect(bar).to_be_visible(timeout=20_000)
+            expect(page.locator('tr[data-model="smol"] .state')).to_contain_text("downloading")
+            expect(page.locator('tr[data-model="smol"] .download span')).to_contain_text("MB/s")
+            assert float(bar.get_attribute("max")) > 0
+            browser.close()
+        started = time.monotonic()  # SIGTERM mid-download: the transfer is abandoned
+        gateway.stop()
+        assert time.monotonic() - started < 15
+        assert "download stopped" in gateway.wait_event("model_failed", model="smol")["error"]
+        assert not gateway.events("model_downloaded")
+    finally:
+        hub.rate = 25e6
