@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -155,3 +156,34 @@ def test_offline_fetches_nothing_and_says_to_pull(hub, home, monkeypatch) -> Non
     hub.requests.clear()
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert fetch("m", "hf:org/smol", refresh=True).commit == B and hub.requests == []
+
+
+def test_an_unreachable_hub_is_a_network_failure(home, monkeypatch) -> None:
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens on discard
+    with pytest.raises(SourceError) as error:
+        fetch("m", "hf:org/smol")
+    assert error.value.reason.startswith("network: ")
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 1 MiB tmpfs: a real full disk (needs the right to mount; skipped without it)."""
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True
+    )
+    if made.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
+    yield mount
+    subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_disk_too_small_is_refused_before_the_first_byte(
+    hub, home, tiny_disk, monkeypatch
+) -> None:
+    monkeypatch.setenv("HF_HUB_CACHE", str(tiny_disk))
+    with pytest.raises(SourceError) as error:
+        fetch("m", "hf:org/smol")
+    assert error.value.reason.startswith("disk full: needs 101.9 MB, 1.0 MB free")
+    assert hub.file_requests("GET") == []
