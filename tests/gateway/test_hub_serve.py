@@ -236,3 +236,28 @@ def test_the_ops_page_shows_a_download_as_a_progress_bar_and_shutdown_stops_it(
         assert not gateway.events("model_downloaded")
     finally:
         hub.rate = 25e6
+
+
+def test_a_pinned_model_at_a_commit_downloads_before_ready(hub, env, start_gateway) -> None:
+    gateway = start_gateway(
+        yaml(f"models:\n  - id: smol\n    source: hf:org/smol@{A}\n", ECHO), env
+    )
+    # Ready means loaded: the download happened before /health first answered.
+    assert httpx.get(f"{gateway.url}/health").json()["models"]["smol"]["state"] == "ready"
+    assert gateway.events("model_downloading", model="smol")
+    attached = gateway.wait_event("model_attached", model="smol")["detail"]
+    assert (attached["revision"], attached["commit"]) == (A, A) and A in attached["path"]
+    assert not any("/revision/" in path for _, path, _ in hub.requests)  # nothing resolved
+    assert chat(gateway, "smol").status_code == 200
+
+
+def test_a_model_that_failed_its_download_serves_after_a_pull(hub, env, start_gateway) -> None:
+    gateway = start_gateway(yaml("models:\n  - id: late\n    source: hf:org/late\n", ECHO), env)
+    assert "404" in gateway.wait_event("model_failed", model="late")["error"]
+    assert chat(gateway, "late").status_code == 503
+    hub.repos["org/late"] = hub.repos["org/smol"]  # published on the Hub meanwhile
+    try:
+        assert gateway.ollama().pull("late").status == "success"
+        assert chat(gateway, "late").status_code == 200
+    finally:
+        del hub.repos["org/late"]
