@@ -34,6 +34,7 @@ from schemas.events import (
     Event,
     Generated,
     ModelAttached,
+    ModelDownloaded,
     ModelFailed,
     RequestFinished,
     RequestRouted,
@@ -80,6 +81,10 @@ class Metrics:
         )  # fmt: skip
         self.reloads = Counter("gateway_reloads", "Config reloads", ["result"], **labelled)
         self.loads = Counter("gateway_model_loads", "Model loads", ["model", "result"], **labelled)
+        self.downloaded = Counter(
+            "gateway_model_download_bytes", "Bytes fetched from the Hugging Face Hub",
+            ["model"], **labelled,
+        )  # fmt: skip
         for result in ("ok", "rejected"):
             self.reloads.labels(result)
         self.prometheus.register(RunnerState(registry, admission))
@@ -111,6 +116,8 @@ class Metrics:
                 self.loads.labels(model, "ok").inc()
             case ModelFailed(model=model):
                 self.loads.labels(model, "failed").inc()
+            case ModelDownloaded(model=model):
+                self.downloaded.labels(model).inc(event.bytes)
 
     def tokens_per_s(self, model: str) -> float | None:
         """Decode speed over the model's recent generations (the last 5 minutes), or None."""

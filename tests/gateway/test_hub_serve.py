@@ -98,6 +98,11 @@ def test_first_use_downloads_with_progress_then_a_restart_needs_no_request(
     assert (done["revision"], done["commit"]) == ("main", B) and done["bytes"] > 98421374
     attached = gateway.wait_event("model_attached", model="smol")["detail"]
     assert (attached["revision"], attached["commit"]) == ("main", B)
+    metrics = httpx.get(f"{gateway.url}/metrics").text.splitlines()
+    counted = next(
+        m for m in metrics if m.startswith('gateway_model_download_bytes_total{model="smol"}')
+    )
+    assert float(counted.split()[-1]) == done["bytes"]
     gateway.stop()
 
     hub.requests.clear()  # a restart, now pinned: straight from the cache
