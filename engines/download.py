@@ -62,8 +62,13 @@ class DownloadThrottle:
 
 
 def downloading_event(model_id: str, progress: FileProgress) -> ModelDownloading:
-    file, done, total, rate = progress
-    return ModelDownloading(model=model_id, file=file, done=done, total=total, rate=round(rate))
+    return ModelDownloading(
+        model=model_id,
+        file=progress.file,
+        done=progress.done,
+        total=progress.total,
+        rate=round(progress.rate),
+    )
 
 
 def report_downloaded(

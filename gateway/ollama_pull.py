@@ -96,6 +96,9 @@ async def _progress(
         yield _encode(
             wire.PullProgress(
                 status=f"downloading {progress.file}",
+                # The ollama CLI draws one bar per digest; a small file without an LFS
+                # digest is keyed by its name instead.
+                digest=progress.digest or f"file:{progress.file}",
                 total=progress.total,
                 completed=progress.done,
             )

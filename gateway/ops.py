@@ -13,8 +13,8 @@ def download_state(runner: Runner) -> dict | None:
     """The file an `hf:` model is downloading now: bytes done, total, bytes per second."""
     if runner.download is None:
         return None
-    file, done, total, rate = runner.download
-    return {"file": file, "done": done, "total": total, "rate": round(rate)}
+    p = runner.download
+    return {"file": p.file, "done": p.done, "total": p.total, "rate": round(p.rate)}
 
 
 @get("/health", opt={"public": True})

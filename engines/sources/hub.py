@@ -259,7 +259,7 @@ def _download(
             cache_dir=cache,
             endpoint=endpoint,
             token=token,
-            tqdm_class=meter(f.path, progress) if progress else (bar(f.path) if bar else None),
+            tqdm_class=meter(f.path, progress, _digest(f)) if progress else (bar and bar(f.path)),
         )
     if not spec.pinned:
         _write_ref(_storage(spec), spec.revision, commit)
@@ -268,6 +268,11 @@ def _download(
         problem = model_dir_problem(model_id, snapshot) or "incomplete"
         raise SourceError(model_id, _name(spec), f"downloaded snapshot {commit}: {problem}")
     return found._replace(downloaded=sum(f.size or 0 for f in missing))
+
+
+def _digest(file) -> str | None:
+    """An LFS file's SHA-256 as `sha256:HEX`; None for small files kept in git itself."""
+    return f"sha256:{file.lfs.sha256}" if file.lfs is not None else None
 
 
 def _name(spec: HubSpec) -> str:

@@ -17,6 +17,7 @@ class FileProgress(NamedTuple):
     done: int
     total: int | None
     rate: float  # bytes per second since this file's download started
+    digest: str | None = None  # `sha256:HEX` of an LFS file (the weights), as the Hub lists it
 
 
 Progress = Callable[[FileProgress], None]
@@ -60,7 +61,7 @@ def _first_line(error: BaseException) -> str:
     return (str(error).strip().splitlines() or [""])[0][:200]
 
 
-def meter(file: str, progress: Progress) -> type:
+def meter(file: str, progress: Progress, digest: str | None = None) -> type:
     """A progress-bar class huggingface_hub can drive, reporting to `progress` instead of a
     terminal (it is not a tqdm subclass, so the library calls it with plain arguments)."""
 
@@ -77,7 +78,7 @@ def meter(file: str, progress: Progress) -> type:
         def _report(self) -> None:
             elapsed = time.monotonic() - self._start
             rate = (self.n - self._first) / elapsed if elapsed > 0 else 0.0
-            progress(FileProgress(file, self.n, self.total, max(rate, 0.0)))
+            progress(FileProgress(file, self.n, self.total, max(rate, 0.0), digest))
 
         def __enter__(self) -> Meter:
             return self

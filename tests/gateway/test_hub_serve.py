@@ -3,6 +3,7 @@ after a restart, failures that stay their model's own, offline, and Ollama's /ap
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import textwrap
@@ -182,6 +183,8 @@ def test_api_pull_streams_the_download_through_the_ollama_client(hub, env, start
     weights = [p for p in lines if p.status == "downloading model.safetensors"]
     assert len(weights) >= 3 and weights[-1].completed == weights[-1].total == 98421374
     assert any(0 < p.completed < p.total for p in weights)
+    weights_sha = hashlib.sha256(smollm2_files()[0]["model.safetensors"].read_bytes()).hexdigest()
+    assert {p.digest for p in weights} == {f"sha256:{weights_sha}"}  # a bar per digest
     assert f"resolved main to {B}" in [p.status for p in lines]
 
     with pytest.raises(ollama.ResponseError) as refused:
