@@ -16,11 +16,13 @@ and renders it in each protocol's envelope, in one place.
     │   └── QueueTimeout        waited past `queue.max_wait`
     ├── ModelUnavailable        failed to load, or detaching
     ├── ToolCallRefused         the model's tool call failed its guardrails
+    ├── DownloadFailed          a Hub download asked for now (a pull) failed
     ├── ClientGone              the client left before its answer
     ├── ConfigInvalid           a config file that fails validation
     └── SourceError             a model source missing, unreadable or corrupt
         ├── GGUFFormatError     a GGUF file MLX cannot read safely
-        └── ContextTooLarge     a context window whose KV cache cannot fit
+        ├── ContextTooLarge     a context window whose KV cache cannot fit
+        └── NotCached           an hf: source not downloaded yet (engines.sources.hub)
 """
 
 from __future__ import annotations
@@ -87,6 +89,11 @@ class ModelUnavailable(GatewayError):
 class ToolCallRefused(GatewayError):
     """The model's tool call failed its checks and the policy allows no (further) repair:
     the model behind the gateway answered wrongly, not the client."""
+
+
+class DownloadFailed(GatewayError):
+    """A Hugging Face Hub download asked for now (a pull) failed: network, gated, not found,
+    disk full. The server behind the gateway failed, not the client."""
 
 
 class ClientGone(GatewayError):

@@ -24,6 +24,7 @@ RENDERING: dict[type[e.GatewayError], tuple[int, str]] = {
     e.QueueTimeout: (503, "overloaded_error"),
     e.ModelUnavailable: (503, "overloaded_error"),
     e.ToolCallRefused: (502, "invalid_tool_call"),
+    e.DownloadFailed: (502, "server_error"),
     e.ClientGone: (499, "client_closed_request"),
     e.ConfigInvalid: (400, "server_error"),
     e.ContextTooLarge: (503, "server_error"),

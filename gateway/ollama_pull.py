@@ -13,7 +13,7 @@ import msgspec
 from litestar import Request, Response, post
 from litestar.response import Stream
 
-from engines.errors import BadRequest, GatewayError, ModelNotFound, SourceError
+from engines.errors import BadRequest, DownloadFailed, ModelNotFound, SourceError
 from engines.sources.hub import fetch, is_hub_source, parse_hub_source
 from engines.sources.hub_client import FileProgress
 from gateway.body import decode_body
@@ -24,12 +24,6 @@ from schemas.config import ModelConfig
 
 NDJSON = "application/x-ndjson"
 LINE_INTERVAL_S = 0.1  # progress lines per file at most this often (plus each file's last)
-
-
-class PullFailed(GatewayError):
-    """The Hub download behind a pull failed (network, gated, not found, disk full)."""
-
-    status = 502
 
 
 def _encode(line: wire.PullProgress) -> bytes:
@@ -62,7 +56,7 @@ async def pull(request: Request, generation: Generation) -> Response | Stream:
     async for line in lines:
         last = msgspec.json.decode(line)
     if "error" in last:
-        raise PullFailed(last["error"])
+        raise DownloadFailed(last["error"])
     return json_reply(wire.PullProgress(status="success"))
 
 

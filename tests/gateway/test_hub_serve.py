@@ -137,6 +137,11 @@ def test_failed_downloads_fail_their_own_model_and_the_rest_serve(hub, env, star
     assert health["gated"]["state"] == "failed" and "gated" in health["gated"]["error"]
     reply = chat(gateway, "allowed")
     assert reply.status_code == 503 and "403 gated repository" in reply.text
+    with pytest.raises(ollama.ResponseError) as whole:
+        gateway.ollama().pull("allowed")
+    assert whole.value.status_code == 502 and "403 gated repository" in whole.value.error
+    with pytest.raises(ollama.ResponseError, match="403 gated repository"):
+        list(gateway.ollama().pull("allowed", stream=True))  # the stream's {"error"} line
     assert chat(gateway, "echo").status_code == 200
 
 
@@ -172,10 +177,13 @@ def test_api_pull_streams_the_download_through_the_ollama_client(hub, env, start
               - id: smol-a
                 source: hf:org/smol@{A}
                 residency: {{on_demand: true}}
+              - id: gated
+                source: hf:org/gated
+                residency: {{on_demand: true}}
             """,
             ECHO,
         ),
-        env,
+        {**env, "HF_TOKEN": TOKEN},  # read by huggingface_hub itself; never logged
     )
     client = gateway.ollama()
     lines = list(client.pull("smol", stream=True))
@@ -191,6 +199,7 @@ def test_api_pull_streams_the_download_through_the_ollama_client(hub, env, start
         client.pull("llama3.2")  # not in the YAML: the file is the registry
     assert refused.value.status_code == 404 and "not declared" in refused.value.error
     assert client.pull("smol-a").status == "success"  # the pinned commit
+    assert client.pull("gated").status == "success"  # HF_TOKEN opened the gated repository
 
     tags = {m["name"]: m for m in httpx.get(f"{gateway.url}/api/tags").json()["models"]}
     assert tags["smol"]["revision"] == B and tags["smol"]["size"] > 98421374
