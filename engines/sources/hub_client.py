@@ -4,7 +4,6 @@ reports each file's bytes to a callback, and its failures put into one line of w
 from __future__ import annotations
 
 import errno
-import os
 import time
 from collections.abc import Callable
 from typing import NamedTuple
@@ -29,12 +28,9 @@ def describe_failure(error: BaseException, token: str | None = None) -> str:
 
     status = getattr(getattr(error, "response", None), "status_code", None)
     if isinstance(error, hub.GatedRepoError):
-        why = "a token with access" if token or os.environ.get("HF_TOKEN") else "hf_token/HF_TOKEN"
-        return (
-            f"{status or 401} gated repository: accept its terms on the Hub and set {why}"
-            if not token
-            else f"{status or 403} gated repository: the token has no access to it"
-        )
+        if status == 403 or (status is None and token):  # a token was sent and refused
+            return "403 gated repository: the token has no access to it (accept its terms)"
+        return "401 gated repository: accept its terms on the Hub and set hf_token/HF_TOKEN"
     if isinstance(error, hub.RevisionNotFoundError):
         return f"{status or 404} revision not found"
     if isinstance(error, hub.RemoteEntryNotFoundError):
