@@ -82,3 +82,22 @@ def test_pull_downloads_with_a_bar_per_file_and_check_says_cached(hub, tmp_path)
     assert (
         offline.returncode == 1 and "smol: failed: not in the Hugging Face cache" in offline.stderr
     )
+
+
+def test_the_shipped_hub_example_pulls(tmp_path) -> None:
+    files, gguf = smollm2_files()  # the example's repositories, served by the stand-in
+    repos = {
+        "HuggingFaceTB/SmolLM2-135M-Instruct": Repo({B: files}, {"main": B}),
+        "bartowski/SmolLM2-135M-Instruct-GGUF": Repo(
+            {B: {"SmolLM2-135M-Instruct-Q8_0.gguf": gguf}}, {"main": B}
+        ),
+    }
+    with FakeHub(repos) as hub:
+        env = {"HF_HOME": str(tmp_path / "hf"), "HF_ENDPOINT": hub.url, "HF_TOKEN": ""}
+        config = str(REPO / "configs" / "examples" / "hub.yaml")
+        pulled = gateway("pull", "--config", config, "smollm2-135m", "smollm2-gguf", env=env)
+        assert pulled.returncode == 0, pulled.stderr
+        assert "smollm2-gguf: converted to MLX in" in pulled.stdout
+        missing = gateway("pull", "--config", config, "qwen3-4b", env=env)  # not on this hub
+        assert missing.returncode == 1
+        assert "qwen3-4b: failed: 404 repository not found" in missing.stderr
