@@ -86,6 +86,9 @@ async def _progress(
             loop.call_soon_threadsafe(updates.put_nowait, None)
 
     task = asyncio.ensure_future(asyncio.to_thread(download))
+    # A client that leaves mid-stream leaves the download to finish into the cache; its
+    # outcome is then read here, not reported as a never-retrieved task exception.
+    task.add_done_callback(lambda done: done.cancelled() or done.exception())
     while (progress := await updates.get()) is not None:
         yield _encode(
             wire.PullProgress(
