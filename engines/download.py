@@ -27,7 +27,11 @@ class SourceFetch:
     """The hub sources one runner needs, fetched in order (the model, then its draft)."""
 
     def __init__(self, models: list[ModelConfig], *, offline: bool) -> None:
-        self.sources = [(m.id, m.source, m.hf_token) for m in models if is_hub_source(m.source)]
+        self.sources = [
+            (m.id, m.source, m.hf_token)
+            for m in models
+            if m.engine == "mlx" and is_hub_source(m.source)  # the engine that reads weights
+        ]
         self.offline = offline
 
     def __call__(self, progress: Callable[[FileProgress], None]) -> list[Snapshot]:
