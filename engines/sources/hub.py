@@ -25,6 +25,7 @@ HUB_PREFIX = "hf:"
 DEFAULT_REVISION = "main"
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_REVISION = re.compile(r"^[A-Za-z0-9][\w.\-/]*$")  # becomes a path under the cache's refs/
 # What the engines read: config, tokenizer files, chat template, safetensors weights and
 # their index (mlx-lm's own list, without its *.py: no remote code runs here).
 ALLOW_PATTERNS = (
@@ -70,8 +71,8 @@ def parse_hub_source(model_id: str, source: str) -> HubSpec:
     """`hf:ORG/REPO[/FILE.gguf][@REVISION]` -> HubSpec; SourceError naming the form if not."""
     body = source[len(HUB_PREFIX) :]
     body, at, revision = body.rpartition("@") if "@" in body else (body, "", "")
-    if at and not revision:
-        raise SourceError(model_id, source, "empty revision after '@'")
+    if at and not _REVISION.fullmatch(revision) or ".." in revision.split("/"):
+        raise SourceError(model_id, source, "a revision is a branch, tag or commit after '@'")
     org, _, rest = body.partition("/")
     name, _, file = rest.partition("/")
     repo = f"{org}/{name}"

@@ -61,7 +61,8 @@ def test_sources_parse_and_bad_ones_say_the_form() -> None:
         "sub/x.Q4.gguf",
         "v1",
     )
-    for bad in ["hf:repo", "hf:org/repo@", "hf:org/repo/weights.bin", "hf:../x", "hf:org/re po"]:
+    bad_ones = ["hf:repo", "hf:org/repo@", "hf:org/repo/weights.bin", "hf:../x", "hf:org/re po"]
+    for bad in [*bad_ones, "hf:org/repo@../../../etc", "hf:org/repo@/abs", "hf:org/repo@a b"]:
         with pytest.raises(SourceError, match="hf:"):
             parse_hub_source("m", bad)
 
