@@ -78,7 +78,8 @@ def parse_hub_source(model_id: str, source: str) -> HubSpec:
     repo = f"{org}/{name}"
     if not _REPO.fullmatch(repo) or ".." in repo:
         raise SourceError(model_id, source, "expected hf:ORG/REPO[@REVISION]")
-    if file and (not file.lower().endswith(".gguf") or ".." in file.split("/")):
+    parts = file.split("/")
+    if file and (not file.lower().endswith(".gguf") or ".." in parts or "" in parts):
         raise SourceError(
             model_id, source, "a file inside a repository must be a .gguf (hf:ORG/REPO/FILE.gguf)"
         )

@@ -62,7 +62,14 @@ def test_sources_parse_and_bad_ones_say_the_form() -> None:
         "v1",
     )
     bad_ones = ["hf:repo", "hf:org/repo@", "hf:org/repo/weights.bin", "hf:../x", "hf:org/re po"]
-    for bad in [*bad_ones, "hf:org/repo@../../../etc", "hf:org/repo@/abs", "hf:org/repo@a b"]:
+    for bad in [
+        *bad_ones,
+        "hf:org/repo@../../../etc",
+        "hf:org/repo@/abs",
+        "hf:org/repo@a b",
+        "hf:org/repo//etc/x.gguf",
+        "hf:org/repo/a/../../x.gguf",
+    ]:
         with pytest.raises(SourceError, match="hf:"):
             parse_hub_source("m", bad)
 
