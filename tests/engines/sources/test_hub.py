@@ -195,3 +195,24 @@ def test_a_disk_too_small_is_refused_before_the_first_byte(
         fetch("m", "hf:org/smol")
     assert error.value.reason.startswith("disk full: needs 101.9 MB, 1.0 MB free")
     assert hub.file_requests("GET") == []
+
+
+def test_a_download_stopped_midway_keeps_its_finished_files(hub, home) -> None:
+    def stop_in_the_weights(progress) -> None:  # as a stopping gateway does
+        if progress.file == "model.safetensors" and progress.done > 0:
+            raise RuntimeError("stopped")
+
+    with pytest.raises(SourceError, match="stopped"):
+        fetch("m", "hf:org/smol", progress=stop_in_the_weights)
+    assert check_source_fails("hf:org/smol")  # not complete: not taken for a model
+    hub.requests.clear()
+    snap = fetch("m", "hf:org/smol")
+    assert fetched(hub) == {"model.safetensors"} and snap.commit == B
+
+
+def check_source_fails(source: str) -> bool:
+    try:
+        check_source("m", source)
+    except SourceError:
+        return True
+    return False
