@@ -19,6 +19,7 @@ from hub_server import FakeHub, Repo, smollm2_files
 A, B = "a" * 40, "b" * 40
 TOKEN = "hf_gatedtoken_0123456789"
 HELLO = [{"role": "user", "content": "hi"}]
+CLEAN = {"HF_TOKEN": "", "HF_HUB_CACHE": "", "HF_HUB_OFFLINE": ""}
 ECHO = """
   - id: echo
     engine: scripted
@@ -45,7 +46,8 @@ def hub():
 @pytest.fixture
 def env(hub, tmp_path):
     hub.requests.clear()
-    return {"HF_HOME": str(tmp_path / "hf"), "HF_ENDPOINT": hub.url, "HF_TOKEN": ""}
+    # Whatever the machine sets, these tests own the cache, the endpoint, token and mode.
+    return {"HF_HOME": str(tmp_path / "hf"), "HF_ENDPOINT": hub.url, **CLEAN}
 
 
 def chat(gateway, model):
