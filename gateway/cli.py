@@ -34,7 +34,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Download the hf: models a config declares into the Hugging Face cache "
         "(HF_HOME), with a progress bar per file; a branch is resolved to its newest commit.",
     )
-    pull.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
+    pull.add_argument(
+        "--config", type=Path, default=DEFAULT_CONFIG, help=f"(default: {DEFAULT_CONFIG})"
+    )
     pull.add_argument("models", nargs="*", metavar="MODEL", help="ids or aliases (default: all)")
 
     schema = commands.add_parser("schema", help="print the JSON Schema of models.yaml")

@@ -46,6 +46,9 @@ def pull(path: Path, names: list[str]) -> int:
         missing = ", ".join(unknown)
         print(f"gateway pull: not in {path}: {missing} (known: {known})", file=sys.stderr)
         return 1
+    if not names and not any(is_hub_source(m.source) for m in chosen):
+        print(f"{path}: no hf: models to pull")
+        return 0
     offline = config.server.offline or offline_env()
     failed = 0
     for model in chosen:

@@ -72,6 +72,8 @@ def test_pull_downloads_with_a_bar_per_file_and_check_says_cached(hub, tmp_path)
     assert "echo: scripted is local: nothing to pull" in again.stdout
     assert hub.file_requests("GET") == []  # only the branch was asked about
 
+    nothing = gateway("pull", "--config", str(REPO / "configs" / "models.yaml"), env=env)
+    assert nothing.returncode == 0 and "no hf: models to pull" in nothing.stdout
     unknown = gateway("pull", "--config", str(config), "nope", env=env)
     assert unknown.returncode == 1 and "not in" in unknown.stderr and "nope" in unknown.stderr
     offline = gateway(
