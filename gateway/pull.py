@@ -61,6 +61,10 @@ def pull(path: Path, names: list[str]) -> int:
         except SourceError as error:
             print(f"{model.id}: failed: {error.reason}", file=sys.stderr)
             failed += 1
+        except KeyboardInterrupt:  # Ctrl-C: what finished stays in the cache
+            print(f"\n{model.id}: interrupted; finished files are kept, pull again to go on",
+                  file=sys.stderr)  # fmt: skip
+            return 130
     return 1 if failed else 0
 
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 from conftest import REPO
@@ -104,3 +106,34 @@ def test_the_shipped_hub_example_pulls(tmp_path) -> None:
         missing = gateway("pull", "--config", config, "qwen3-4b", env=env)  # not on this hub
         assert missing.returncode == 1
         assert "qwen3-4b: failed: 404 repository not found" in missing.stderr
+
+
+def test_an_interrupted_pull_keeps_finished_files_and_the_next_one_goes_on(hub, tmp_path) -> None:
+    config = tmp_path / "models.yaml"
+    config.write_text("models:\n  - id: smol\n    source: hf:org/smol\n")
+    env = {
+        **os.environ,
+        **{"HF_TOKEN": "", "HF_HUB_CACHE": "", "HF_HUB_OFFLINE": ""},
+        **{"HF_HOME": str(tmp_path / "hf"), "HF_ENDPOINT": hub.url},
+    }
+    hub.requests.clear()
+    hub.rate = 10e6  # the weights take about ten seconds
+    try:
+        pulling = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "pull", "--config", str(config)],
+            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while not any(p.endswith("/model.safetensors") for p, _ in hub.file_requests("GET")):
+            assert time.monotonic() < deadline, "the weights were never asked for"
+            time.sleep(0.1)
+        time.sleep(1)
+        pulling.send_signal(signal.SIGINT)  # Ctrl-C
+        _, err = pulling.communicate(timeout=60)
+    finally:
+        hub.rate = None
+    assert pulling.returncode == 130 and "finished files are kept" in err
+    hub.requests.clear()
+    again = gateway("pull", "--config", str(config), env=env)
+    assert again.returncode == 0 and "98.4 MB in" in again.stdout
+    assert [p.rsplit("/", 1)[-1] for p, _ in hub.file_requests("GET")] == ["model.safetensors"]
