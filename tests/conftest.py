@@ -244,8 +244,14 @@ def shipped_gateway(tmp_path_factory):
         process.stop()
 
 
-# SDK clients for the module's `gateway` fixture (each module, or tests/e2e/conftest.py,
-# says which gateway); closed when that gateway stops.
+@pytest.fixture(scope="module")
+def gateway(shipped_gateway):
+    """The gateway a module's tests talk to: the shipped config's, unless the module
+    defines its own `gateway` fixture (most do: a config of their own)."""
+    return shipped_gateway
+
+
+# SDK clients for the module's `gateway` fixture; closed when that gateway stops.
 @pytest.fixture(scope="module")
 def openai_client(gateway):
     return gateway.openai()
