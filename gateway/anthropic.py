@@ -70,6 +70,9 @@ def to_messages(data: wire.PromptRequest) -> list[Message]:
         canonical.append(Message(role="system", content=_join(data.system)))
     names: dict[str, str] = {}  # tool_use id -> tool name, for the results that answer them
     for turn in data.messages:
+        if turn.role == "system":
+            canonical.append(Message(role="system", content=_system_text(turn.content)))
+            continue
         if isinstance(turn.content, str):
             canonical.append(Message(role=turn.role, content=turn.content))
             continue
@@ -102,6 +105,15 @@ def to_messages(data: wire.PromptRequest) -> list[Message]:
         elif texts or not answered:
             canonical.append(Message(role="user", content=_join(texts)))
     return canonical
+
+
+def _system_text(content: str | list[wire.InputBlock]) -> str:
+    """A system turn's text; it holds text blocks only, as Anthropic's system prompt does."""
+    if isinstance(content, str):
+        return content
+    if any(not isinstance(block, wire.TextBlock) for block in content):
+        raise BadRequest("system messages may only contain text blocks")
+    return _join(content)
 
 
 def _tool_result(block: wire.ToolResultBlock, name: str | None) -> Message:

@@ -61,7 +61,9 @@ InputBlock = (
 
 
 class InputMessage(Wire, kw_only=True):
-    role: Literal["user", "assistant"]
+    # "system": a system turn inside the conversation (Claude Code sends them for models
+    # outside its own list, beta `mid-conversation-system-2026-04-07`).
+    role: Literal["user", "assistant", "system"]
     content: str | list[InputBlock]
 
 

@@ -15,7 +15,12 @@ from engines.mlx.platform import PlatformPath
 from engines.sources.resolve import check_source, resolve_source
 from engines.text.output import DEFAULT_TOOL_PARSER, OutputParser, ToolFormat, load_tool_format
 from engines.text.reasoning import template_kwargs, thinking_markers
-from engines.text.tools import template_knows_tools, template_messages, tool_specs
+from engines.text.tools import (
+    fold_system_turns,
+    template_knows_tools,
+    template_messages,
+    tool_specs,
+)
 from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Finished, Output
 from schemas.config import ModelConfig
 
@@ -242,9 +247,18 @@ class MLXEngine:
         messages = template_messages(request.messages, request.tools, knows_tools)
         extra = {"tools": tool_specs(request.tools)} if request.tools and knows_tools else {}
         extra |= template_kwargs(request.reasoning)
-        text = self._tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=False, **extra
-        )
+        try:
+            text = self._tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=False, **extra
+            )
+        except Exception:
+            # Templates that allow a system turn only first: fold later ones into it.
+            folded = fold_system_turns(messages)
+            if folded is None:
+                raise
+            text = self._tokenizer.apply_chat_template(
+                folded, add_generation_prompt=True, tokenize=False, **extra
+            )
         # The template already wrote any BOS it wants; encoding must not add a second.
         return self._tokenizer.encode(text, add_special_tokens=False)
 

@@ -53,6 +53,24 @@ def template_messages(
     return rendered
 
 
+def fold_system_turns(rendered: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """System turns after the first non-system turn folded, in order, into the leading
+    system prompt; None when there are none to fold.
+
+    For chat templates that refuse a system turn anywhere but first (Qwen's, Llama 3's
+    raise): the instructions still reach the model, in the order they were given.
+    """
+    head = 0
+    while head < len(rendered) and rendered[head]["role"] == "system":
+        head += 1
+    later = [m for m in rendered[head:] if m["role"] == "system"]
+    if not later:
+        return None
+    system = "\n\n".join(str(m["content"]) for m in [*rendered[:head], *later])
+    rest = [m for m in rendered[head:] if m["role"] != "system"]
+    return [{"role": "system", "content": system}, *rest]
+
+
 def _message(message: Message, knows_tools: bool) -> dict[str, Any]:
     role = TEMPLATE_ROLES.get(message.role, message.role)
     if knows_tools:

@@ -155,6 +155,36 @@ def test_system_as_string_and_as_blocks(anthropic_client):
     assert with_string > count(anthropic_client, messages=HELLO)
 
 
+def test_system_turns_inside_messages_are_served_and_counted(anthropic_client):
+    # Claude Code sends these for any model outside its own list (its first request).
+    turns = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"},
+        {"role": "system", "content": [{"type": "text", "text": "Answer in French."}]},
+        {"role": "user", "content": "and now?"},
+    ]
+    reply = anthropic_client.messages.create(model="claude-echo", max_tokens=50, messages=turns)
+    assert reply.content[0].text == REPLY
+    without = [turn for turn in turns if turn["role"] != "system"]
+    assert count(anthropic_client, messages=turns) > count(anthropic_client, messages=without)
+    streamed = anthropic_client.messages.create(
+        model="echo", max_tokens=50, messages=turns, stream=True
+    )
+    assert [e.type for e in streamed][-1] == "message_stop"
+
+
+def test_a_system_turn_holding_an_image_is_refused_by_name(gateway):
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": ""}}
+    body = {
+        "model": "echo",
+        "max_tokens": 5,
+        "messages": [{"role": "system", "content": [image]}, *HELLO],
+    }
+    response = httpx.post(f"{gateway.url}/v1/messages", json=body)
+    assert response.status_code == 400
+    assert response.json()["error"]["message"] == "system messages may only contain text blocks"
+
+
 def test_stop_sequences_cut_the_text_and_name_the_match(anthropic_client):
     plain = anthropic_client.messages.create(
         model="echo", max_tokens=100, messages=HELLO, stop_sequences=["café"]
@@ -439,3 +469,17 @@ def test_claude_code_model_discovery_lists_claude_names(gateway):
         model="claude-echo", max_tokens=50, messages=[{"role": "user", "content": "hi"}]
     )
     assert reply.model == "echo"
+
+
+def test_system_turns_keep_their_place_in_the_conversation():
+    request = wire.CountTokensRequest(
+        model="m",
+        system="first",
+        messages=[
+            wire.InputMessage(role="user", content="hi"),
+            wire.InputMessage(role="system", content=[wire.TextBlock(text="later")]),
+            wire.InputMessage(role="user", content="again"),
+        ],
+    )
+    roles = [(m.role, m.content) for m in to_messages(request)]
+    assert roles == [("system", "first"), ("user", "hi"), ("system", "later"), ("user", "again")]
