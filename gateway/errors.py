@@ -73,6 +73,26 @@ def render(error: Exception) -> Rendered:
     raise AssertionError("unreachable: GatewayError is in RENDERING")
 
 
+# Statuses a retry can change: a timeout, a conflict that ends, a full queue, a server hiccup.
+RETRYABLE_STATUSES = {408, 409, 429}
+# Server-side errors that a retry cannot fix: the same prompt fails the same checks.
+NOT_RETRYABLE = (e.ToolCallRefused,)
+
+
+def should_retry(status: int, error: Exception | None = None) -> str | None:
+    """The `x-should-retry` header's value: "false" where a retry cannot change the answer.
+
+    The OpenAI and Anthropic SDKs retry 408/409/429 and every 5xx twice unless told not
+    to; a request the gateway refused as written, or a tool call its model got wrong past
+    the guardrails (a 502 that would cost two more generations), fails the same way again.
+    """
+    if isinstance(error, NOT_RETRYABLE):
+        return "false"
+    if 400 <= status < 500 and status not in RETRYABLE_STATUSES:
+        return "false"
+    return None
+
+
 def protocol_of(path: str) -> str:
     """Which protocol's envelope an error on `path` is written in."""
     if path.startswith("/v1/messages"):
@@ -107,6 +127,8 @@ def error_response(request: Request, error: Exception) -> Response:
         status, message, kind = error.status_code, error.detail, None
     else:
         status, message, kind = 500, "internal error", "server_error"
+    if should_retry(status, error):
+        headers["x-should-retry"] = "false"
     message = REDACTOR.redact(message)  # an error body never echoes a key back
     # The event log gets the real cause; the client gets no internals.
     logged = message if status != 500 else f"internal error: {error!r}"

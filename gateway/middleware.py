@@ -10,7 +10,7 @@ import structlog
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from engines.log import emit
-from gateway.errors import error_body, protocol_of
+from gateway.errors import error_body, protocol_of, should_retry
 from gateway.logging import MIN_ENV_SECRET, PRESENTED
 from schemas.events import RequestFinished, RequestStarted
 
@@ -29,6 +29,8 @@ async def send_error(
     """
     scope.setdefault("state", {})["error"] = message
     body = msgspec.json.encode(error_body(protocol_of(scope["path"]), status, message, kind))
+    if should_retry(status):
+        headers = [*headers, (b"x-should-retry", b"false")]
     await send(
         {
             "type": "http.response.start",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -266,6 +267,30 @@ def test_strict_refuses_what_repair_would_fix(gateway, protocol):
     assert event["action"] == "refused" and "did not parse" in event["problem"]
     status, body, _, _, _ = ask(gateway, protocol, "strict")
     assert status == 502
+
+
+def test_the_sdks_do_not_retry_a_refused_tool_call(gateway):
+    # Both SDKs retry a 5xx twice by default; `x-should-retry: false` stops them, so one
+    # client call stays one request and one generation.
+    before = len(gateway.events("generated", model="strict-bare"))
+    sdk = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="unused", max_retries=2)
+    with pytest.raises(openai.APIStatusError) as refused:
+        sdk.chat.completions.create(model="strict-bare", messages=ASK, tools=OPENAI_TOOLS)
+    assert refused.value.status_code == 502
+    assert refused.value.response.headers["x-should-retry"] == "false"
+    with pytest.raises(anthropic.APIStatusError) as refused:
+        anthropic.Anthropic(base_url=gateway.url, api_key="unused", max_retries=2).messages.create(
+            model="strict-bare", max_tokens=50, messages=ASK, tools=ANTHROPIC_TOOLS
+        )
+    assert refused.value.status_code == 502
+    time.sleep(0.5)  # a retry, had there been one, would have logged by now
+    assert len(gateway.events("generated", model="strict-bare")) == before + 2
+
+
+def test_a_bad_request_says_not_to_retry_and_a_full_queue_does_not(gateway):
+    response = httpx.post(f"{gateway.url}/v1/chat/completions", json={"model": "nope"})
+    assert response.status_code == 400 and response.headers["x-should-retry"] == "false"
+    assert "x-should-retry" not in httpx.get(f"{gateway.url}/health").headers
 
 
 def test_strict_after_text_was_streamed_ends_the_stream_with_the_protocols_error(gateway):
