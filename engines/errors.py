@@ -48,8 +48,27 @@ class ContextOverflow(BadRequest):
             f"model {model_id!r}: the prompt has {prompt_tokens} tokens and the context "
             f"window is {window} (context.max); shorten the conversation"
         )
+        self.model_id = model_id
         self.prompt_tokens = prompt_tokens
         self.window = window
+        self.parts: tuple[int, int, int] | None = None  # (tools declared, their tokens, system)
+
+    def explain(self, tool_count: int, tool_tokens: int, system_tokens: int) -> None:
+        """Say what the prompt is made of (see `engines/policy/overflow.py`)."""
+        self.parts = (tool_count, tool_tokens, system_tokens)
+        rest = max(0, self.prompt_tokens - tool_tokens - system_tokens)
+        self.message = (
+            f"model {self.model_id!r}: the prompt has {self.prompt_tokens} tokens and the "
+            f"context window is {self.window} (context.max): the {tool_count} tools' "
+            f"definitions take {tool_tokens} tokens, the system prompt {system_tokens}, "
+            f"the messages {rest}; "
+            + (
+                "declare fewer tools, shorten the system prompt or the conversation, or give "
+                "the model a larger context.max"
+                if tool_tokens + system_tokens > rest
+                else "shorten the conversation, or give the model a larger context.max"
+            )
+        )
 
 
 class Unauthorized(GatewayError):

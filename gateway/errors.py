@@ -129,12 +129,24 @@ def error_response(request: Request, error: Exception) -> Response:
         status, message, kind = 500, "internal error", "server_error"
     if should_retry(status, error):
         headers["x-should-retry"] = "false"
+    protocol = protocol_of(request.url.path)
+    if protocol == "anthropic" and isinstance(error, e.ContextOverflow):
+        message = anthropic_overflow(error)
     message = REDACTOR.redact(message)  # an error body never echoes a key back
     # The event log gets the real cause; the client gets no internals.
     logged = message if status != 500 else f"internal error: {error!r}"
     request.scope.setdefault("state", {})["error"] = logged
-    body = error_body(protocol_of(request.url.path), status, message, kind)
+    body = error_body(protocol, status, message, kind)
     return Response(body, status_code=status, headers=headers)
+
+
+def anthropic_overflow(error: e.ContextOverflow) -> str:
+    """Anthropic's own wording first: Claude Code reads `prompt is too long: N tokens > W
+    maximum` to know the prompt, not the request, is at fault (and to compact)."""
+    return (
+        f"prompt is too long: {error.prompt_tokens} tokens > {error.window} maximum; "
+        f"{error.message}"
+    )
 
 
 def _validation_message(error: ValidationException) -> str:

@@ -26,6 +26,7 @@ from msgspec.structs import replace
 from engines.errors import ContextOverflow, ToolCallRefused
 from engines.log import emit
 from engines.policy.guardrails import CallChecker, Verdict, reask_message
+from engines.policy.overflow import explain
 from engines.policy.truncation import fit_messages
 from engines.runner import Runner
 from schemas.canonical import (
@@ -68,7 +69,9 @@ async def answer(runner: Runner, request: ChatRequest) -> AsyncIterator[Output]:
                 yield output
         except ContextOverflow as error:
             if first is None:
-                raise
+                raise await asyncio.to_thread(
+                    explain, error, attempt, runner.engine.count_prompt
+                ) from None
             raise ToolCallRefused(
                 f"model {runner.model.id!r}: its tool call failed the guardrails and the "
                 f"re-ask does not fit the window: {error.message}"

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from msgspec.structs import replace
 
 from engines.errors import ContextOverflow
+from engines.policy.overflow import explain
 from schemas.canonical import ChatRequest
 
 # Room kept for the answer, when the request's max_tokens is larger than this.
@@ -62,7 +63,7 @@ def fit_messages(
     if size(high) + room > window:
         if size(high) < window:
             return shortened(cuts[high])  # fits, with less room than hoped
-        error = ContextOverflow(model_id, size(high), window)
+        error = explain(ContextOverflow(model_id, size(high), window), shortened(cuts[high]), count)
         if cuts[high]:
             error.message += f" (even after dropping the {cuts[high]} oldest messages)"
         raise error

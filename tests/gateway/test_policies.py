@@ -5,6 +5,7 @@ reasoning (split from the answer, shown each protocol's way, hidden when off).""
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import anthropic
@@ -348,6 +349,73 @@ def test_reject_answers_400_with_the_counts_before_any_stream_byte(gateway, prot
     text = json.dumps(body)
     assert "the context window is 300" in text and "tokens" in text
     assert not gateway.events("generated", request_id=rid)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_the_overflow_message_says_what_the_tools_and_the_system_prompt_take(gateway, protocol):
+    # Twelve tools with long descriptions and a long system prompt: the conversation is short.
+    tools = [
+        {**tool, "name": f"tool_{i}", "description": "does things " * 8}
+        for i, tool in enumerate([ANTHROPIC_TOOLS[0]] * 12)
+    ]
+    shaped = {
+        "openai": [
+            {
+                "type": "function",
+                "function": {
+                    "name": t["name"],
+                    "description": t["description"],
+                    "parameters": t["input_schema"],
+                },
+            }
+            for t in tools
+        ],
+        "responses": [
+            {
+                "type": "function",
+                "name": t["name"],
+                "description": t["description"],
+                "parameters": t["input_schema"],
+            }
+            for t in tools
+        ],
+        "anthropic": tools,
+        "ollama": [
+            {
+                "type": "function",
+                "function": {
+                    "name": t["name"],
+                    "description": t["description"],
+                    "parameters": t["input_schema"],
+                },
+            }
+            for t in tools
+        ],
+    }[protocol]
+    system = "Be brief. " * 40
+    url, body = {
+        "openai": (
+            "/v1/chat/completions",
+            {"messages": [{"role": "system", "content": system}, *ASK]},
+        ),
+        "responses": ("/v1/responses", {"input": ASK, "instructions": system}),
+        "anthropic": ("/v1/messages", {"messages": ASK, "system": system, "max_tokens": 50}),
+        "ollama": ("/api/chat", {"messages": [{"role": "system", "content": system}, *ASK]}),
+    }[protocol]
+    response = httpx.post(gateway.url + url, json={**body, "model": "tight", "tools": shaped})
+    status, body = response.status_code, response.json()
+    assert status == 400
+    message = body["error"] if protocol == "ollama" else body["error"]["message"]
+    found = re.search(
+        r"the prompt has (\d+) tokens .* the 12 tools' definitions take (\d+) tokens, "
+        r"the system prompt (\d+), the messages (\d+); declare fewer tools",
+        message,
+    )
+    assert found, message
+    total, tools_take, system_takes, rest = map(int, found.groups())
+    assert tools_take > system_takes > rest > 0 and tools_take + system_takes + rest == total
+    if protocol == "anthropic":  # Anthropic's own wording first: Claude Code keys on it
+        assert message.startswith(f"prompt is too long: {total} tokens > 300 maximum; ")
 
 
 TURNS = [
