@@ -67,6 +67,10 @@ class ScriptedEngine:
     def estimate_memory(self) -> int:
         return 0
 
+    def reasons(self) -> bool:
+        """A scripted model "reasons" when its replies hold think blocks."""
+        return any("<think>" in reply for reply in self._script.replies or [self._script.reply])
+
     def load(self, memory_left: int | None = None) -> LoadInfo:
         return LoadInfo(memory_bytes=0, context=self._context, detail={"engine": "scripted"})
 

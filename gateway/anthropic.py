@@ -13,6 +13,7 @@ from engines.policy.answer import answer
 from gateway.anthropic_stream import NO_SIGNATURE, stop_of, stream_events, tool_input
 from gateway.body import decode_body
 from gateway.chat_request import build_chat_request
+from gateway.model_facts import task_of
 from gateway.registry import Generation, Route, announce
 from gateway.streaming import Collected, collect, unless_client_leaves
 from schemas import anthropic as wire
@@ -50,7 +51,7 @@ def model_page(generation: Generation) -> wire.ModelPage:
     """The model list in Anthropic's shape: each chat model and alias, and its `claude-` name."""
     cards = []
     for model in generation.listed():
-        if model.task == "embed":
+        if task_of(generation, model) == "embed":
             continue
         for name in (model.id, *model.aliases):
             claude = name if name.startswith(CLAUDE_PREFIX) else CLAUDE_PREFIX + name

@@ -14,6 +14,7 @@ from litestar import Request, post
 
 from engines.errors import BadRequest
 from gateway.body import decode_body
+from gateway.ollama_models import ollama_route
 from gateway.registry import Generation, Route, announce
 from gateway.streaming import unless_client_leaves
 from schemas import embeddings as wire
@@ -73,7 +74,7 @@ async def ollama_embed(request: Request, generation: Generation) -> wire.OllamaE
     started = time.perf_counter_ns()
     data = await decode_body(request, wire.OllamaEmbedRequest)
     inputs = ollama_inputs(data.input)
-    route = _route(generation, data.model, "ollama")
+    route = ollama_route(generation, data.model, stream=False)
     canonical = EmbedRequest(inputs=inputs, truncate=data.truncate)
     embedded = await _embed(request, route, canonical, data.dimensions)
     return wire.OllamaEmbedResponse(
@@ -83,6 +84,19 @@ async def ollama_embed(request: Request, generation: Generation) -> wire.OllamaE
         load_duration=0,  # a model loads in its runner before the request runs, not here
         prompt_eval_count=embedded.prompt_tokens,
     )
+
+
+@post("/api/embeddings", status_code=200)
+async def ollama_legacy_embeddings(
+    request: Request, generation: Generation
+) -> wire.OllamaLegacyEmbedResponse:
+    """Ollama's older embeddings route (LangChain's and llm-ollama's older clients call it):
+    `prompt` in, `embedding` out; an empty prompt loads the model and answers `[]`."""
+    data = await decode_body(request, wire.OllamaLegacyEmbedRequest)
+    route = ollama_route(generation, data.model, stream=False)
+    inputs = [data.prompt] if data.prompt else []
+    embedded = await _embed(request, route, EmbedRequest(inputs=inputs), None)
+    return wire.OllamaLegacyEmbedResponse(embedding=embedded.vectors[0] if embedded.vectors else [])
 
 
 def _route(generation: Generation, name: str, protocol: str) -> Route:
@@ -108,4 +122,4 @@ async def _embed(
     return embedded
 
 
-ROUTES = [openai_embeddings, ollama_embed]
+ROUTES = [openai_embeddings, ollama_embed, ollama_legacy_embeddings]

@@ -18,8 +18,8 @@ from engines.runner import Runner
 from gateway import ollama_models, ollama_pull
 from gateway.body import decode_body
 from gateway.chat_request import build_chat_request
-from gateway.ollama_models import json_reply, local_name, now
-from gateway.registry import Generation, Route, announce
+from gateway.ollama_models import json_reply, now, ollama_route
+from gateway.registry import Generation, Route
 from gateway.streaming import collect, unless_client_leaves
 from schemas import ollama as wire
 from schemas.canonical import (
@@ -40,12 +40,6 @@ NDJSON = "application/x-ndjson"
 # A frame turns output into one reply object: text, tool calls, the Finished on the last,
 # and the model's thinking.
 Frame = Callable[[str, list[ToolCall], Finished | None, str], wire.Answer]
-
-
-def _route(generation: Generation, name: str, stream: bool) -> Route:
-    # Logged as the client wrote it ("smollm2:latest"), resolved without Ollama's tag.
-    route = generation.resolve(local_name(generation, name))._replace(requested=name)
-    return announce(route, stream=stream, protocol="ollama")
 
 
 def _refuse_unsupported(
@@ -212,7 +206,7 @@ async def chat(request: Request, generation: Generation) -> Response | Stream:
     started = time.perf_counter_ns()
     data = await decode_body(request, wire.ChatRequest)
     _refuse_unsupported(data.format, logprobs=data.logprobs)
-    route = _route(generation, data.model, data.stream)
+    route = ollama_route(generation, data.model, data.stream)
     served = route.served
 
     def frame(
@@ -263,7 +257,7 @@ async def generate(request: Request, generation: Generation) -> Response | Strea
     started = time.perf_counter_ns()
     data = await decode_body(request, wire.GenerateRequest)
     _refuse_unsupported(data.format, data.images, data.suffix, data.template, data.logprobs)
-    route = _route(generation, data.model, data.stream)
+    route = ollama_route(generation, data.model, data.stream)
     served, model = route.served, route.model
 
     def frame(

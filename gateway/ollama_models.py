@@ -19,7 +19,8 @@ from engines.runner import Runner
 from engines.scripted import SCRIPTED_CONTEXT
 from engines.sources.hub import Snapshot, is_hub_source, locate, parse_hub_source
 from gateway.body import decode_body
-from gateway.registry import Generation
+from gateway.model_facts import capabilities
+from gateway.registry import Generation, Route, announce
 from schemas import ollama as wire
 from schemas.config import ModelConfig
 
@@ -58,6 +59,14 @@ def local_name(generation: Generation, name: str) -> str:
     known = _names(generation)
     bare = name.removesuffix(LATEST)
     return bare if name not in known and bare in known else name
+
+
+def ollama_route(generation: Generation, name: str, stream: bool) -> Route:
+    """The route every Ollama generating route takes (chat, generate, embed, embeddings):
+    `name:latest` as `name`, then ids, aliases and the fallback as everywhere; logged as the
+    client wrote it."""
+    route = generation.resolve(local_name(generation, name))._replace(requested=name)
+    return announce(route, stream=stream, protocol="ollama")
 
 
 def _details(model: ModelConfig) -> wire.ModelDetails:
@@ -199,16 +208,26 @@ async def show(request: Request, generation: Generation) -> Response:
         template=CHATML_TEMPLATE if model.engine == "scripted" else "",
         details=_details(model),
         model_info=info,
-        capabilities=["embedding"] if model.task == "embed" else ["completion", "tools"],
+        capabilities=capabilities(generation, model),
         modified_at=STARTED_AT,
     )
     return json_reply(body)
 
 
+# The Ollama release whose API this adapter follows (think, streamed tool calls, embed
+# `dimensions`, the `logprobs` fields, /api/ps `context_length`): clients read this number to
+# decide which features to use, so it is Ollama's, not our package's.
+OLLAMA_API_VERSION = "0.12.11"
+
+
 @get("/api/version")
 async def version() -> Response:
-    """The gateway's package version, where Ollama clients look for the server's."""
-    return json_reply(wire.Version(version=importlib.metadata.version("mlx-gateway")))
+    """The Ollama API version the gateway matches (our own version is in `x-gateway-version`)."""
+    return Response(
+        content=msgspec.json.encode(wire.Version(version=OLLAMA_API_VERSION)),
+        media_type=MediaType.JSON,
+        headers={"x-gateway-version": importlib.metadata.version("mlx-gateway")},
+    )
 
 
 ROUTES = [tags, ps, show, version]

@@ -12,6 +12,7 @@ from litestar.response import ServerSentEvent
 
 from engines.errors import BadRequest, GatewayError
 from engines.policy.answer import answer
+from gateway import model_cards
 from gateway.anthropic import model_page
 from gateway.body import decode_body
 from gateway.chat_request import build_chat_request
@@ -215,4 +216,4 @@ async def list_models(request: Request, generation: Generation) -> wire.ModelLis
     return wire.ModelList(data=cards)
 
 
-ROUTES = [chat_completions, list_models]
+ROUTES = [chat_completions, list_models, *model_cards.ROUTES]

@@ -60,6 +60,19 @@ class OllamaEmbedRequest(Wire, kw_only=True):
     keep_alive: str | float | None = None
 
 
+class OllamaLegacyEmbedRequest(Wire, kw_only=True):
+    """Ollama's older `POST /api/embeddings`: one `prompt`, one vector; "" only loads."""
+
+    model: ModelName
+    prompt: str = ""
+    options: dict[str, Any] | None = None
+    keep_alive: str | float | None = None
+
+
+class OllamaLegacyEmbedResponse(Wire, kw_only=True):
+    embedding: list[float]
+
+
 class OllamaEmbedResponse(Wire, kw_only=True):
     model: str
     embeddings: list[list[float]]

@@ -39,6 +39,8 @@ DEFAULT_BATCH_TOKENS = 4096
 class EmbeddingEngine:
     """An embedding model behind the Engine protocol: `embed` works, `generate` refuses."""
 
+    task = "embed"  # what the model listings report (the config may leave `task` out)
+
     def __init__(self, model: ModelConfig, base_dir: Path | None) -> None:
         self._config = model
         self._base_dir = base_dir

@@ -11,10 +11,11 @@ from engines.base import LoadInfo
 from engines.batch import Batch, SerialBatch
 from engines.errors import BadRequest, ContextOverflow, SourceError
 from engines.mlx.context import size_context
+from engines.mlx.facts import source_chat_template
 from engines.mlx.platform import PlatformPath
 from engines.sources.resolve import check_source, resolve_source
 from engines.text.output import DEFAULT_TOOL_PARSER, OutputParser, ToolFormat, load_tool_format
-from engines.text.reasoning import template_kwargs, thinking_markers
+from engines.text.reasoning import template_kwargs, template_reasons, thinking_markers
 from engines.text.tools import (
     fold_system_turns,
     template_knows_tools,
@@ -53,6 +54,15 @@ class MLXEngine:
         self._tokenizer = None
         self._context = 0
         self._tool_format: ToolFormat | None = None
+
+    def reasons(self) -> bool:
+        """Whether the model thinks before it answers: its chat template says so (read from
+        the loaded tokenizer, or a model directory's tokenizer files without loading)."""
+        if self._tokenizer is not None:
+            return bool(getattr(self._tokenizer, "has_thinking", False)) or template_reasons(
+                self._tokenizer.chat_template
+            )
+        return template_reasons(source_chat_template(self._config, self._base_dir))
 
     def estimate_memory(self) -> int:
         """The source's size on disk, times the float32 expansion where the CPU path does it."""

@@ -28,6 +28,16 @@ def thinking_markers(tokenizer: Any) -> ThinkMarkers:
     return DEFAULT_THINK
 
 
+# What a chat template of a model that reasons mentions: the think marker, the switch
+# Qwen3 and others read, the effort gpt-oss reads.
+REASONING_TEMPLATE_WORDS = ("<think>", "enable_thinking", "reasoning_effort")
+
+
+def template_reasons(chat_template: str | None) -> bool:
+    """Whether a chat template belongs to a model that reasons (see the words above)."""
+    return bool(chat_template) and any(w in chat_template for w in REASONING_TEMPLATE_WORDS)
+
+
 def effort_of(value: str | bool | None) -> Effort:
     """A config value as an effort: YAML's bare `off` reads as false, `true` as medium."""
     if value is None or value is False:

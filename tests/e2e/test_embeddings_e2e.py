@@ -133,3 +133,16 @@ def test_the_example_runs(gateway):
     lines = done.stdout.splitlines()
     assert "384 dimensions" in lines[0]
     assert lines[1].endswith(BREAD)  # the closest sentence comes first
+
+
+def test_ollama_names_with_latest_and_the_legacy_embeddings_route(gateway, ollama_client):
+    # `name:latest` resolves on every Ollama route, as chat's does.
+    tagged = ollama_client.embed(model="all-minilm:latest", input=FOOD).embeddings[0]
+    plain = ollama_client.embed(model="minilm", input=FOOD).embeddings[0]
+    assert np.allclose(tagged, plain)
+    # The older route: `prompt` in, one `embedding` out (the ollama package's `embeddings`).
+    legacy = ollama_client.embeddings(model="minilm:latest", prompt=FOOD).embedding
+    assert np.allclose(legacy, plain)
+    assert post(gateway, "/api/embeddings", model="minilm", prompt="").json() == {"embedding": []}
+    routed = gateway.wait_event("request_routed", requested="minilm:latest")
+    assert (routed["served"], routed["protocol"]) == ("minilm", "ollama")
