@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import queue
 import time
 from collections import deque
@@ -99,6 +100,17 @@ class Runner:
         self._closed: str | None = None  # why this runner admits no more requests
         self._idle = asyncio.Event()
         self._idle.set()
+        # Ollama's `keep_alive`: the idle seconds the latest Ollama request asked for (inf:
+        # stay), in place of `residency.idle_ttl`; None follows the config. Pinned: unused.
+        self.keep_alive: float | None = None
+
+    def idle_ttl(self) -> float:
+        """Seconds an idle on-demand model stays loaded: `keep_alive`, else `idle_ttl`."""
+        if self.model.pinned:
+            return math.inf
+        if self.keep_alive is not None:
+            return self.keep_alive
+        return seconds(self.model.residency.idle_ttl)
 
     @property
     def queue_depth(self) -> int:
@@ -120,11 +132,12 @@ class Runner:
 
     def unloads_in(self) -> float | None:
         """Seconds until the idle unload, for an on-demand model; None when it never will."""
-        if self.model.pinned:
+        ttl = self.idle_ttl()
+        if self.model.pinned or math.isinf(ttl):
             return None
         if self._running or self._waiting or self.state is not EngineState.READY:
-            return seconds(self.model.residency.idle_ttl)
-        return max(0.0, self.last_used + seconds(self.model.residency.idle_ttl) - time.monotonic())
+            return ttl
+        return max(0.0, self.last_used + ttl - time.monotonic())
 
     async def start(self) -> None:
         """Bind to the running loop; pinned models load now, on-demand ones at first use."""
@@ -414,10 +427,15 @@ class Runner:
             return
         self._idle.set()
         self._touch()
-        residency = self.model.residency
-        if not self.model.pinned and not self._closed and self.state is EngineState.READY:
+        ttl = self.idle_ttl()
+        if (
+            not self.model.pinned
+            and not math.isinf(ttl)
+            and not self._closed
+            and self.state is EngineState.READY
+        ):
             self._idle_timer = self._loop.call_later(
-                seconds(residency.idle_ttl), lambda: asyncio.ensure_future(self._idle_out())
+                ttl, lambda: asyncio.ensure_future(self._idle_out())
             )
 
     def _touch(self) -> None:

@@ -80,8 +80,10 @@ class ScriptedEngine:
     def generate(self, request: ChatRequest, cancelled: Callable[[], bool]) -> Iterator[Output]:
         start = time.perf_counter()
         prompt_tokens = self.count_prompt(request)
-        if prompt_tokens >= self._context:
-            raise ContextOverflow(self._id, prompt_tokens, self._context)
+        window = request.window_of(self._context)
+        if prompt_tokens >= window:
+            raise ContextOverflow(self._id, prompt_tokens, window)
+        budget = min(request.max_tokens, window - prompt_tokens)  # the answer fits the window
         prefill_s = time.perf_counter() - start
         with self._turn:
             reply = next(self._replies)
@@ -93,7 +95,7 @@ class ScriptedEngine:
             if cancelled():
                 stop_reason = "cancelled"
                 break
-            if self._count(emitted + word) > request.max_tokens:
+            if self._count(emitted + word) > budget:
                 stop_reason = "length"
                 break
             if i and self._script.token_delay:

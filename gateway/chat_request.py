@@ -35,6 +35,7 @@ def build_chat_request(
     tools: list[ToolSpec] | None = None,
     raw_prompt: str | None = None,
     reasoning: Effort | None = None,
+    window: int | None = None,
 ) -> ChatRequest:
     """The canonical request for `model`; `raw_prompt` (plain completions) skips the template.
 
@@ -70,6 +71,7 @@ def build_chat_request(
         reasoning=reasoning or effort_of(model.reasoning),
         tool_policy=model.guardrails.tool_calls,
         overflow=model.context.overflow,
+        window=window,
     )
 
 

@@ -15,6 +15,7 @@ from litestar import Request, post
 from engines.errors import BadRequest
 from gateway.body import decode_body
 from gateway.ollama_models import ollama_route
+from gateway.ollama_options import keep
 from gateway.registry import Generation, Route, announce
 from gateway.streaming import unless_client_leaves
 from schemas import embeddings as wire
@@ -75,6 +76,8 @@ async def ollama_embed(request: Request, generation: Generation) -> wire.OllamaE
     data = await decode_body(request, wire.OllamaEmbedRequest)
     inputs = ollama_inputs(data.input)
     route = ollama_route(generation, data.model, stream=False)
+    _refuse_options(data.options)
+    keep(route.runner, data.keep_alive)
     canonical = EmbedRequest(inputs=inputs, truncate=data.truncate)
     embedded = await _embed(request, route, canonical, data.dimensions)
     return wire.OllamaEmbedResponse(
@@ -94,9 +97,18 @@ async def ollama_legacy_embeddings(
     `prompt` in, `embedding` out; an empty prompt loads the model and answers `[]`."""
     data = await decode_body(request, wire.OllamaLegacyEmbedRequest)
     route = ollama_route(generation, data.model, stream=False)
+    _refuse_options(data.options)
+    keep(route.runner, data.keep_alive)
     inputs = [data.prompt] if data.prompt else []
     embedded = await _embed(request, route, EmbedRequest(inputs=inputs), None)
     return wire.OllamaLegacyEmbedResponse(embedding=embedded.vectors[0] if embedded.vectors else [])
+
+
+def _refuse_options(options: dict | None) -> None:
+    """No Ollama option changes an embedding here: any that is set is refused by name."""
+    for name, value in (options or {}).items():
+        if value is not None:
+            raise BadRequest(f"$.options.{name}: options do not apply to embeddings here")
 
 
 def _route(generation: Generation, name: str, protocol: str) -> Route:

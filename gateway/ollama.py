@@ -19,6 +19,7 @@ from gateway import ollama_models, ollama_pull
 from gateway.body import decode_body
 from gateway.chat_request import build_chat_request
 from gateway.ollama_models import json_reply, now, ollama_route
+from gateway.ollama_options import keep, options
 from gateway.registry import Generation, Route
 from gateway.streaming import collect, unless_client_leaves
 from schemas import ollama as wire
@@ -59,24 +60,6 @@ def _refuse_unsupported(
         raise BadRequest("suffix (fill-in-the-middle) is not supported")
     if template:
         raise BadRequest("template overrides are not supported: the model's own template applies")
-
-
-def _options(options: wire.Options | None) -> dict[str, Any]:
-    """Ollama's options as `build_chat_request` keywords.
-
-    `num_ctx` is accepted and not applied: the model's window (`context.max`) always rules;
-    a larger one cannot widen it, and narrowing it per request is not supported yet.
-    """
-    o = options or wire.Options()
-    return {
-        "max_tokens": o.num_predict if o.num_predict and o.num_predict > 0 else None,
-        "temperature": o.temperature,
-        "top_p": o.top_p,
-        "top_k": o.top_k,
-        "min_p": o.min_p,
-        "seed": o.seed,
-        "stop": [o.stop] if isinstance(o.stop, str) else o.stop,
-    }
 
 
 def effort(think: wire.Think) -> Effort | None:
@@ -153,8 +136,13 @@ def _final(finished: Finished | None, started_ns: int) -> dict[str, Any]:
     }
 
 
-async def _load(runner: Runner) -> None:
-    """Ollama's load request (no prompt): make the model resident, generate nothing."""
+async def _load_or_unload(runner: Runner) -> bool:
+    """Ollama's load request (no prompt): make the model resident, generate nothing; with
+    `keep_alive: 0` (`ollama stop`) an on-demand model unloads instead. True: it unloaded."""
+    if runner.keep_alive == 0:
+        # Busy: it unloads when its requests finish (keep_alive 0 applies to them).
+        await runner.unload("keep_alive")
+        return True
     await runner.load()
     if runner.state is not EngineState.READY:
         raise ModelUnavailable(f"model {runner.model.id!r} failed to load: {runner.error}")
@@ -207,6 +195,7 @@ async def chat(request: Request, generation: Generation) -> Response | Stream:
     data = await decode_body(request, wire.ChatRequest)
     _refuse_unsupported(data.format, logprobs=data.logprobs)
     route = ollama_route(generation, data.model, data.stream)
+    keep(route.runner, data.keep_alive)
     served = route.served
 
     def frame(
@@ -227,11 +216,12 @@ async def chat(request: Request, generation: Generation) -> Response | Stream:
         )
 
     if not data.messages:
-        await _load(route.runner)
         message = wire.ReplyMessage(role="assistant", content="")
         loaded = wire.ChatAnswer(
             model=served, created_at=now(), message=message, done=True, done_reason="load"
         )
+        if await _load_or_unload(route.runner):
+            loaded.done_reason = "unload"
         return json_reply(loaded)
     tools = [
         ToolSpec(
@@ -246,7 +236,7 @@ async def chat(request: Request, generation: Generation) -> Response | Stream:
         to_messages(data.messages),
         tools=tools,
         reasoning=effort(data.think),
-        **_options(data.options),
+        **options(data.options),
     )
     return await _answer(request, route, chat, data.stream, frame)
 
@@ -258,6 +248,7 @@ async def generate(request: Request, generation: Generation) -> Response | Strea
     data = await decode_body(request, wire.GenerateRequest)
     _refuse_unsupported(data.format, data.images, data.suffix, data.template, data.logprobs)
     route = ollama_route(generation, data.model, data.stream)
+    keep(route.runner, data.keep_alive)
     served, model = route.served, route.model
 
     def frame(
@@ -273,18 +264,19 @@ async def generate(request: Request, generation: Generation) -> Response | Strea
         )
 
     if not data.prompt:
-        await _load(route.runner)
         loaded = wire.GenerateAnswer(
             model=served, created_at=now(), response="", done=True, done_reason="load"
         )
+        if await _load_or_unload(route.runner):
+            loaded.done_reason = "unload"
         return json_reply(loaded)
     if data.raw:  # no template, and so no system prompt either
-        chat = build_chat_request(model, [], raw_prompt=data.prompt, **_options(data.options))
+        chat = build_chat_request(model, [], raw_prompt=data.prompt, **options(data.options))
     else:
         system = [Message(role="system", content=data.system)] if data.system else []
         prompt = [*system, Message(role="user", content=data.prompt)]
         chat = build_chat_request(
-            model, prompt, reasoning=effort(data.think), **_options(data.options)
+            model, prompt, reasoning=effort(data.think), **options(data.options)
         )
     return await _answer(request, route, chat, data.stream, frame)
 

@@ -26,8 +26,8 @@ from schemas.config import ModelConfig
 
 # Ollama's default tag: clients write `smollm2:latest` for a model we call `smollm2`.
 LATEST = ":latest"
-# Nothing unloads a model yet (idle_ttl arrives with the reload issue), so a loaded model
-# never expires; Ollama shows keep_alive -1 the same way, as a date far in the future.
+# A model that never unloads (pinned, or `keep_alive` -1) expires at a date far in the
+# future: Ollama shows keep_alive -1 the same way.
 FAR_FUTURE = "2318-01-01T00:00:00Z"
 # Ollama's ChatML Go template, for the scripted engine, which renders exactly that.
 CHATML_TEMPLATE = (
@@ -157,6 +157,7 @@ async def ps(generation: Generation) -> Response:
             expires_at=_expiry(runner),
             size_vram=0,
             context_length=runner.context,
+            pinned=runner.model.pinned,
         )
         for runner in generation.runners.values()
         if runner.state is EngineState.READY

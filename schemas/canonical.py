@@ -63,6 +63,13 @@ class ChatRequest(msgspec.Struct, frozen=True, kw_only=True):
     overflow: OverflowPolicy = "reject"
     # Oldest turns dropped to fit the window (context.overflow: truncate); reported as is.
     truncated_messages: int = 0
+    # A window narrower than the model's for this request alone (Ollama's `num_ctx`): the
+    # prompt and its answer fit in it, and `context.overflow` applies against it.
+    window: int | None = None
+
+    def window_of(self, model_window: int) -> int:
+        """The window this request runs in: its own, never wider than the model's."""
+        return min(self.window, model_window) if self.window else model_window
 
 
 class EmbedRequest(msgspec.Struct, frozen=True, kw_only=True):

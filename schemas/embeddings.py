@@ -56,7 +56,7 @@ class OllamaEmbedRequest(Wire, kw_only=True):
     input: str | Annotated[list[str], Meta(max_length=MAX_INPUTS)] = ""
     truncate: bool = True
     dimensions: Dimensions | None = None
-    options: dict[str, Any] | None = None  # accepted; nothing in it applies to embeddings
+    options: dict[str, Any] | None = None  # any option set is refused: none applies here
     keep_alive: str | float | None = None
 
 

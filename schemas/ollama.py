@@ -20,8 +20,11 @@ class Reply(msgspec.Struct, kw_only=True, omit_defaults=True):
     """Base of reply structs: fields left at their default are not written."""
 
 
-class Options(Wire, kw_only=True):
-    """The `options` Ollama clients send; the ones not listed here are accepted and ignored."""
+class Options(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The `options` Ollama clients send. Each is honoured or refused by name, never ignored:
+    the ones the gateway applies are typed; those typed `Any` are Ollama's others, which a
+    request may send as null only (clients send every field they know); any other name is
+    refused by the decoder."""
 
     # -1 (no limit) and -2 (fill the context) mean "the model's default" here; so does 0.
     num_predict: Annotated[int, Meta(ge=-2)] | None = None
@@ -32,6 +35,26 @@ class Options(Wire, kw_only=True):
     stop: str | Annotated[list[str], Meta(max_length=16)] | None = None
     seed: int | None = None
     num_ctx: Annotated[int, Meta(ge=1)] | None = None
+    # Ollama's options the gateway does not apply (sampling penalties, runner knobs).
+    num_keep: Any = None
+    typical_p: Any = None
+    repeat_last_n: Any = None
+    repeat_penalty: Any = None
+    presence_penalty: Any = None
+    frequency_penalty: Any = None
+    penalize_newline: Any = None
+    mirostat: Any = None
+    mirostat_tau: Any = None
+    mirostat_eta: Any = None
+    tfs_z: Any = None
+    num_batch: Any = None
+    num_gpu: Any = None
+    main_gpu: Any = None
+    low_vram: Any = None
+    use_mmap: Any = None
+    use_mlock: Any = None
+    num_thread: Any = None
+    numa: Any = None
 
 
 class ToolCallFunction(Wire, kw_only=True):
@@ -192,6 +215,8 @@ class RunningModel(Reply, kw_only=True):
     expires_at: str
     size_vram: int
     context_length: int | None = None
+    # Ours, beside Ollama's fields: a pinned model stays loaded whatever `keep_alive` says.
+    pinned: bool = False
 
 
 class Running(Reply, kw_only=True):

@@ -119,8 +119,9 @@ class MLXEngine:
         from mlx_lm.sample_utils import make_sampler
 
         prompt = self._encode(request)
-        if len(prompt) >= self._context:
-            raise ContextOverflow(self._config.id, len(prompt), self._context)
+        window = request.window_of(self._context)
+        if len(prompt) >= window:
+            raise ContextOverflow(self._config.id, len(prompt), window)
         sampling = request.sampling
         sampler = make_sampler(
             temp=sampling.temperature,
@@ -130,7 +131,7 @@ class MLXEngine:
         )
         tail = self._tokenizer.decode(prompt[-8:])  # has the template opened a think block?
         parser = OutputParser.for_request(request, self._tool_format, self._think, tail)
-        max_tokens = min(request.max_tokens, self._context - len(prompt))
+        max_tokens = min(request.max_tokens, window - len(prompt))
         return Prepared(prompt, max_tokens, sampler, parser, sampling.seed)
 
     def open_batch(self) -> Batch:

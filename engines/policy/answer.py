@@ -87,7 +87,12 @@ async def _fit(runner: Runner, request: ChatRequest) -> ChatRequest:
         return request  # `reject` is the engine's: it refuses a prompt past the window
     tokens = await runner.count_prompt(request)  # loads an on-demand model first
     return await asyncio.to_thread(
-        fit_messages, runner.model.id, request, runner.engine.count_prompt, runner.context, tokens
+        fit_messages,
+        runner.model.id,
+        request,
+        runner.engine.count_prompt,
+        request.window_of(runner.context),
+        tokens,
     )
 
 

@@ -127,7 +127,7 @@ def test_options_map_to_the_canonical_request(ollama_client):
         assert reply.response == REPLY and reply.done_reason == "stop"
     stopped = ollama_client.generate(model="echo", prompt="hi", options={"stop": ["café"]})
     assert stopped.response == "hello from echo, " and stopped.done_reason == "stop"
-    # Accepted, and (for now) not applied: the model's own window rules.
+    # A num_ctx wider than the model's window cannot widen it (test_ollama_options.py).
     wide = ollama_client.generate(
         model="echo",
         prompt="hi",
@@ -138,8 +138,6 @@ def test_options_map_to_the_canonical_request(ollama_client):
             "top_k": 40,
             "seed": 7,
             "min_p": 0.05,
-            "repeat_penalty": 1.1,
-            "mirostat": 0,
         },
         keep_alive="5m",
         think=True,
