@@ -1,11 +1,13 @@
 """OpenAI Responses API: input items to the canonical request, output to a response object or
-its event stream. Nothing is stored, so what needs stored state is refused by name."""
+its event stream. Responses are stored (unless `store: false`) in `gateway/responses_store.py`,
+so `previous_response_id` and `item_reference` continue a conversation; conversations and
+background responses are refused by name."""
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import msgspec
@@ -14,27 +16,27 @@ from litestar.response import ServerSentEvent, ServerSentEventMessage
 
 from engines.errors import BadRequest, GatewayError
 from engines.policy.answer import answer
+from gateway import responses_stored
+from gateway.auth import presented_key
 from gateway.body import decode_body
 from gateway.chat_request import build_chat_request
 from gateway.errors import render
 from gateway.openai import effort
 from gateway.registry import Generation, announce
 from gateway.responses_events import EventBuilder
+from gateway.responses_store import ResponseStore, owner_of
+from gateway.responses_stored import ResponseNotFound, registry_server, store_of
 from gateway.streaming import unless_client_leaves
 from schemas import openai_responses as wire
 from schemas.canonical import ChatRequest, Message, Output, ToolCall, ToolSpec
 
-NO_STORED_STATE = (
-    "this gateway stores no responses or conversations: send the whole conversation as input"
-)
+NO_CONVERSATIONS = "this gateway keeps no conversation objects: use previous_response_id"
 UNSUPPORTED_PARTS = {"input_image": "image", "input_file": "file", "input_audio": "audio"}
 
 
 def _refuse_unsupported(data: wire.ResponseRequest) -> None:
-    if data.previous_response_id is not None:
-        raise BadRequest(f"previous_response_id is not supported: {NO_STORED_STATE}")
     if data.conversation is not None:
-        raise BadRequest(f"conversation is not supported: {NO_STORED_STATE}")
+        raise BadRequest(f"conversation is not supported: {NO_CONVERSATIONS}")
     if data.background:
         raise BadRequest("background responses are not supported: there is no stored state")
     if data.prompt is not None:
@@ -55,14 +57,51 @@ def _refuse_unsupported(data: wire.ResponseRequest) -> None:
         raise BadRequest("tool_choice may be 'auto' or 'none': forcing a tool is not supported")
 
 
-def _items(raw: list[dict[str, Any]]) -> wire.InputItems:
-    """The input items as structs; an item without `type` is a message."""
+def own_items(data: wire.ResponseRequest, store: ResponseStore, owner: str) -> list[dict]:
+    """The request's input as items with ids (an item without `type` is a message), each
+    `item_reference` replaced by the stored item it names."""
+    raw = data.input
+    if isinstance(raw, str):
+        raw = [{"type": "message", "role": "user", "content": raw}]
+    items = []
     for i, item in enumerate(raw):
-        kind = item.setdefault("type", "message")
+        item = {"type": "message", **item}
+        kind = item["type"]
         if kind == "item_reference":
-            raise BadRequest(f"item references are not supported ($.input[{i}]): {NO_STORED_STATE}")
-        if kind not in wire.INPUT_ITEM_TYPES:
+            found = store.item(owner, str(item.get("id")))
+            if found is None:
+                raise ResponseNotFound(
+                    f"Item with id {item.get('id')!r} not found ($.input[{i}].id); stored "
+                    "items belong to the API key that stored them"
+                )
+            item = found
+        elif kind not in wire.INPUT_ITEM_TYPES:
             raise BadRequest(f"input items of type {kind!r} are not supported ($.input[{i}].type)")
+        else:
+            item.setdefault("id", f"{wire.ITEM_ID_PREFIXES.get(kind, 'item')}_{uuid.uuid4().hex}")
+            if kind == "message" and isinstance(item.get("content"), str):
+                # Stored as OpenAI lists them: content as parts.
+                part = "output_text" if item.get("role") == "assistant" else "input_text"
+                item["content"] = [{"type": part, "text": item["content"]}]
+        items.append(item)
+    return items
+
+
+def conversation(data: wire.ResponseRequest, store: ResponseStore, owner: str) -> list[dict]:
+    """Everything before this request: the stored conversation `previous_response_id` ended."""
+    if data.previous_response_id is None:
+        return []
+    earlier = store.context(owner, data.previous_response_id)
+    if earlier is None:
+        raise ResponseNotFound(
+            f"Previous response with id {data.previous_response_id!r} not found "
+            "($.previous_response_id); stored responses belong to the API key that stored them"
+        )
+    return earlier
+
+
+def _items(raw: list[dict[str, Any]]) -> wire.InputItems:
+    """Input items (plain objects, each with its `type`) as structs."""
     try:
         return msgspec.convert(raw, wire.InputItems)
     except msgspec.ValidationError as error:
@@ -89,13 +128,11 @@ def _text(content: str | list[wire.InputPart], where: str) -> str:
     return "".join(texts)
 
 
-def to_messages(data: wire.ResponseRequest) -> list[Message]:
-    """`instructions` and `input` as one canonical conversation."""
-    messages = [Message(role="system", content=data.instructions)] if data.instructions else []
-    if isinstance(data.input, str):
-        return [*messages, Message(role="user", content=data.input)]
+def to_messages(instructions: str | None, items: list[dict[str, Any]]) -> list[Message]:
+    """`instructions` and the input items as one canonical conversation."""
+    messages = [Message(role="system", content=instructions)] if instructions else []
     names: dict[str, str] = {}
-    for i, item in enumerate(_items(data.input)):
+    for i, item in enumerate(_items(items)):
         if isinstance(item, wire.InputMessage):
             content = _text(item.content, f"$.input[{i}].content")
             messages.append(Message(role=item.role, content=content))
@@ -150,6 +187,8 @@ def _skeleton(data: wire.ResponseRequest, chat: ChatRequest, model: str) -> wire
         ],
         metadata=data.metadata or {},
         user=data.user,
+        previous_response_id=data.previous_response_id,
+        store=data.store is not False,
     )
 
 
@@ -158,7 +197,10 @@ async def responses(request: Request, generation: Generation) -> Response | Serv
     """A response to `input`; `stream: true` answers with the Responses event stream."""
     data = await decode_body(request, wire.ResponseRequest)
     _refuse_unsupported(data)
-    messages = to_messages(data)
+    store, owner = store_of(request), owner_of(presented_key(request))
+    own = own_items(data, store, owner)
+    earlier = conversation(data, store, owner)
+    messages = to_messages(data.instructions, [*earlier, *own])
     route = announce(generation.resolve(data.model), stream=data.stream, protocol="openai")
     chat = build_chat_request(
         route.model,
@@ -171,13 +213,23 @@ async def responses(request: Request, generation: Generation) -> Response | Serv
     )
     skeleton = _skeleton(data, chat, route.served)
     results = answer(route.runner, chat)
-    builder = EventBuilder(skeleton)
+    summary = bool(data.reasoning and data.reasoning.summary)
+    builder = EventBuilder(skeleton, summary=summary)
+
+    def keep(response: wire.Response) -> None:
+        if response.store:  # `store: false` stores nothing
+            whole = msgspec.to_builtins(response)
+            context = [*earlier, *own, *whole["output"]]
+            store.save(registry_server(request), owner, whole, own, context)
+
     if not data.stream:
         # The same builder as the stream, its events unused: both answers have one shape.
-        return Response(await unless_client_leaves(request, _final(builder, results)))
+        final = await unless_client_leaves(request, _final(builder, results))
+        keep(final)
+        return Response(final)
     # Wait for the first output before answering, so queue and load errors keep their status.
     first = await unless_client_leaves(request, anext(results))
-    return ServerSentEvent(_events(builder, first, results))
+    return ServerSentEvent(_events(builder, first, results, keep))
 
 
 async def _final(builder: EventBuilder, results: AsyncIterator[Output]) -> wire.Response:
@@ -188,7 +240,10 @@ async def _final(builder: EventBuilder, results: AsyncIterator[Output]) -> wire.
 
 
 async def _events(
-    builder: EventBuilder, first: Output, results: AsyncIterator[Output]
+    builder: EventBuilder,
+    first: Output,
+    results: AsyncIterator[Output],
+    keep: Callable[[wire.Response], None],
 ) -> AsyncIterator[ServerSentEventMessage]:
     def message(event: wire.Event) -> ServerSentEventMessage:
         data = msgspec.json.encode(event).decode()
@@ -202,6 +257,7 @@ async def _events(
         async for output in results:
             for event in builder.feed(output):
                 yield message(event)
+        keep(builder.response)
     except GatewayError as error:  # the 200 is out: only an `error` event can tell the client
         yield message(builder.error(render(error).kind, error.message))
     finally:
@@ -209,4 +265,4 @@ async def _events(
         await results.aclose()
 
 
-ROUTES = [responses]
+ROUTES = [responses, *responses_stored.ROUTES]

@@ -17,8 +17,11 @@ from schemas.canonical import Finished, Output, ReasoningDelta, TextDelta, ToolC
 class EventBuilder:
     """Feeds on canonical outputs; returns each one's events, numbered in order."""
 
-    def __init__(self, skeleton: wire.Response) -> None:
+    def __init__(self, skeleton: wire.Response, summary: bool = False) -> None:
         self.response = skeleton
+        # The request asked for a reasoning summary: the thinking goes there (the AI SDK
+        # reads nothing else), with the summary events instead of the reasoning_text ones.
+        self._summary = summary
         self._sequence = 0
         self._open: wire.OutputMessage | None = None  # the message whose text is streaming
         self._text: list[str] = []
@@ -57,36 +60,53 @@ class EventBuilder:
                 id=f"rs_{uuid.uuid4().hex}", status="in_progress", content=[]
             )
             self._thoughts = []
+            where = dict(item_id=self._thinking.id, output_index=index)
             events += [
                 self._event(wire.OutputItemAdded, output_index=index, item=self._thinking),
                 self._event(
+                    wire.ReasoningSummaryPartAdded,
+                    summary_index=0,
+                    part=wire.SummaryText(text=""),
+                    **where,
+                )
+                if self._summary
+                else self._event(
                     wire.ContentPartAdded,
-                    item_id=self._thinking.id,
-                    output_index=index,
                     content_index=0,
                     part=wire.ReasoningText(text=""),
+                    **where,
                 ),
             ]
         self._thoughts.append(text)
-        item_id = self._thinking.id
-        delta = dict(item_id=item_id, output_index=index, content_index=0, delta=text)
-        return [*events, self._event(wire.ReasoningTextDelta, **delta)]
+        where = dict(item_id=self._thinking.id, output_index=index, delta=text)
+        if self._summary:
+            return [*events, self._event(wire.ReasoningSummaryTextDelta, summary_index=0, **where)]
+        return [*events, self._event(wire.ReasoningTextDelta, content_index=0, **where)]
 
     def _close_reasoning(self) -> list[wire.Event]:
         if self._thinking is None:
             return []
         text = "".join(self._thoughts)
-        part = wire.ReasoningText(text=text)
-        item = replace(self._thinking, status="completed", content=[part])
         index = len(self.response.output)
-        where = dict(item_id=item.id, output_index=index, content_index=0)
+        self._thinking, thinking = None, self._thinking
+        if self._summary:
+            summary = wire.SummaryText(text=text)
+            item = replace(thinking, status="completed", summary=[summary])
+            where = dict(item_id=item.id, output_index=index, summary_index=0)
+            events = [
+                self._event(wire.ReasoningSummaryTextDone, text=text, **where),
+                self._event(wire.ReasoningSummaryPartDone, part=summary, **where),
+            ]
+        else:
+            part = wire.ReasoningText(text=text)
+            item = replace(thinking, status="completed", content=[part])
+            where = dict(item_id=item.id, output_index=index, content_index=0)
+            events = [
+                self._event(wire.ReasoningTextDone, text=text, **where),
+                self._event(wire.ContentPartDone, part=part, **where),
+            ]
         self.response.output.append(item)
-        self._thinking = None
-        return [
-            self._event(wire.ReasoningTextDone, text=text, **where),
-            self._event(wire.ContentPartDone, part=part, **where),
-            self._event(wire.OutputItemDone, output_index=index, item=item),
-        ]
+        return [*events, self._event(wire.OutputItemDone, output_index=index, item=item)]
 
     def _event(self, kind: type[wire.Event], **fields) -> wire.Event:
         event = kind(sequence_number=self._sequence, **fields)

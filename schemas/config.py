@@ -94,6 +94,13 @@ class LimitsConfig(Strict):
     max_image_pixels: PositiveInt = 25_000_000
 
 
+class ResponsesConfig(Strict):
+    """Stored Responses (`/v1/responses` with `store`): how long they stay, how much room."""
+
+    ttl: Duration = "720h"  # 30 days, as OpenAI keeps them
+    max_bytes: ByteSize = "256MiB"  # past it, the oldest responses go first
+
+
 class ServerConfig(Strict):
     host: str = "127.0.0.1"
     port: Port = 8000
@@ -112,6 +119,10 @@ class ServerConfig(Strict):
     # Fetch nothing from the Hugging Face Hub (as HF_HUB_OFFLINE=1 does): hub models must
     # already be in the cache (`gateway pull`).
     offline: bool = False
+    # Where state that outlives the process lives (the stored Responses' SQLite file):
+    # "auto" is $GATEWAY_STATE_DIR, else the user's data directory; null keeps it in memory.
+    state_dir: str | None = "auto"
+    responses: ResponsesConfig = ResponsesConfig()
 
 
 class QueueConfig(Strict):

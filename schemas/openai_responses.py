@@ -48,6 +48,8 @@ class InputReasoning(InputItem, kw_only=True, tag="reasoning"):
 
 InputItems = list[InputMessage | InputFunctionCall | InputFunctionCallOutput | InputReasoning]
 INPUT_ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning")
+# Ids given to input items that come without one, by type (as OpenAI numbers them).
+ITEM_ID_PREFIXES = {"message": "msg", "function_call": "fc", "function_call_output": "fco"}
 
 
 class Tool(Wire, kw_only=True):
@@ -73,7 +75,9 @@ class TextConfig(Wire, kw_only=True):
 
 class ReasoningConfig(Wire, kw_only=True):
     effort: ReasoningEffort | None = None
-    summary: str | None = None  # accepted; the reasoning comes as its full text instead
+    # "auto" | "concise" | "detailed": the reasoning also comes as the item's `summary` (its
+    # whole text: no summariser runs) with `response.reasoning_summary_text.*` events.
+    summary: str | None = None
 
 
 class ResponseRequest(Wire, kw_only=True):
@@ -136,12 +140,17 @@ class ReasoningText(Wire, kw_only=True):
     text: str
 
 
+class SummaryText(Wire, kw_only=True):
+    type: Literal["summary_text"] = "summary_text"
+    text: str
+
+
 class OutputReasoning(Wire, kw_only=True):
-    """The model's thinking, as its full text (`content`); no summary is made."""
+    """The model's thinking, as its full text: in `content`, or in `summary` when asked."""
 
     type: Literal["reasoning"] = "reasoning"
     id: str
-    summary: list[Any] = []
+    summary: list[SummaryText] = []
     content: list[ReasoningText] = []
     status: ItemStatus
 
@@ -190,7 +199,8 @@ class Response(Wire, kw_only=True):
     model: str
     output: list[OutputItem] = []
     parallel_tool_calls: bool = True
-    previous_response_id: None = None
+    previous_response_id: str | None = None
+    store: bool = True
     temperature: float | None = None
     top_p: float | None = None
     text: TextConfig = field(default_factory=TextConfig)
@@ -200,6 +210,20 @@ class Response(Wire, kw_only=True):
     usage: ResponseUsage | None = None
     metadata: dict[str, str] = {}
     user: str | None = None
+
+
+class DeletedResponse(Wire, kw_only=True):
+    id: str
+    object: Literal["response"] = "response"
+    deleted: bool = True
+
+
+class InputItemList(Wire, kw_only=True):
+    object: Literal["list"] = "list"
+    data: list[dict[str, Any]]
+    first_id: str | None = None
+    last_id: str | None = None
+    has_more: bool = False
 
 
 # --- stream events: `type` is the SSE event name too -------------------------------------
@@ -268,6 +292,34 @@ class ReasoningTextDone(Event, kw_only=True, tag="response.reasoning_text.done")
     item_id: str
     output_index: int
     content_index: int
+    text: str
+
+
+class ReasoningSummaryPartAdded(Event, kw_only=True, tag="response.reasoning_summary_part.added"):
+    item_id: str
+    output_index: int
+    summary_index: int
+    part: SummaryText
+
+
+class ReasoningSummaryPartDone(Event, kw_only=True, tag="response.reasoning_summary_part.done"):
+    item_id: str
+    output_index: int
+    summary_index: int
+    part: SummaryText
+
+
+class ReasoningSummaryTextDelta(Event, kw_only=True, tag="response.reasoning_summary_text.delta"):
+    item_id: str
+    output_index: int
+    summary_index: int
+    delta: str
+
+
+class ReasoningSummaryTextDone(Event, kw_only=True, tag="response.reasoning_summary_text.done"):
+    item_id: str
+    output_index: int
+    summary_index: int
     text: str
 
 

@@ -10,6 +10,7 @@ import select
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from collections.abc import Iterator
@@ -19,6 +20,8 @@ import httpx
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+# Gateways started by the tests store Responses here, not in the user's data directory.
+os.environ.setdefault("GATEWAY_STATE_DIR", tempfile.mkdtemp(prefix="gateway-state-"))
 
 
 def free_port() -> int:

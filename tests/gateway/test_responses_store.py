@@ -1,0 +1,185 @@
+"""Stored Responses on a real gateway, through `openai`: previous_response_id, item_reference,
+GET/DELETE /v1/responses/{id}, input_items, store: false, per-key scope, reasoning summaries;
+and the store's TTL and size cap."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from conftest import serving
+
+from gateway.responses_store import ResponseStore
+from schemas.config import ResponsesConfig, ServerConfig
+
+CONFIG = """
+server:
+  api_keys: [key-a, key-b]
+  state_dir: state
+models:
+  - id: echo
+    engine: scripted
+    script: {reply: "hello from echo"}
+  - id: thinker
+    engine: scripted
+    script: {reply: "<think>the user greets me</think>Hello!"}
+"""
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory):
+    with serving(tmp_path_factory.mktemp("stored"), CONFIG) as process:
+        yield process
+
+
+@pytest.fixture(scope="module")
+def alice(gateway):
+    with openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="key-a", max_retries=0) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def bob(gateway):
+    with openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="key-b", max_retries=0) as client:
+        yield client
+
+
+def chat_prompt_tokens(client, messages) -> int:
+    reply = client.chat.completions.create(model="echo", messages=messages)
+    return reply.usage.prompt_tokens
+
+
+def test_previous_response_id_continues_the_conversation(gateway, alice):
+    first = alice.responses.create(model="echo", input="My name is Ada.")
+    assert first.store is True
+    second = alice.responses.create(
+        model="echo", input="What is my name?", previous_response_id=first.id
+    )
+    assert second.previous_response_id == first.id
+    # The model saw the whole conversation: the same prompt as chat completions' three turns.
+    assert second.usage.input_tokens == chat_prompt_tokens(
+        alice,
+        [
+            {"role": "user", "content": "My name is Ada."},
+            {"role": "assistant", "content": "hello from echo"},
+            {"role": "user", "content": "What is my name?"},
+        ],
+    )
+    assert (gateway.log.parent / "state" / "responses.sqlite3").is_file()
+
+
+def test_a_streamed_response_is_stored_and_retrieved_as_it_finished(alice):
+    with alice.responses.stream(model="echo", input="hi") as stream:
+        final = stream.get_final_response()
+    again = alice.responses.retrieve(final.id)
+    assert again.id == final.id and again.output_text == "hello from echo"
+    assert again.usage.total_tokens == final.usage.total_tokens
+
+
+def test_item_reference_finds_stored_items(alice):
+    first = alice.responses.create(model="echo", input="My name is Ada.")
+    [question, answer] = [alice.responses.input_items.list(first.id).data[0], first.output[0]]
+    second = alice.responses.create(
+        model="echo",
+        input=[
+            {"type": "item_reference", "id": question.id},
+            {"type": "item_reference", "id": answer.id},
+            {"role": "user", "content": "What is my name?"},
+        ],
+        store=False,
+    )
+    chained = alice.responses.create(
+        model="echo", input="What is my name?", previous_response_id=first.id, store=False
+    )
+    assert second.usage.input_tokens == chained.usage.input_tokens
+
+
+def test_input_items_are_the_responses_own_newest_first(alice):
+    first = alice.responses.create(model="echo", input="one")
+    second = alice.responses.create(
+        model="echo",
+        previous_response_id=first.id,
+        input=[{"role": "user", "content": "two"}, {"role": "user", "content": "three"}],
+    )
+    items = alice.responses.input_items.list(second.id).data
+    assert [i.content[0].text for i in items] == ["three", "two"]
+    assert all(i.id.startswith("msg_") for i in items)
+    oldest = alice.responses.input_items.list(second.id, order="asc", limit=1)
+    assert [i.content[0].text for i in oldest.data] == ["two"] and oldest.has_more
+
+
+def test_store_false_stores_nothing(alice):
+    kept = alice.responses.create(model="echo", input="hi", store=False)
+    assert kept.store is False
+    with pytest.raises(openai.NotFoundError):
+        alice.responses.retrieve(kept.id)
+    with pytest.raises(openai.NotFoundError):
+        alice.responses.create(model="echo", input="hi", previous_response_id=kept.id)
+
+
+def test_another_key_finds_nothing_and_delete_removes(alice, bob):
+    mine = alice.responses.create(model="echo", input="secret")
+    item = alice.responses.input_items.list(mine.id).data[0]
+    with pytest.raises(openai.NotFoundError):
+        bob.responses.retrieve(mine.id)
+    with pytest.raises(openai.NotFoundError):
+        bob.responses.input_items.list(mine.id)
+    with pytest.raises(openai.NotFoundError):
+        bob.responses.create(model="echo", input="hi", previous_response_id=mine.id)
+    with pytest.raises(openai.NotFoundError):
+        bob.responses.create(model="echo", input=[{"type": "item_reference", "id": item.id}])
+    with pytest.raises(openai.NotFoundError):
+        bob.responses.delete(mine.id)
+    alice.responses.delete(mine.id)
+    with pytest.raises(openai.NotFoundError):
+        alice.responses.retrieve(mine.id)
+
+
+def test_a_reasoning_summary_comes_when_asked(gateway):
+    body = {
+        "model": "thinker",
+        "input": "hi",
+        "stream": True,
+        "reasoning": {"effort": "low", "summary": "auto"},
+    }
+    headers = {"authorization": "Bearer key-a"}
+    names, final = [], None
+    with httpx.stream(
+        "POST", f"{gateway.url}/v1/responses", json=body, headers=headers, timeout=30
+    ) as r:
+        for line in r.iter_lines():
+            if line.startswith("event: "):
+                names.append(line[7:])
+            if line.startswith("data: ") and '"response.completed"' in line:
+                final = httpx.Response(200, content=line[6:]).json()["response"]
+    assert "response.reasoning_summary_text.delta" in names
+    assert "response.reasoning_text.delta" not in names
+    reasoning = final["output"][0]
+    assert reasoning["summary"] == [{"type": "summary_text", "text": "the user greets me"}]
+    assert final["output"][1]["content"][0]["text"] == "Hello!"
+
+
+# The store itself: TTL, size cap, in memory.
+
+
+def test_expired_responses_are_gone(tmp_path):
+    server = ServerConfig(state_dir=str(tmp_path), responses=ResponsesConfig(ttl="1s"))
+    store = ResponseStore(server, tmp_path)
+    store.save(server, "me", {"id": "resp_1", "output": []}, [], [])
+    assert store.response("me", "resp_1") == {"id": "resp_1", "output": []}
+    time.sleep(1.1)
+    assert store.response("me", "resp_1") is None
+
+
+def test_the_size_cap_drops_the_oldest_first(tmp_path):
+    server = ServerConfig(state_dir=None, responses=ResponsesConfig(max_bytes="1KB"))
+    store = ResponseStore(server, tmp_path)
+    assert store.path == ":memory:" and not list(tmp_path.iterdir())
+    for i in range(4):
+        text = "x" * 300
+        store.save(server, "me", {"id": f"resp_{i}", "output": [], "t": text}, [], [])
+    kept = [i for i in range(4) if store.response("me", f"resp_{i}")]
+    assert kept == [2, 3]
