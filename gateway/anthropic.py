@@ -65,15 +65,22 @@ def model_page(generation: Generation) -> wire.ModelPage:
 
 
 def to_messages(data: wire.PromptRequest) -> list[Message]:
-    """Anthropic's system and turns as canonical messages; tool results become `tool` turns."""
+    """Anthropic's system and turns as canonical messages; tool results become `tool` turns.
+
+    `role: "system"` turns inside `messages` join the system prompt, in order: Claude Code
+    sends its environment that way, after the user's words, and a small local model reads
+    a system turn there as the thing to answer (SmolLM2 recites it); many chat templates
+    take a system turn only first anyway.
+    """
     canonical = []
-    if data.system:
-        canonical.append(Message(role="system", content=_join(data.system)))
+    system = [_join(data.system)] if data.system else []
+    system += [_system_text(t.content) for t in data.messages if t.role == "system"]
+    if system:
+        canonical.append(Message(role="system", content="\n\n".join(system)))
     names: dict[str, str] = {}  # tool_use id -> tool name, for the results that answer them
     for turn in data.messages:
         if turn.role == "system":
-            canonical.append(Message(role="system", content=_system_text(turn.content)))
-            continue
+            continue  # joined the system prompt above
         if isinstance(turn.content, str):
             canonical.append(Message(role=turn.role, content=turn.content))
             continue

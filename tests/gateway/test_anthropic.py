@@ -471,7 +471,7 @@ def test_claude_code_model_discovery_lists_claude_names(gateway):
     assert reply.model == "echo"
 
 
-def test_system_turns_keep_their_place_in_the_conversation():
+def test_system_turns_join_the_system_prompt_in_order():
     request = wire.CountTokensRequest(
         model="m",
         system="first",
@@ -482,4 +482,4 @@ def test_system_turns_keep_their_place_in_the_conversation():
         ],
     )
     roles = [(m.role, m.content) for m in to_messages(request)]
-    assert roles == [("system", "first"), ("user", "hi"), ("system", "later"), ("user", "again")]
+    assert roles == [("system", "first\n\nlater"), ("user", "hi"), ("user", "again")]
