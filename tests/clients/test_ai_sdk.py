@@ -1,0 +1,76 @@
+"""The Vercel AI SDK (its openai-compatible, anthropic and openai providers) against a gateway
+on scripted models: generateText, streamText, a tool loop, a two-turn Responses conversation
+with store on. The scenarios are tests/clients/js/ai_sdk.mjs."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from client_env import node
+from conftest import serving
+
+CONFIG = """
+models:
+  - id: echo
+    engine: scripted
+    script: {reply: "hello from echo"}
+  - id: weather-compatible
+    engine: scripted
+    script: &weather
+      replies:
+        - '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+        - "It is sunny in Paris."
+  - id: weather-anthropic
+    engine: scripted
+    script: *weather
+  - id: weather-responses
+    engine: scripted
+    script: *weather
+"""
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory):
+    with serving(tmp_path_factory.mktemp("ai-sdk"), CONFIG) as process:
+        yield process
+
+
+def test_generate_and_stream_text_on_chat_completions(gateway):
+    result = node("ai_sdk.mjs", "chat", gateway.url, "echo")
+    assert result["text"] == result["streamed"] == "hello from echo"
+    assert result["usage"]["inputTokens"] > 0 and result["usage"]["outputTokens"] > 0
+
+
+@pytest.mark.parametrize("model", ["echo", "claude-echo"])
+def test_generate_and_stream_text_on_anthropic_messages(gateway, model):
+    result = node("ai_sdk.mjs", "anthropic", gateway.url, model)
+    assert result["text"] == result["streamed"] == "hello from echo"
+
+
+@pytest.mark.parametrize("provider", ["compatible", "anthropic", "responses"])
+def test_a_tool_loop_runs_the_tool_and_answers(gateway, provider):
+    result = node("ai_sdk.mjs", "tools", gateway.url, f"weather-{provider}", provider)
+    assert result["calls"] == [["get_weather", {"city": "Paris"}]]
+    assert result["results"] == [{"city": "Paris", "sky": "sunny"}]
+    assert result["steps"] == 2 and result["text"] == "It is sunny in Paris."
+
+
+def test_a_two_turn_responses_conversation_with_store_on(gateway):
+    result = node("ai_sdk.mjs", "responses", gateway.url, "echo")
+    assert [who for who, _ in result["transcript"]] == ["user", "assistant"] * 3
+    first, second, third = result["ids"]
+    assert result["inputTokens"][0] < result["inputTokens"][1] < result["inputTokens"][2]
+    # The second turn sent the first answer back by reference: its input holds that item.
+    headers = {"authorization": "Bearer unused"}
+    answer = httpx.get(f"{gateway.url}/v1/responses/{first}", headers=headers).json()["output"]
+    items = httpx.get(f"{gateway.url}/v1/responses/{second}/input_items", headers=headers).json()
+    assert answer[0]["id"] in [item["id"] for item in items["data"]]
+    continued = httpx.get(f"{gateway.url}/v1/responses/{third}", headers=headers).json()
+    assert continued["previous_response_id"] == second
+
+
+@pytest.mark.e2e
+def test_the_responses_conversation_on_the_real_model(shipped_gateway):
+    result = node("ai_sdk.mjs", "responses", shipped_gateway.url, "smollm2")
+    answers = [text for who, text in result["transcript"] if who == "assistant"]
+    assert "Paris" in answers[0] and "Berlin" in answers[1] and "Rome" in answers[2]
