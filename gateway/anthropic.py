@@ -106,13 +106,26 @@ def to_messages(data: wire.PromptRequest) -> list[Message]:
                 canonical.append(_tool_result(block, names.get(block.tool_use_id)))
                 answered = True
             elif isinstance(block, wire.ImageBlock | wire.DocumentBlock):
-                raise BadRequest(f"{block.__struct_config__.tag} content blocks are not supported")
+                raise BadRequest(_unreadable(block))
             # thinking and redacted_thinking: earlier reasoning is not replayed to the model.
         if turn.role == "assistant":
             canonical.append(Message(role="assistant", content=_join(texts), tool_calls=calls))
         elif texts or not answered:
             canonical.append(Message(role="user", content=_join(texts)))
     return canonical
+
+
+# Anthropic's own wording first: Claude Code matches it, then drops the images or documents
+# from the conversation and sends it again, instead of stopping.
+UNREADABLE = {
+    "image": "Could not process image: this model reads text only",
+    "document": "Could not process PDF: this model does not support PDF input",
+}
+
+
+def _unreadable(block: wire.ImageBlock | wire.DocumentBlock) -> str:
+    tag = block.__struct_config__.tag
+    return f"{UNREADABLE[tag]} ({tag} content blocks are not supported)"
 
 
 def _system_text(content: str | list[wire.InputBlock]) -> str:
@@ -127,8 +140,9 @@ def _system_text(content: str | list[wire.InputBlock]) -> str:
 def _tool_result(block: wire.ToolResultBlock, name: str | None) -> Message:
     content = block.content
     if not isinstance(content, str):
-        if any(not isinstance(part, wire.TextBlock) for part in content):
-            raise BadRequest("tool_result content supports text blocks only")
+        unreadable = [part for part in content if not isinstance(part, wire.TextBlock)]
+        if unreadable:
+            raise BadRequest(_unreadable(unreadable[0]) + " (in a tool_result)")
         content = _join(content)
     if block.is_error:  # the model should know the call failed, not only what it printed
         content = f"Error: {content}"

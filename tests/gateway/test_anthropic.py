@@ -312,7 +312,38 @@ def test_claude_prefixed_names_route_to_the_model(gateway, anthropic_client):
                 "max_tokens": 10,
                 "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}],
             },
-            "image content blocks are not supported",
+            "Could not process image: this model reads text only (image content blocks",
+        ),
+        (  # Claude Code's Read tool returns images as tool results; the wording lets it recover
+            {
+                "model": "echo",
+                "max_tokens": 10,
+                "messages": [
+                    {
+                        "role": "assistant",
+                        "content": [{"type": "tool_use", "id": "t1", "name": "Read", "input": {}}],
+                    },
+                    {
+                        "role": "user",
+                        "content": [
+                            {
+                                "type": "tool_result",
+                                "tool_use_id": "t1",
+                                "content": [{"type": "image", "source": {}}],
+                            }
+                        ],
+                    },
+                ],
+            },
+            "Could not process image",
+        ),
+        (
+            {
+                "model": "echo",
+                "max_tokens": 10,
+                "messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}],
+            },
+            "does not support PDF input",
         ),
     ],
 )

@@ -5,7 +5,6 @@ and the store's TTL and size cap."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import httpx
 import openai
