@@ -87,6 +87,10 @@ class ModelNotFound(GatewayError):
     pass
 
 
+class StoredNotFound(GatewayError):
+    """A stored object (a Response, an item) that does not exist for the asking API key."""
+
+
 class ModelBusy(GatewayError):
     """An admin action that needs an idle model, asked of a busy one."""
 

@@ -18,6 +18,7 @@ RENDERING: dict[type[e.GatewayError], tuple[int, str]] = {
     e.Unauthorized: (401, "authentication_error"),
     e.Forbidden: (403, "permission_error"),
     e.ModelNotFound: (404, "not_found_error"),
+    e.StoredNotFound: (404, "invalid_request_error"),  # OpenAI's type for a missing response
     e.ModelBusy: (409, "conflict"),
     e.PayloadTooLarge: (413, "invalid_request_error"),
     e.QueueFull: (429, "rate_limit_error"),

@@ -14,7 +14,7 @@ import msgspec
 from litestar import Request, Response, post
 from litestar.response import ServerSentEvent, ServerSentEventMessage
 
-from engines.errors import BadRequest, GatewayError
+from engines.errors import BadRequest, GatewayError, StoredNotFound
 from engines.policy.answer import answer
 from gateway import responses_stored
 from gateway.auth import presented_key
@@ -25,7 +25,7 @@ from gateway.openai import effort
 from gateway.registry import Generation, announce
 from gateway.responses_events import EventBuilder
 from gateway.responses_store import ResponseStore, owner_of
-from gateway.responses_stored import ResponseNotFound, registry_server, store_of
+from gateway.responses_stored import registry_server, store_of
 from gateway.streaming import unless_client_leaves
 from schemas import openai_responses as wire
 from schemas.canonical import ChatRequest, Message, Output, ToolCall, ToolSpec
@@ -70,7 +70,7 @@ def own_items(data: wire.ResponseRequest, store: ResponseStore, owner: str) -> l
         if kind == "item_reference":
             found = store.item(owner, str(item.get("id")))
             if found is None:
-                raise ResponseNotFound(
+                raise StoredNotFound(
                     f"Item with id {item.get('id')!r} not found ($.input[{i}].id); stored "
                     "items belong to the API key that stored them"
                 )
@@ -93,7 +93,7 @@ def conversation(data: wire.ResponseRequest, store: ResponseStore, owner: str) -
         return []
     earlier = store.context(owner, data.previous_response_id)
     if earlier is None:
-        raise ResponseNotFound(
+        raise StoredNotFound(
             f"Previous response with id {data.previous_response_id!r} not found "
             "($.previous_response_id); stored responses belong to the API key that stored them"
         )

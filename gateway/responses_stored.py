@@ -7,16 +7,11 @@ from typing import Literal
 
 from litestar import Request, Response, delete, get
 
-from engines.errors import GatewayError
+from engines.errors import StoredNotFound
 from gateway.auth import presented_key
 from gateway.responses_store import ResponseStore, owner_of
 from schemas import openai_responses as wire
 from schemas.config import ServerConfig
-
-
-class ResponseNotFound(GatewayError):
-    status = 404
-    kind = "invalid_request_error"
 
 
 def registry_server(request: Request) -> ServerConfig:
@@ -35,8 +30,8 @@ def store_of(request: Request) -> ResponseStore:
     return store
 
 
-def _missing(response_id: str) -> ResponseNotFound:
-    return ResponseNotFound(f"Response with id {response_id!r} not found.")
+def _missing(response_id: str) -> StoredNotFound:
+    return StoredNotFound(f"Response with id {response_id!r} not found.")
 
 
 def _owner(request: Request) -> str:
