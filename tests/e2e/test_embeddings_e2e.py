@@ -146,3 +146,12 @@ def test_ollama_names_with_latest_and_the_legacy_embeddings_route(gateway, ollam
     assert post(gateway, "/api/embeddings", model="minilm", prompt="").json() == {"embedding": []}
     routed = gateway.wait_event("request_routed", requested="minilm:latest")
     assert (routed["served"], routed["protocol"]) == ("minilm", "ollama")
+
+
+def test_ollama_embedding_options_are_refused_by_name_and_keep_alive_is_read(gateway):
+    refused = post(gateway, "/api/embed", model="minilm", input=FOOD, options={"num_ctx": 64})
+    assert refused.status_code == 400 and "$.options.num_ctx" in refused.json()["error"]
+    unset = post(gateway, "/api/embed", model="minilm", input=FOOD, options={"num_ctx": None})
+    assert unset.status_code == 200  # clients send every option they know, unset ones null
+    bad = post(gateway, "/api/embeddings", model="minilm", prompt=FOOD, keep_alive="soon")
+    assert bad.status_code == 400 and "$.keep_alive" in bad.json()["error"]
