@@ -115,6 +115,22 @@ def error_response(request: Request, error: Exception) -> Response:
     return Response(body, status_code=status, headers=headers)
 
 
+def stream_failure(request: Request, error: Exception) -> tuple[int, str, str]:
+    """A failure after the 200 went out, as (status, message, kind) for the protocol's own
+    in-stream error; recorded so `request_finished` carries the error and a failing status.
+
+    Any exception counts, not only the gateway's own: an engine fault mid-stream must end
+    the stream with an error the client can see, never cut it short as if it had finished.
+    """
+    status, message, kind = render(error)
+    message = REDACTOR.redact(message)
+    logged = message if isinstance(error, e.GatewayError) else f"internal error: {error!r}"
+    state = request.scope.setdefault("state", {})
+    state["error"] = f"mid-stream: {logged}"
+    state["failed_status"] = status  # the 200 is out; the summary line says what happened
+    return status, message, kind
+
+
 def _validation_message(error: ValidationException) -> str:
     """litestar's decoding error, with msgspec's precise reason where it has one."""
     extra = error.extra if isinstance(error.extra, list) else []

@@ -83,10 +83,12 @@ def request_events(app: ASGIApp) -> ASGIApp:
         try:
             await app(scope, receive, send_with_id)
         finally:
-            error = scope.get("state", {}).get("error")
+            state = scope.get("state", {})
+            error = state.get("error")
             emit(
                 RequestFinished(
-                    status=status,
+                    # A stream that failed after its 200 is logged with its error's status.
+                    status=state.get("failed_status", status),
                     duration_ms=round((time.perf_counter() - started) * 1000, 2),
                     error=error,
                 )

@@ -10,12 +10,12 @@ import msgspec
 from litestar import Request, Response, get, post
 from litestar.response import ServerSentEvent
 
-from engines.errors import BadRequest, GatewayError
+from engines.errors import BadRequest
 from engines.policy.answer import answer
 from gateway.anthropic import model_page
 from gateway.body import decode_body
 from gateway.chat_request import build_chat_request
-from gateway.errors import error_body, render
+from gateway.errors import error_body, stream_failure
 from gateway.registry import Generation, announce
 from gateway.streaming import collect, unless_client_leaves
 from schemas import openai as wire
@@ -143,11 +143,12 @@ async def chat_completions(request: Request, generation: Generation) -> Response
     # Wait for the first output before answering, so queue and load errors keep their status.
     first = await unless_client_leaves(request, anext(results))
     include_usage = bool(data.stream_options and data.stream_options.include_usage)
-    chunks = _chunks(first, results, completion_id, created, route.served, include_usage)
+    chunks = _chunks(request, first, results, completion_id, created, route.served, include_usage)
     return ServerSentEvent(chunks)
 
 
 async def _chunks(
+    request: Request,
     first: Output,
     results: AsyncIterator[Output],
     completion_id: str,
@@ -189,10 +190,10 @@ async def _chunks(
                 if include_usage:
                     yield chunk(wire.Delta(), usage=_usage(output), choices=False)
         yield "[DONE]"
-    except GatewayError as error:
+    except Exception as error:
         # The 200 is out: OpenAI reports a failure mid-stream as a chunk holding `error`.
-        status, text, kind = render(error)
-        yield msgspec.json.encode(error_body("openai", status, text, kind)).decode()
+        status, message, kind = stream_failure(request, error)
+        yield msgspec.json.encode(error_body("openai", status, message, kind)).decode()
     finally:
         # The client went away (or the stream ended): stop the job within a token.
         await results.aclose()

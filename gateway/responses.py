@@ -12,11 +12,11 @@ import msgspec
 from litestar import Request, Response, post
 from litestar.response import ServerSentEvent, ServerSentEventMessage
 
-from engines.errors import BadRequest, GatewayError
+from engines.errors import BadRequest
 from engines.policy.answer import answer
 from gateway.body import decode_body
 from gateway.chat_request import build_chat_request
-from gateway.errors import render
+from gateway.errors import stream_failure
 from gateway.openai import effort
 from gateway.registry import Generation, announce
 from gateway.responses_events import EventBuilder
@@ -177,7 +177,7 @@ async def responses(request: Request, generation: Generation) -> Response | Serv
         return Response(await unless_client_leaves(request, _final(builder, results)))
     # Wait for the first output before answering, so queue and load errors keep their status.
     first = await unless_client_leaves(request, anext(results))
-    return ServerSentEvent(_events(builder, first, results))
+    return ServerSentEvent(_events(request, builder, first, results))
 
 
 async def _final(builder: EventBuilder, results: AsyncIterator[Output]) -> wire.Response:
@@ -188,7 +188,7 @@ async def _final(builder: EventBuilder, results: AsyncIterator[Output]) -> wire.
 
 
 async def _events(
-    builder: EventBuilder, first: Output, results: AsyncIterator[Output]
+    request: Request, builder: EventBuilder, first: Output, results: AsyncIterator[Output]
 ) -> AsyncIterator[ServerSentEventMessage]:
     def message(event: wire.Event) -> ServerSentEventMessage:
         data = msgspec.json.encode(event).decode()
@@ -202,8 +202,9 @@ async def _events(
         async for output in results:
             for event in builder.feed(output):
                 yield message(event)
-    except GatewayError as error:  # the 200 is out: only an `error` event can tell the client
-        yield message(builder.error(render(error).kind, error.message))
+    except Exception as error:  # the 200 is out: only an `error` event can tell the client
+        _, text, kind = stream_failure(request, error)
+        yield message(builder.error(kind, text))
     finally:
         # The client went away (or the stream ended): stop the job within a token.
         await results.aclose()

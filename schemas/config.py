@@ -159,6 +159,8 @@ class ScriptConfig(Strict):
     # Replies used in turn, one per request (cycling); when set, `reply` is not used.
     replies: list[str] = []
     token_delay: Annotated[float, Meta(ge=0, le=60)] = 0.0
+    # Raise a RuntimeError after this many words: a mid-stream engine failure, for tests.
+    fail_after: Annotated[int, Meta(ge=0)] | None = None
 
 
 Residency = Literal["pinned"] | OnDemand

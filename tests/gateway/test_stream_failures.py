@@ -1,0 +1,86 @@
+"""An engine fault mid-stream, in every protocol: the stream ends with that protocol's own
+error, the log says the request failed (with a traceback), and no internals reach the
+client — against a real `gateway serve` on a scripted model that raises after two words."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from conftest import serving
+
+CONFIG = """
+models:
+  - id: broken
+    engine: scripted
+    script: {reply: "one two three four five", fail_after: 2}
+"""
+CHAT = [{"role": "user", "content": "hello"}]
+
+# (path, body, parse the streamed body into its events, the protocol's in-stream error)
+STREAMS = {
+    "openai chat": ("/v1/chat/completions", {"model": "broken", "messages": CHAT}),
+    "completions": ("/v1/completions", {"model": "broken", "prompt": "hi"}),
+    "responses": ("/v1/responses", {"model": "broken", "input": "hello"}),
+    "anthropic": ("/v1/messages", {"model": "broken", "messages": CHAT, "max_tokens": 50}),
+    "ollama chat": ("/api/chat", {"model": "broken", "messages": CHAT}),
+    "ollama generate": ("/api/generate", {"model": "broken", "prompt": "hi"}),
+}
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory):
+    with serving(tmp_path_factory.mktemp("stream-failures"), CONFIG) as process:
+        yield process
+
+
+def sse_events(text: str) -> list[tuple[str | None, str]]:
+    """(event name, data) of each server-sent event in `text`."""
+    events = []
+    for block in text.strip().split("\n\n"):
+        name = data = None
+        for line in block.splitlines():
+            if line.startswith("event:"):
+                name = line.partition(":")[2].strip()
+            elif line.startswith("data:"):
+                data = line.partition(":")[2].strip()
+        if data is not None:
+            events.append((name, data))
+    return events
+
+
+def last_error(protocol: str, text: str) -> dict:
+    """The in-stream error that ends `text`, asserted to be in `protocol`'s own shape."""
+    if protocol.startswith("ollama"):
+        last = json.loads(text.strip().splitlines()[-1])
+        assert set(last) == {"error"}, last
+        return last
+    name, data = sse_events(text)[-1]
+    body = json.loads(data)
+    if protocol == "anthropic":
+        assert name == "error" and body["type"] == "error", body
+        assert body["error"]["type"] == "api_error", body
+    elif protocol == "responses":
+        assert name == "error" and body["type"] == "error", body
+        assert body["code"] == "server_error", body
+    else:
+        assert body["error"]["type"] == "server_error", body
+        assert "[DONE]" not in text
+    return body
+
+
+@pytest.mark.parametrize("protocol", list(STREAMS))
+def test_an_engine_fault_mid_stream_ends_with_the_protocols_error(gateway, protocol):
+    path, body = STREAMS[protocol]
+    if not protocol.startswith("ollama"):
+        body = body | {"stream": True}
+    response = httpx.post(gateway.url + path, json=body, timeout=30)
+    assert response.status_code == 200  # the failure came after the first words went out
+    assert "one" in response.text  # the words before the fault were delivered
+    error = last_error(protocol, response.text)
+    assert "scripted failure" not in json.dumps(error)  # no internals to the client
+    request_id = response.headers["x-request-id"]
+    finished = gateway.wait_event("request_finished", request_id=request_id)
+    assert finished["status"] == 500, finished
+    assert "RuntimeError" in finished["error"], finished
