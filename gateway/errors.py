@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import math
+import traceback
 from typing import NamedTuple
 
+import structlog
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 
 from engines import errors as e
+from engines.log import emit
 from gateway.logging import REDACTOR
+from schemas.events import InternalError
 
 # Each class of the tree (engines/errors.py) as HTTP sees it: its status and the `type`
 # OpenAI's envelope gives it. A subclass not listed takes its nearest listed ancestor's.
@@ -106,7 +110,7 @@ def error_response(request: Request, error: Exception) -> Response:
     elif isinstance(error, HTTPException):
         status, message, kind = error.status_code, error.detail, None
     else:
-        status, message, kind = 500, "internal error", "server_error"
+        status, message, kind = 500, unexpected(error, _where(request)), "server_error"
     message = REDACTOR.redact(message)  # an error body never echoes a key back
     # The event log gets the real cause; the client gets no internals.
     logged = message if status != 500 else f"internal error: {error!r}"
@@ -125,10 +129,34 @@ def stream_failure(request: Request, error: Exception) -> tuple[int, str, str]:
     status, message, kind = render(error)
     message = REDACTOR.redact(message)
     logged = message if isinstance(error, e.GatewayError) else f"internal error: {error!r}"
+    if not isinstance(error, e.GatewayError):
+        message = unexpected(error, _where(request))
     state = request.scope.setdefault("state", {})
     state["error"] = f"mid-stream: {logged}"
     state["failed_status"] = status  # the 200 is out; the summary line says what happened
     return status, message, kind
+
+
+def unexpected(error: BaseException, where: str) -> str:
+    """Log an unexpected exception once, with its traceback (the redactor hides secrets in
+    it, as in every line); return the generic message a client gets in its place."""
+    emit(
+        InternalError(
+            where=where,
+            type=f"{type(error).__module__}.{type(error).__qualname__}",
+            message=str(error),
+            traceback="".join(traceback.format_exception(error)),
+        ),
+        level="error",
+    )
+    request_id = structlog.contextvars.get_contextvars().get("request_id")
+    if request_id is None:
+        return "internal error"
+    return f"internal error (request id {request_id}); the gateway's log has the details"
+
+
+def _where(request: Request) -> str:
+    return f"{request.method} {request.url.path}"
 
 
 def _validation_message(error: ValidationException) -> str:

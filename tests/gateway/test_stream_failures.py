@@ -10,11 +10,12 @@ import httpx
 import pytest
 from conftest import serving
 
+SECRET = "tok-0123456789-secret"  # read by the config: the redactor must hide it everywhere
 CONFIG = """
 models:
   - id: broken
     engine: scripted
-    script: {reply: "one two three four five", fail_after: 2}
+    script: {reply: "one ${TEST_SECRET_TOKEN} three four five", fail_after: 2}
 """
 CHAT = [{"role": "user", "content": "hello"}]
 
@@ -31,7 +32,8 @@ STREAMS = {
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory):
-    with serving(tmp_path_factory.mktemp("stream-failures"), CONFIG) as process:
+    directory = tmp_path_factory.mktemp("stream-failures")
+    with serving(directory, CONFIG, env={"TEST_SECRET_TOKEN": SECRET}) as process:
         yield process
 
 
@@ -84,3 +86,38 @@ def test_an_engine_fault_mid_stream_ends_with_the_protocols_error(gateway, proto
     finished = gateway.wait_event("request_finished", request_id=request_id)
     assert finished["status"] == 500, finished
     assert "RuntimeError" in finished["error"], finished
+
+
+def assert_logged_once(gateway, request_id: str) -> None:
+    """One `internal_error` line for the request: level error, type, message, traceback."""
+    gateway.wait_event("request_finished", request_id=request_id)
+    logged = gateway.events("internal_error", request_id=request_id)
+    assert len(logged) == 1, logged
+    event = logged[0]
+    assert event["level"] == "error"
+    assert event["type"] == "builtins.RuntimeError"
+    assert event["message"].startswith("scripted failure after 2 words")
+    assert event["traceback"].startswith("Traceback (most recent call last)")
+    assert "engines/scripted.py" in event["traceback"]
+    # The fault's message holds the secret the reply carried; the log holds `***` instead.
+    assert "***" in event["message"] and "***" in event["traceback"]
+    assert SECRET not in gateway.log.read_text()
+
+
+@pytest.mark.parametrize("protocol", list(STREAMS))
+def test_an_unexpected_fault_is_logged_with_its_traceback_and_the_client_gets_a_request_id(
+    gateway, protocol
+):
+    path, body = STREAMS[protocol]
+    for stream in (False, True):
+        response = httpx.post(gateway.url + path, json=body | {"stream": stream}, timeout=30)
+        request_id = response.headers["x-request-id"]
+        if stream:
+            error = last_error(protocol, response.text)
+        else:
+            assert response.status_code == 500, response.text
+            error = response.json()
+        text = json.dumps(error)
+        assert f"internal error (request id {request_id})" in text, text
+        assert "Traceback" not in text and "scripted" not in text and SECRET not in text
+        assert_logged_once(gateway, request_id)
