@@ -83,7 +83,7 @@ def create_app(
             TAPS.remove(feed.publish)
             LISTENERS.remove(metrics.observe)
 
-    return Litestar(
+    app = Litestar(
         route_handlers=[
             *openai.ROUTES,
             *completions.ROUTES,
@@ -98,9 +98,9 @@ def create_app(
         ],
         dependencies={"generation": Provide(provide_generation, sync_to_thread=False)},
         exception_handlers={Exception: error_response},
-        # Outermost first: every request is logged, then Host-checked, admitted (or 503 while
-        # draining), and held to its size limits before any handler reads it.
-        middleware=[request_events, host_guard, admission.middleware, request_limits],
+        # Outermost first: every request is Host-checked, admitted (or 503 while draining),
+        # and held to its size limits before any handler reads it.
+        middleware=[host_guard, admission.middleware, request_limits],
         guards=[require_api_key],
         request_max_body_size=None,  # limits.max_body_bytes rules, in request_limits
         cors_config=cors_config(config.server),
@@ -118,6 +118,10 @@ def create_app(
         ),
         openapi_config=None,
     )
+    # Around the router too, not only the routes: a path no route matches (Claude Code's
+    # `HEAD /`) or a method a route lacks is logged and carries `x-request-id` like the rest.
+    app.asgi_handler = request_events(app.asgi_handler)
+    return app
 
 
 def _reload_soon(reloader: Reloader) -> None:
