@@ -98,7 +98,7 @@ def serve(path: Path, host: str | None, port: int | None) -> int:
     from engines.mlx import platform
     from gateway.app import create_app
     from gateway.config import load_config
-    from gateway.exposure import bind_refusal
+    from gateway.exposure import bind_refusal, bind_warning
     from gateway.limits import HeaderLimitH11
     from gateway.logging import setup_logging
     from gateway.shutdown import DrainingServer
@@ -117,6 +117,8 @@ def serve(path: Path, host: str | None, port: int | None) -> int:
     if refusal := bind_refusal(server, host):
         print(f"gateway: {refusal}", file=sys.stderr)
         return 1
+    if warning := bind_warning(server, host):
+        print(f"gateway: warning: {warning}", file=sys.stderr)
     setup_logging(server.log_level, server.log_file)
     path_taken = platform.detect()
     app = create_app(config, path_taken, path, bind_host=host)

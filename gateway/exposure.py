@@ -49,6 +49,18 @@ def bind_refusal(server: ServerConfig, host: str) -> str | None:
     )
 
 
+def bind_warning(server: ServerConfig, host: str) -> str | None:
+    """What to say at start about a network bind whose admin routes no key opens."""
+    from gateway.auth import key_entries
+
+    if is_loopback(host) or not key_entries(server) or server.admin_key:
+        return None
+    return (
+        f"listening on {host} with server.api_keys but no server.admin_key: admin routes "
+        "(/admin/reload, load, unload) answer 403 until server.admin_key is set"
+    )
+
+
 def cors_config(server: ServerConfig) -> CORSConfig | None:
     """CORS for the listed origins only; none listed means no CORS headers at all.
 
