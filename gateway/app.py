@@ -22,7 +22,7 @@ from gateway import metrics as metrics_routes
 from gateway.auth import require_api_key
 from gateway.errors import error_response
 from gateway.events_feed import EventsFeed
-from gateway.exposure import cors_config, host_guard
+from gateway.exposure import cors_config, host_guard, origin_guard
 from gateway.limits import guard_pillow, request_limits
 from gateway.logging import REDACTOR, TAPS
 from gateway.metrics import Metrics
@@ -98,9 +98,9 @@ def create_app(
         ],
         dependencies={"generation": Provide(provide_generation, sync_to_thread=False)},
         exception_handlers={Exception: error_response},
-        # Outermost first: every request is Host-checked, admitted (or 503 while draining),
-        # and held to its size limits before any handler reads it.
-        middleware=[host_guard, admission.middleware, request_limits],
+        # Outermost first: every request is Host- and Origin-checked, admitted (or 503 while
+        # draining), and held to its size limits before any handler reads it.
+        middleware=[host_guard, origin_guard, admission.middleware, request_limits],
         guards=[require_api_key],
         request_max_body_size=None,  # limits.max_body_bytes rules, in request_limits
         cors_config=cors_config(config.server),
@@ -114,6 +114,8 @@ def create_app(
                 "feed": feed,
                 "metrics": metrics,
                 "bind_host": bind_host,
+                # Read at start, like the CORS headers they must agree with.
+                "cors_origins": tuple(config.server.cors_origins),
             }
         ),
         openapi_config=None,

@@ -2,15 +2,39 @@
 
 from __future__ import annotations
 
+import re
 from typing import TypeVar
 
 import msgspec
 from litestar import Request
 
-from engines.errors import BadRequest
+from engines.errors import BadRequest, GatewayError
 from gateway.limits import check_images, check_json_depth
 
 T = TypeVar("T")
+# application/json, and the JSON-based types such as application/vnd.api+json
+_JSON_MEDIA = re.compile(r"application/([\w.-]+\+)?json")
+
+
+class UnsupportedMediaType(GatewayError):
+    status = 415
+    kind = "invalid_request_error"
+
+
+def require_json(request: Request) -> None:
+    """`UnsupportedMediaType` unless the body is declared JSON.
+
+    A browser sends `text/plain`, a form or multipart to any site without asking first (a
+    "simple" request); none of them is JSON, so no web page can post a body here unasked.
+    """
+    declared = request.headers.get("content-type", "")
+    media = declared.partition(";")[0].strip().lower()
+    if not _JSON_MEDIA.fullmatch(media):
+        got = f"content-type {declared!r}" if declared else "no content-type"
+        raise UnsupportedMediaType(
+            f"the request body must be JSON sent as 'content-type: application/json' (got "
+            f"{got}; with curl, add -H 'content-type: application/json')"
+        )
 
 
 async def decode_body(request: Request, schema: type[T]) -> T:
@@ -19,6 +43,7 @@ async def decode_body(request: Request, schema: type[T]) -> T:
     litestar's own body parameter converts loosely ("5" would pass as 5); a client that sends
     the wrong type should hear so.
     """
+    require_json(request)  # before the body is read
     body = await request.body()
     if not body.strip():
         raise BadRequest("the request body is empty; send a JSON object")

@@ -3,6 +3,8 @@ methods a route lacks, admin routes without an admin key, cross-site requests.""
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 from conftest import serving
@@ -58,3 +60,73 @@ def test_serve_on_a_network_bind_with_keys_and_no_admin_key_says_so(tmp_path):
     assert "no server.admin_key: admin routes (/admin/reload, load, unload) answer 403" in text
     with serving(tmp_path, CONFIG, env={"TEST_EDGES_KEY": KEY}) as loopback:
         assert "server.admin_key" not in loopback.log.read_text()
+
+
+JSON_ROUTES = {
+    "/v1/chat/completions": {"model": "echo", "messages": [{"role": "user", "content": "hi"}]},
+    "/v1/completions": {"model": "echo", "prompt": "hi"},
+    "/v1/responses": {"model": "echo", "input": "hi"},
+    "/v1/embeddings": {"model": "echo", "input": "hi"},
+    "/v1/messages": {
+        "model": "echo",
+        "max_tokens": 5,
+        "messages": [{"role": "user", "content": "hi"}],
+    },
+    "/v1/messages/count_tokens": {"model": "echo", "messages": [{"role": "user", "content": "hi"}]},
+    "/api/chat": {
+        "model": "echo",
+        "stream": False,
+        "messages": [{"role": "user", "content": "hi"}],
+    },
+    "/api/generate": {"model": "echo", "stream": False, "prompt": "hi"},
+    "/api/embed": {"model": "echo", "input": "hi"},
+    "/api/show": {"model": "echo"},
+}
+
+
+def assert_envelope(path: str, response: httpx.Response, status: int, kind: str, words: str):
+    assert response.status_code == status, (path, response.text)
+    body = response.json()
+    if path.startswith("/api/"):
+        assert set(body) == {"error"} and words in body["error"], body
+    elif path.startswith("/v1/messages"):
+        assert body["type"] == "error" and body["error"]["type"] == kind, body
+        assert words in body["error"]["message"], body
+    else:
+        assert body["error"]["type"] == kind and words in body["error"]["message"], body
+
+
+@pytest.mark.parametrize("path", list(JSON_ROUTES))
+def test_cross_site_requests_and_bodies_that_are_not_json_are_refused(gateway, path):
+    body = json.dumps(JSON_ROUTES[path])
+    url = gateway.url + path
+    # What a page on another site can send without a preflight: text/plain, from its origin.
+    for origin in ("https://evil.example", "null", "https://chat.example.com.evil.example"):
+        headers = AUTH | {"origin": origin, "content-type": "text/plain"}
+        answer = httpx.post(url, content=body, headers=headers)
+        assert_envelope(path, answer, 403, "permission_error", "server.cors_origins")
+    # Not JSON, from no browser at all: 415, before the body is read.
+    for content_type in (
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data",
+        None,
+    ):
+        headers = AUTH | ({"content-type": content_type} if content_type else {})
+        answer = httpx.post(url, content=body, headers=headers)
+        assert_envelope(
+            path, answer, 415, "invalid_request_error", "content-type: application/json"
+        )
+    # A listed origin, the gateway's own page, and plain clients are served.
+    for extra in ({"origin": "https://chat.example.com"}, {"origin": gateway.url}, {}):
+        headers = AUTH | extra | {"content-type": "application/json; charset=utf-8"}
+        answer = httpx.post(url, content=body, headers=headers)
+        assert answer.status_code not in (403, 415), (path, extra, answer.text)
+
+
+def test_a_foreign_origin_reaches_no_route_at_all(gateway):
+    for method, path in [("GET", "/v1/models"), ("POST", "/admin/reload"), ("GET", "/ui/state")]:
+        answer = httpx.request(
+            method, gateway.url + path, headers=AUTH | {"origin": "https://evil.example"}
+        )
+        assert answer.status_code == 403 and "cross-origin" in answer.text, (path, answer.text)
