@@ -62,11 +62,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def check(path: Path) -> int:
-    """Exit 0 with a line per model when valid; exit 1 with every error otherwise."""
-    from gateway.config import load_config, summarize
+    """Exit 0 with a line per model when valid; exit 1 with every error otherwise.
+
+    The same validation a reload applies, model sources included: a file `check` passes is
+    one a reload takes.
+    """
+    from gateway.config import summarize, validate_config
 
     try:
-        config = load_config(path)
+        config = validate_config(path)
     except ConfigInvalid as invalid:
         for error in invalid.errors:
             print(error, file=sys.stderr)
