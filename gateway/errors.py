@@ -26,11 +26,13 @@ RENDERING: dict[type[e.GatewayError], tuple[int, str]] = {
     e.PayloadTooLarge: (413, "invalid_request_error"),
     e.QueueFull: (429, "rate_limit_error"),
     e.QueueTimeout: (503, "overloaded_error"),
-    e.ModelUnavailable: (503, "overloaded_error"),
+    # Not "overloaded": clients back off and retry an overload for as long as it lasts, and a
+    # model that failed to load will not come back by waiting.
+    e.ModelUnavailable: (503, "server_error"),
     e.ToolCallRefused: (502, "invalid_tool_call"),
     e.DownloadFailed: (502, "server_error"),
     e.ClientGone: (499, "client_closed_request"),
-    e.ConfigInvalid: (400, "server_error"),
+    e.ConfigInvalid: (400, "invalid_request_error"),
     e.ContextTooLarge: (503, "server_error"),
     e.GatewayError: (500, "server_error"),
 }
@@ -40,6 +42,7 @@ OPENAI_TYPES = {
     401: "authentication_error",
     403: "permission_error",
     404: "not_found_error",
+    405: "invalid_request_error",
     413: "invalid_request_error",
     415: "invalid_request_error",
     429: "rate_limit_error",
@@ -53,6 +56,7 @@ ANTHROPIC_TYPES = {
     401: "authentication_error",
     403: "permission_error",
     404: "not_found_error",
+    405: "invalid_request_error",
     413: "request_too_large",
     415: "invalid_request_error",
     429: "rate_limit_error",
@@ -90,12 +94,20 @@ def protocol_of(path: str) -> str:
 
 def error_body(protocol: str, status: int, message: str, kind: str | None = None) -> dict:
     """The error envelope of `protocol`: OpenAI's, Anthropic's or Ollama's."""
+    client_error = status < 500
     if protocol == "anthropic":
-        kind = ANTHROPIC_TYPES.get(status, "api_error")
+        if kind == "server_error":  # a fault, not an overload, whatever its status
+            kind = "api_error"
+        else:
+            kind = ANTHROPIC_TYPES.get(
+                status, "invalid_request_error" if client_error else "api_error"
+            )
         return {"type": "error", "error": {"type": kind, "message": message}}
     if protocol == "ollama":
         return {"error": message}
-    kind = kind or OPENAI_TYPES.get(status, "server_error")
+    kind = kind or OPENAI_TYPES.get(
+        status, "invalid_request_error" if client_error else "server_error"
+    )
     return {"error": {"message": message, "type": kind, "param": None, "code": None}}
 
 
@@ -111,6 +123,7 @@ def error_response(request: Request, error: Exception) -> Response:
         message = _validation_message(error)
     elif isinstance(error, HTTPException):
         status, message, kind = error.status_code, error.detail, None
+        headers.update(error.headers or {})  # a 405's `Allow`, for one
     else:
         status, message, kind = 500, unexpected(error, _where(request)), "server_error"
     message = REDACTOR.redact(message)  # an error body never echoes a key back

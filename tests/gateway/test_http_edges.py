@@ -17,6 +17,8 @@ server:
 models:
   - id: echo
     engine: scripted
+  - id: broken
+    source: ./missing-model.gguf
 """
 AUTH = {"authorization": f"Bearer {KEY}"}
 
@@ -130,3 +132,40 @@ def test_a_foreign_origin_reaches_no_route_at_all(gateway):
             method, gateway.url + path, headers=AUTH | {"origin": "https://evil.example"}
         )
         assert answer.status_code == 403 and "cross-origin" in answer.text, (path, answer.text)
+
+
+@pytest.mark.parametrize(
+    ("path", "allowed"),
+    [("/v1/chat/completions", "POST"), ("/v1/messages", "POST"), ("/api/chat", "POST"),
+     ("/health", "GET"), ("/admin/reload", "POST")],
+)  # fmt: skip
+def test_a_method_the_route_lacks_is_a_405_naming_the_allowed_ones(gateway, path, allowed):
+    method = "GET" if allowed == "POST" else "DELETE"
+    response = httpx.request(method, gateway.url + path, headers=AUTH)
+    assert response.status_code == 405, response.text
+    assert allowed in response.headers["allow"]
+    assert_envelope(path, response, 405, "invalid_request_error", "")
+
+
+def test_a_model_that_failed_to_load_is_a_503_clients_do_not_retry_as_an_overload(gateway):
+    chat = [{"role": "user", "content": "hi"}]
+    answer = httpx.post(
+        f"{gateway.url}/v1/chat/completions",
+        headers=AUTH,
+        json={"model": "broken", "messages": chat},
+    )
+    assert_envelope("/v1/chat/completions", answer, 503, "server_error", "failed to load")
+    body = {"model": "broken", "max_tokens": 5, "messages": chat}
+    answer = httpx.post(f"{gateway.url}/v1/messages", headers=AUTH, json=body)
+    assert_envelope("/v1/messages", answer, 503, "api_error", "failed to load")
+    assert "retry-after" not in answer.headers
+
+
+def test_a_reload_refused_for_a_corrupt_model_file_is_a_bad_request(start_gateway, tmp_path):
+    gateway = start_gateway("models:\n  - id: echo\n    engine: scripted\n")
+    corrupt = tmp_path / "corrupt.gguf"
+    corrupt.write_bytes(b"GGUF but not really a model")
+    config = next(tmp_path.glob("models-*.yaml"))
+    config.write_text(config.read_text() + f"  - id: corrupt\n    source: {corrupt}\n")
+    answer = httpx.post(f"{gateway.url}/admin/reload")
+    assert_envelope("/admin/reload", answer, 400, "invalid_request_error", "corrupt.gguf")
