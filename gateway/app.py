@@ -30,6 +30,7 @@ from gateway.middleware import request_events
 from gateway.registry import Generation, Registry
 from gateway.reload import Reloader, make_runner
 from gateway.shutdown import Admission
+from gateway.tasks import TaskSet
 from schemas.config import GatewayConfig, size_bytes
 
 
@@ -56,6 +57,7 @@ def create_app(
     registry = Registry(Generation(config, runners))
     reloader = Reloader(registry, config_path, platform, budget)
     admission = Admission()
+    background = TaskSet()
     feed = EventsFeed()
     admission.on_drain.append(feed.close)
     metrics = Metrics(registry, admission)
@@ -70,8 +72,9 @@ def create_app(
         LISTENERS.append(metrics.observe)
         for runner in registry.current.runners.values():
             await runner.start()
-        loop.add_signal_handler(signal.SIGHUP, _reload_soon, reloader)
-        watcher = asyncio.ensure_future(reloader.watch()) if config.server.watch_config else None
+        loop.add_signal_handler(signal.SIGHUP, _reload_soon, reloader, background)
+        watch = config.server.watch_config
+        watcher = background.spawn(reloader.watch(), "config watch") if watch else None
         try:
             yield
         finally:
@@ -126,11 +129,11 @@ def create_app(
     return app
 
 
-def _reload_soon(reloader: Reloader) -> None:
+def _reload_soon(reloader: Reloader, background: TaskSet) -> None:
     """SIGHUP: reload in the background; a refusal is already logged as config_rejected."""
 
     async def reload() -> None:
         with contextlib.suppress(ConfigInvalid):
             await reloader.reload("sighup")
 
-    asyncio.ensure_future(reload())
+    background.spawn(reload(), "sighup reload")

@@ -21,6 +21,7 @@ from engines.residency import MemoryBudget
 from engines.runner import Runner
 from gateway.config import validate_config
 from gateway.registry import Generation, Registry
+from gateway.tasks import TaskSet
 from schemas.config import GatewayConfig, ModelConfig
 from schemas.events import ConfigRejected, ConfigReloaded
 
@@ -77,7 +78,7 @@ class Reloader:
         self._platform = platform
         self._budget = budget
         self._lock = asyncio.Lock()
-        self._draining: set[asyncio.Task[None]] = set()
+        self._draining = TaskSet()
         self.applied_hash = file_hash(path)
 
     async def reload(self, trigger: str) -> ReloadDiff:
@@ -141,9 +142,7 @@ class Reloader:
         )
 
     def _drain(self, work) -> None:
-        task = asyncio.ensure_future(work)
-        self._draining.add(task)
-        task.add_done_callback(self._draining.discard)
+        self._draining.spawn(work, "reload drain")
 
     async def watch(self) -> None:
         """Reload when the file's content changes and holds still; never on a missing file."""

@@ -21,6 +21,7 @@ from litestar.types import ASGIApp, Receive, Scope, Send
 
 from engines.log import emit
 from gateway.middleware import send_error
+from gateway.tasks import TaskSet
 from schemas.config import seconds
 from schemas.events import ServerDraining, ServerStopping
 
@@ -88,6 +89,7 @@ class DrainingServer(uvicorn.Server):
         self._admission = admission
         self._grace = grace  # read when the signal comes: a reload may have changed it
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks = TaskSet()
 
     async def serve(self, sockets=None) -> None:
         self._loop = asyncio.get_running_loop()
@@ -101,7 +103,7 @@ class DrainingServer(uvicorn.Server):
             self.should_exit = True
             return
         self._admission.draining = True  # from this instant, new requests get 503
-        self._loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self._drain(sig)))
+        self._loop.call_soon_threadsafe(lambda: self._tasks.spawn(self._drain(sig), "drain"))
 
     async def _drain(self, sig: int) -> None:
         grace = self._grace()
