@@ -14,7 +14,6 @@ from litestar.datastructures import State
 from litestar.di import Provide
 
 from engines.errors import ConfigInvalid
-from engines.log import LISTENERS
 from engines.mlx.platform import PlatformPath
 from engines.residency import MemoryBudget, auto_budget
 from gateway import admin, anthropic, completions, embeddings, ollama, openai, ops, responses, ui
@@ -23,8 +22,8 @@ from gateway.auth import require_api_key
 from gateway.errors import error_response
 from gateway.events_feed import EventsFeed
 from gateway.exposure import cors_config, host_guard, origin_guard
-from gateway.limits import guard_pillow, request_limits
-from gateway.logging import REDACTOR, TAPS
+from gateway.limits import request_limits
+from gateway.logging import LogScope, Redactor
 from gateway.metrics import Metrics
 from gateway.middleware import request_events
 from gateway.registry import Generation, Registry
@@ -61,15 +60,18 @@ def create_app(
     feed = EventsFeed()
     admission.on_drain.append(feed.close)
     metrics = Metrics(registry, admission)
-    REDACTOR.follow(lambda: registry.current.config, config_path)
-    guard_pillow(config.server.limits)
+    # This app's listeners, taps and redactor: entered for its lifespan and each request.
+    redactor = Redactor()
+    redactor.follow(lambda: registry.current.config, config_path)
+    log_scope = LogScope(redactor)
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         loop = asyncio.get_running_loop()
+        log_scope.enter()  # runners, the watch and signal handlers start from here
         feed.bind()
-        TAPS.append(feed.publish)
-        LISTENERS.append(metrics.observe)
+        log_scope.taps.append(feed.publish)
+        log_scope.listeners.append(metrics.observe)
         for runner in registry.current.runners.values():
             await runner.start()
         loop.add_signal_handler(signal.SIGHUP, _reload_soon, reloader, background)
@@ -83,8 +85,8 @@ def create_app(
                 watcher.cancel()
             for runner in registry.current.runners.values():
                 await runner.stop("shutdown")
-            TAPS.remove(feed.publish)
-            LISTENERS.remove(metrics.observe)
+            log_scope.taps.remove(feed.publish)
+            log_scope.listeners.remove(metrics.observe)
 
     app = Litestar(
         route_handlers=[
@@ -117,6 +119,7 @@ def create_app(
                 "feed": feed,
                 "metrics": metrics,
                 "bind_host": bind_host,
+                "log_scope": log_scope,
                 # Read at start, like the CORS headers they must agree with.
                 "cors_origins": tuple(config.server.cors_origins),
             }

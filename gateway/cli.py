@@ -151,7 +151,7 @@ def serve(path: Path, host: str | None, port: int | None) -> int:
     )
     # SIGTERM drains: 503 to new requests, in-flight ones finish, models unload, exit 0.
     grace = lambda: app.state.registry.current.config.server.shutdown_grace  # noqa: E731
-    DrainingServer(uvicorn_config, app.state.admission, grace).run()
+    DrainingServer(uvicorn_config, app.state.admission, grace, app.state.log_scope).run()
     return 0
 
 

@@ -12,7 +12,7 @@ from litestar.exceptions import HTTPException, ValidationException
 
 from engines import errors as e
 from engines.log import emit
-from gateway.logging import REDACTOR
+from gateway.logging import current_redactor
 from schemas.events import InternalError
 
 # Each class of the tree (engines/errors.py) as HTTP sees it: its status and the `type`
@@ -126,7 +126,7 @@ def error_response(request: Request, error: Exception) -> Response:
         headers.update(error.headers or {})  # a 405's `Allow`, for one
     else:
         status, message, kind = 500, unexpected(error, _where(request)), "server_error"
-    message = REDACTOR.redact(message)  # an error body never echoes a key back
+    message = current_redactor().redact(message)  # an error body never echoes a key back
     # The event log gets the real cause; the client gets no internals.
     logged = message if status != 500 else f"internal error: {error!r}"
     request.scope.setdefault("state", {})["error"] = logged
@@ -142,7 +142,7 @@ def stream_failure(request: Request, error: Exception) -> tuple[int, str, str]:
     the stream with an error the client can see, never cut it short as if it had finished.
     """
     status, message, kind = render(error)
-    message = REDACTOR.redact(message)
+    message = current_redactor().redact(message)
     logged = message if isinstance(error, e.GatewayError) else f"internal error: {error!r}"
     if not isinstance(error, e.GatewayError):
         message = unexpected(error, _where(request))

@@ -155,18 +155,15 @@ def _dimensions(image: str, index: int) -> tuple[int, int]:
                 warnings.simplefilter("ignore", Image.DecompressionBombWarning)
                 with Image.open(io.BytesIO(head)) as opened:
                     return opened.size
-        except Image.DecompressionBombError as bomb:  # Pillow's guard, at twice our limit
+        except Image.DecompressionBombError as bomb:
+            # Pillow's own process-wide guard (left at its default: one app must not change
+            # it for another) refuses before it tells the size: far past any sane limit.
             raise BadRequest(f"image {index}: {bomb} (limits.max_image_pixels)") from None
         except (OSError, ValueError, binascii.Error):
             continue
     # Not an image Pillow can read: it has no pixels to limit, and no model could decode it
     # either; the adapter's own answer (today: images are refused) applies.
     return 0, 0
-
-
-def guard_pillow(limits: LimitsConfig) -> None:
-    """Pillow's own decompression-bomb guard, set to our pixel limit for any later decode."""
-    Image.MAX_IMAGE_PIXELS = limits.max_image_pixels
 
 
 class HeaderLimitH11(H11Protocol):

@@ -63,6 +63,7 @@ def request_events(app: ASGIApp) -> ASGIApp:
             await app(scope, receive, send)
             return
         request_id = f"req_{uuid.uuid4().hex[:16]}"
+        scope["app"].state.log_scope.enter()  # this request logs to its own app's listeners
         structlog.contextvars.clear_contextvars()
         structlog.contextvars.bind_contextvars(request_id=request_id)
         PRESENTED.set(presented_secrets(scope))

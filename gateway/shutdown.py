@@ -20,6 +20,7 @@ import uvicorn
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 from engines.log import emit
+from gateway.logging import LogScope
 from gateway.middleware import send_error
 from gateway.tasks import TaskSet
 from schemas.config import seconds
@@ -84,9 +85,16 @@ class DrainingServer(uvicorn.Server):
     does that by default), so a drained gateway exits 0.
     """
 
-    def __init__(self, config: uvicorn.Config, admission: Admission, grace: Callable[[], str]):
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        admission: Admission,
+        grace: Callable[[], str],
+        log_scope: LogScope | None = None,
+    ):
         super().__init__(config)
         self._admission = admission
+        self._log_scope = log_scope  # the app's: the drain's events go to its listeners
         self._grace = grace  # read when the signal comes: a reload may have changed it
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks = TaskSet()
@@ -106,6 +114,8 @@ class DrainingServer(uvicorn.Server):
         self._loop.call_soon_threadsafe(lambda: self._tasks.spawn(self._drain(sig), "drain"))
 
     async def _drain(self, sig: int) -> None:
+        if self._log_scope is not None:  # started from a signal, outside the app's context
+            self._log_scope.enter()
         grace = self._grace()
         emit(
             ServerDraining(signal=sig, in_flight=self._admission.in_flight, grace_s=seconds(grace))
