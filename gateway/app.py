@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -74,6 +75,12 @@ def create_app(
         log_scope.listeners.append(metrics.observe)
         for runner in registry.current.runners.values():
             await runner.start()
+        # What startup built (runners, configs, loaded weights' wrappers) lives as long as
+        # the process: exempt it from the cyclic GC, whose full passes over it would
+        # otherwise stall the loop for a large part of a second whenever another thread (a
+        # reload's parse) allocates. Process-wide, and it only ever takes work away.
+        gc.collect()
+        gc.freeze()
         loop.add_signal_handler(signal.SIGHUP, _reload_soon, reloader, background)
         watch = config.server.watch_config
         watcher = background.spawn(reloader.watch(), "config watch") if watch else None

@@ -12,6 +12,13 @@ from engines.errors import BadRequest, GatewayError
 from gateway.limits import check_images, check_json_depth
 
 T = TypeVar("T")
+# A key or type that carries an image in some protocol (`image_url`, `input_image`, an
+# Anthropic `"type": "image"`, Ollama's `images`), outside any string (inside one, its
+# quotes would be escaped): only then is the body decoded a second time to find them. A
+# `\u` escape could spell any of them, so a body holding one is always looked through.
+_IMAGE_PART = re.compile(
+    rb'"(?:image_url|input_image|images)"\s*:|"type"\s*:\s*"(?:image|image_url|input_image)"|\\u'
+)
 # application/json, and the JSON-based types such as application/vnd.api+json
 _JSON_MEDIA = re.compile(r"application/([\w.-]+\+)?json")
 
@@ -50,7 +57,7 @@ async def decode_body(request: Request, schema: type[T]) -> T:
     limits = request.app.state.registry.current.config.server.limits
     check_json_depth(body, limits.max_json_depth)  # before the decoder recurses
     try:
-        if b"image" in body:  # count and measure images before any adapter refuses them
+        if _IMAGE_PART.search(body):  # count and measure images before any adapter refuses them
             check_images(msgspec.json.decode(body), limits)
         return msgspec.json.decode(body, type=schema)
     except msgspec.ValidationError as error:

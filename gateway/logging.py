@@ -18,6 +18,7 @@ import msgspec
 import structlog
 
 from engines.log import LISTENERS
+from gateway.log_writer import LineWriter
 from gateway.yaml_source import ENV_REF
 from schemas.config import ApiKey, GatewayConfig
 from schemas.events import Event
@@ -139,20 +140,8 @@ def _redact(logger: Any, name: str, event: dict[str, Any]) -> dict[str, Any]:
     return current_redactor()(logger, name, event)
 
 
-class LineWriter:
-    """A structlog logger that writes each rendered line to every stream it holds."""
-
-    def __init__(self, streams: list[IO[str]]) -> None:
-        self._streams = streams
-
-    def msg(self, line: str) -> None:
-        for stream in self._streams:
-            stream.write(line + "\n")
-            stream.flush()
-        for tap in (_SCOPE.get() or _OUTSIDE).taps:
-            tap(line)
-
-    debug = info = warning = error = critical = exception = msg
+def _taps() -> list[Callable[[str], None]]:
+    return (_SCOPE.get() or _OUTSIDE).taps
 
 
 def _render(_logger: Any, _name: str, event: dict[str, Any]) -> str:
@@ -166,7 +155,7 @@ def setup_logging(level: str = "info", log_file: str | None = None) -> None:
     streams: list[IO[str]] = [sys.stdout]
     if log_file:
         streams.append(open(log_file, "a", encoding="utf-8"))  # noqa: SIM115 - lives with the process
-    writer = LineWriter(streams)
+    writer = LineWriter(streams, _taps)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
