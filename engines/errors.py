@@ -10,6 +10,7 @@ and renders it in each protocol's envelope, in one place.
     ├── Unauthorized            no key, or a key the gateway does not know
     ├── Forbidden               a key not allowed this model or route
     ├── PayloadTooLarge         a body past `limits.max_body_bytes`
+    ├── BodyTimeout             a body that stopped coming (`limits.body_timeout`)
     ├── ModelNotFound           a name no model or alias answers to
     ├── ModelBusy               an admin action that needs an idle model
     ├── QueueFull               the model's queue is at `queue.max_depth`
@@ -62,6 +63,10 @@ class Forbidden(GatewayError):
 
 class PayloadTooLarge(GatewayError):
     pass
+
+
+class BodyTimeout(GatewayError):
+    """No part of the request body came within `limits.body_timeout`."""
 
 
 class ModelNotFound(GatewayError):

@@ -132,6 +132,9 @@ def create_app(
             }
         ),
         openapi_config=None,
+        # litestar's default would configure the root logger (a process global) with its own
+        # stderr handler; events are ours (structlog), library logs the CLI's (`repeats`).
+        logging_config=None,
     )
     # Around the router too, not only the routes: a path no route matches (Claude Code's
     # `HEAD /`) or a method a route lacks is logged and carries `x-request-id` like the rest.

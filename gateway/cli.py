@@ -96,6 +96,17 @@ def serve(path: Path, host: str | None, port: int | None) -> int:
 
     reexec_with_openblas()  # before mlx is imported: a preload only works at process start
 
+    from gateway.connections import (
+        BACKLOG,
+        connection_cap,
+        hold_fd_limit,
+        make_protocol,
+        raise_fd_limit,
+    )
+
+    fd_limit = raise_fd_limit()
+    hold_fd_limit()  # before anything imports mlx-lm, which would lower it
+
     import uvicorn
 
     from engines.log import emit
@@ -103,10 +114,10 @@ def serve(path: Path, host: str | None, port: int | None) -> int:
     from gateway.app import create_app
     from gateway.config import load_config
     from gateway.exposure import bind_refusal, bind_warning
-    from gateway.limits import HeaderLimitH11
     from gateway.logging import setup_logging
+    from gateway.repeats import log_library_errors
     from gateway.shutdown import DrainingServer
-    from schemas.config import size_bytes
+    from schemas.config import seconds, size_bytes
     from schemas.events import ServerStarted
 
     try:
@@ -124,6 +135,7 @@ def serve(path: Path, host: str | None, port: int | None) -> int:
     if warning := bind_warning(server, host):
         print(f"gateway: warning: {warning}", file=sys.stderr)
     setup_logging(server.log_level, server.log_file)
+    log_library_errors()
     path_taken = platform.detect()
     app = create_app(config, path_taken, path, bind_host=host)
     emit(
@@ -142,9 +154,14 @@ def serve(path: Path, host: str | None, port: int | None) -> int:
         log_config=None,
         access_log=False,
         log_level="warning",
-        # A request head larger than this is cut off with a 431 while it is still arriving.
-        http=HeaderLimitH11,
+        # A request head larger than this is cut off with a 431 while it is still arriving;
+        # past the connection cap a new connection gets a 503; a slow head, a 408.
+        http=make_protocol(
+            connection_cap(server.limits.max_connections, fd_limit),
+            seconds(server.limits.header_timeout),
+        ),
         h11_max_incomplete_event_size=size_bytes(server.limits.max_header_bytes),
+        backlog=BACKLOG,
         # The drain (server.shutdown_grace) has already waited for requests by the time
         # uvicorn closes connections; this only bounds what is left after it.
         timeout_graceful_shutdown=5,
