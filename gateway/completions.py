@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 import msgspec
 from litestar import Request, Response, post
 from litestar.response import ServerSentEvent
+from msgspec import UNSET
 
 from engines.errors import BadRequest
 from engines.runner import Job, Runner
@@ -145,7 +146,7 @@ class _Chunker:
         self.completion_id, self.created, self.model = completion_id, created, model
 
     def __call__(
-        self, index: int = 0, text: str = "", finish: str | None = None, usage=None
+        self, index: int = 0, text: str = "", finish: str | None = None, usage=UNSET
     ) -> str:
         choices = (
             [] if usage else [wire.CompletionChoice(index=index, text=text, finish_reason=finish)]

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 import msgspec
 from litestar import Request, Response, get, post
 from litestar.response import ServerSentEvent
+from msgspec import UNSET
 
 from engines.errors import BadRequest
 from engines.policy.answer import answer
@@ -131,8 +132,8 @@ async def chat_completions(request: Request, generation: Generation) -> Response
                 wire.Choice(
                     message=wire.AssistantMessage(
                         content=text if text or not whole.tool_calls else None,
-                        tool_calls=[wire_tool_call(c) for c in whole.tool_calls] or None,
-                        reasoning_content=whole.reasoning or None,
+                        tool_calls=[wire_tool_call(c) for c in whole.tool_calls] or UNSET,
+                        reasoning_content=whole.reasoning or UNSET,
                     ),
                     finish_reason=FINISH_REASONS[finished.stop_reason],
                 )
@@ -156,7 +157,7 @@ async def _chunks(
     model: str,
     include_usage: bool,
 ) -> AsyncIterator[str]:
-    def chunk(delta: wire.Delta, finish: str | None = None, usage=None, choices=True) -> str:
+    def chunk(delta: wire.Delta, finish: str | None = None, usage=UNSET, choices=True) -> str:
         body = wire.ChatCompletionChunk(
             id=completion_id,
             created=created,
