@@ -8,7 +8,7 @@ from typing import TypeVar
 import msgspec
 from litestar import Request
 
-from engines.errors import BadRequest, GatewayError
+from engines.errors import BadRequest, UnsupportedMediaType
 from gateway.limits import check_images, check_json_depth
 
 T = TypeVar("T")
@@ -21,11 +21,6 @@ _IMAGE_PART = re.compile(
 )
 # application/json, and the JSON-based types such as application/vnd.api+json
 _JSON_MEDIA = re.compile(r"application/([\w.-]+\+)?json")
-
-
-class UnsupportedMediaType(GatewayError):
-    status = 415
-    kind = "invalid_request_error"
 
 
 def require_json(request: Request) -> None:

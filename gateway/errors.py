@@ -25,6 +25,7 @@ RENDERING: dict[type[e.GatewayError], tuple[int, str]] = {
     e.ModelBusy: (409, "conflict"),
     e.PayloadTooLarge: (413, "invalid_request_error"),
     e.BodyTimeout: (408, "invalid_request_error"),
+    e.UnsupportedMediaType: (415, "invalid_request_error"),
     e.QueueFull: (429, "rate_limit_error"),
     e.QueueTimeout: (503, "overloaded_error"),
     # Not "overloaded": clients back off and retry an overload for as long as it lasts, and a
