@@ -85,7 +85,7 @@ def test_thousands_of_idle_connections_leave_health_answering(tmp_path, many_fds
             # Past the cap (the limit of 4,096 less a reserve): a 503 at once, not a hang.
             extra = [socket.create_connection(("127.0.0.1", port)) for _ in range(1200)]
             idle += extra
-            extra[-1].settimeout(5)
+            extra[-1].settimeout(15)  # at once, on a quiet machine; bounded on a busy one
             assert extra[-1].recv(100).startswith(b"HTTP/1.1 503")
             # Every slot is held by an idle connection now: /health too is answered at
             # once (503), never left waiting.
