@@ -16,7 +16,7 @@ T = TypeVar("T")
 # Anthropic `"type": "image"`, Ollama's `images`), outside any string (inside one, its
 # quotes would be escaped): only then is the body decoded a second time to find them. A
 # `\u` escape could spell any of them, so a body holding one is always looked through.
-_IMAGE_PART = re.compile(
+IMAGE_PART = re.compile(
     rb'"(?:image_url|input_image|images)"\s*:|"type"\s*:\s*"(?:image|image_url|input_image)"|\\u'
 )
 # application/json, and the JSON-based types such as application/vnd.api+json
@@ -52,7 +52,7 @@ async def decode_body(request: Request, schema: type[T]) -> T:
     limits = request.app.state.registry.current.config.server.limits
     check_json_depth(body, limits.max_json_depth)  # before the decoder recurses
     try:
-        if _IMAGE_PART.search(body):  # count and measure images before any adapter refuses them
+        if IMAGE_PART.search(body):  # count and measure images before any adapter refuses them
             check_images(msgspec.json.decode(body), limits)
         return msgspec.json.decode(body, type=schema)
     except msgspec.ValidationError as error:

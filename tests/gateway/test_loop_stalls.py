@@ -105,3 +105,20 @@ def test_a_log_nobody_reads_never_stalls_the_gateway(tmp_path):
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_a_body_is_looked_through_for_images_only_when_it_has_an_image_part():
+    from gateway.body import IMAGE_PART
+
+    # Text that merely mentions images costs no second decode...
+    assert not IMAGE_PART.search(b'{"messages": [{"content": "an image of images"}]}')
+    assert not IMAGE_PART.search(b'{"content": "say \\"images\\": [1]"}')  # inside a string
+    # ...while every protocol's image part, and any \u escape that could spell one, does.
+    for body in [
+        b'{"content": [{"type": "image_url", "image_url": {"url": "x"}}]}',
+        b'{"input": [{"type" : "input_image", "image_url": "x"}]}',
+        b'{"content": [{"type": "image", "source": {}}]}',
+        b'{"messages": [{"images": ["x"]}]}',
+        b'{"content": [{"type": "\\u0069mage", "source": {}}]}',
+    ]:
+        assert IMAGE_PART.search(body), body
