@@ -10,6 +10,8 @@ and renders it in each protocol's envelope, in one place.
     ├── Unauthorized            no key, or a key the gateway does not know
     ├── Forbidden               a key not allowed this model or route
     ├── PayloadTooLarge         a body past `limits.max_body_bytes`
+    ├── BodyTimeout             a body that stopped coming (`limits.body_timeout`)
+    ├── UnsupportedMediaType    a JSON route's body not declared JSON
     ├── ModelNotFound           a name no model or alias answers to
     ├── ModelBusy               an admin action that needs an idle model
     ├── QueueFull               the model's queue is at `queue.max_depth`
@@ -81,6 +83,14 @@ class Forbidden(GatewayError):
 
 class PayloadTooLarge(GatewayError):
     pass
+
+
+class BodyTimeout(GatewayError):
+    """No part of the request body came within `limits.body_timeout`."""
+
+
+class UnsupportedMediaType(GatewayError):
+    """A body sent as something other than JSON (a form, text/plain) to a JSON route."""
 
 
 class ModelNotFound(GatewayError):

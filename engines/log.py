@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 
 import msgspec
 import structlog
@@ -12,8 +13,10 @@ from schemas.events import Event
 _logger = structlog.get_logger("gateway")
 
 # Called with every event emitted, whatever the log level lets through (metrics count them
-# all); in the emitter's context, so `request_id` is at hand.
-LISTENERS: list[Callable[[Event], None]] = []
+# all); in the emitter's context, so `request_id` is at hand. A context variable, not a
+# process global: each app sets its own list for its lifespan and for each of its requests,
+# so two apps in one process never hear each other's events.
+LISTENERS: ContextVar[Sequence[Callable[[Event], None]]] = ContextVar("event_listeners", default=())
 
 
 def emit(event: Event, *, level: str = "info") -> None:
@@ -21,5 +24,5 @@ def emit(event: Event, *, level: str = "info") -> None:
     fields = msgspec.structs.asdict(event)
     name = type(event).__struct_config__.tag
     getattr(_logger, level)(name, **fields)
-    for listener in LISTENERS:
+    for listener in LISTENERS.get():
         listener(event)

@@ -98,6 +98,9 @@ class ScriptedEngine:
             if self._count(emitted + word) > budget:
                 stop_reason = "length"
                 break
+            if i == self._script.fail_after:
+                # An engine fault, not a request's error: what an MLX failure looks like.
+                raise RuntimeError(f"scripted failure after {i} words: {emitted!r}")
             if i and self._script.token_delay:
                 time.sleep(self._script.token_delay)
             emitted += word

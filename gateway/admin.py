@@ -11,15 +11,24 @@ from litestar.datastructures import State
 from litestar.handlers.base import BaseRouteHandler
 
 from engines.base import EngineState
-from engines.errors import ModelBusy, ModelNotFound, Unauthorized
-from gateway.auth import presented_key
+from engines.errors import Forbidden, ModelBusy, ModelNotFound, Unauthorized
+from gateway.auth import key_entries, presented_key
 from gateway.registry import Generation
+
+ADMIN_KEY_MISSING = (
+    "admin routes are closed: server.api_keys is set but server.admin_key is not, and API "
+    "keys do not open admin routes; set server.admin_key to reload, load or unload models"
+)
 
 
 def require_admin_key(connection: ASGIConnection, _: BaseRouteHandler) -> None:
-    """With `server.admin_key` set, admin routes need it (Bearer or x-api-key)."""
-    admin_key = connection.app.state.registry.current.config.server.admin_key
+    """With `server.admin_key` set, admin routes need it (Bearer or x-api-key). With API keys
+    and no admin key they are closed (403): the gateway is guarded, and no key opens them."""
+    server = connection.app.state.registry.current.config.server
+    admin_key = server.admin_key
     if admin_key is None:
+        if key_entries(server):
+            raise Forbidden(ADMIN_KEY_MISSING)
         return
     key = presented_key(connection) or ""
     if not hmac.compare_digest(key.encode(), admin_key.encode()):

@@ -11,7 +11,7 @@ import msgspec
 from litestar import Request
 from litestar.response.sse import ServerSentEventMessage
 
-from gateway.errors import error_body, render
+from gateway.errors import error_body, stream_failure
 from schemas import anthropic as wire
 from schemas.canonical import Finished, Output, ReasoningDelta, TextDelta
 
@@ -165,7 +165,6 @@ async def stream_events(
 
 def _error_event(request: Request, error: Exception) -> ServerSentEventMessage:
     """A failure after the 200 went out, as Anthropic reports it: an `error` event."""
-    status, message, _ = render(error)
-    request.scope.setdefault("state", {})["error"] = f"mid-stream: {error!r}"
-    body = error_body("anthropic", status, message)
+    status, message, kind = stream_failure(request, error)
+    body = error_body("anthropic", status, message, kind)
     return ServerSentEventMessage(event="error", data=msgspec.json.encode(body).decode())

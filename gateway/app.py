@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -14,7 +15,6 @@ from litestar.datastructures import State
 from litestar.di import Provide
 
 from engines.errors import ConfigInvalid
-from engines.log import LISTENERS
 from engines.mlx.platform import PlatformPath
 from engines.residency import MemoryBudget, auto_budget
 from gateway import admin, anthropic, completions, embeddings, ollama, openai, ops, responses, ui
@@ -22,14 +22,15 @@ from gateway import metrics as metrics_routes
 from gateway.auth import require_api_key
 from gateway.errors import error_response
 from gateway.events_feed import EventsFeed
-from gateway.exposure import cors_config, host_guard
-from gateway.limits import guard_pillow, request_limits
-from gateway.logging import REDACTOR, TAPS
+from gateway.exposure import cors_config, host_guard, origin_guard
+from gateway.limits import request_limits
+from gateway.logging import LogScope, Redactor
 from gateway.metrics import Metrics
 from gateway.middleware import request_events
 from gateway.registry import Generation, Registry
 from gateway.reload import Reloader, make_runner
 from gateway.shutdown import Admission
+from gateway.tasks import TaskSet
 from schemas.config import GatewayConfig, size_bytes
 
 
@@ -56,22 +57,33 @@ def create_app(
     registry = Registry(Generation(config, runners))
     reloader = Reloader(registry, config_path, platform, budget)
     admission = Admission()
+    background = TaskSet()
     feed = EventsFeed()
     admission.on_drain.append(feed.close)
     metrics = Metrics(registry, admission)
-    REDACTOR.follow(lambda: registry.current.config, config_path)
-    guard_pillow(config.server.limits)
+    # This app's listeners, taps and redactor: entered for its lifespan and each request.
+    redactor = Redactor()
+    redactor.follow(lambda: registry.current.config, config_path)
+    log_scope = LogScope(redactor)
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         loop = asyncio.get_running_loop()
+        log_scope.enter()  # runners, the watch and signal handlers start from here
         feed.bind()
-        TAPS.append(feed.publish)
-        LISTENERS.append(metrics.observe)
+        log_scope.taps.append(feed.publish)
+        log_scope.listeners.append(metrics.observe)
         for runner in registry.current.runners.values():
             await runner.start()
-        loop.add_signal_handler(signal.SIGHUP, _reload_soon, reloader)
-        watcher = asyncio.ensure_future(reloader.watch()) if config.server.watch_config else None
+        # What startup built (runners, configs, loaded weights' wrappers) lives as long as
+        # the process: exempt it from the cyclic GC, whose full passes over it would
+        # otherwise stall the loop for a large part of a second whenever another thread (a
+        # reload's parse) allocates. Process-wide, and it only ever takes work away.
+        gc.collect()
+        gc.freeze()
+        loop.add_signal_handler(signal.SIGHUP, _reload_soon, reloader, background)
+        watch = config.server.watch_config
+        watcher = background.spawn(reloader.watch(), "config watch") if watch else None
         try:
             yield
         finally:
@@ -80,10 +92,10 @@ def create_app(
                 watcher.cancel()
             for runner in registry.current.runners.values():
                 await runner.stop("shutdown")
-            TAPS.remove(feed.publish)
-            LISTENERS.remove(metrics.observe)
+            log_scope.taps.remove(feed.publish)
+            log_scope.listeners.remove(metrics.observe)
 
-    return Litestar(
+    app = Litestar(
         route_handlers=[
             *openai.ROUTES,
             *completions.ROUTES,
@@ -98,9 +110,9 @@ def create_app(
         ],
         dependencies={"generation": Provide(provide_generation, sync_to_thread=False)},
         exception_handlers={Exception: error_response},
-        # Outermost first: every request is logged, then Host-checked, admitted (or 503 while
+        # Outermost first: every request is Host- and Origin-checked, admitted (or 503 while
         # draining), and held to its size limits before any handler reads it.
-        middleware=[request_events, host_guard, admission.middleware, request_limits],
+        middleware=[host_guard, origin_guard, admission.middleware, request_limits],
         guards=[require_api_key],
         request_max_body_size=None,  # limits.max_body_bytes rules, in request_limits
         cors_config=cors_config(config.server),
@@ -114,17 +126,27 @@ def create_app(
                 "feed": feed,
                 "metrics": metrics,
                 "bind_host": bind_host,
+                "log_scope": log_scope,
+                # Read at start, like the CORS headers they must agree with.
+                "cors_origins": tuple(config.server.cors_origins),
             }
         ),
         openapi_config=None,
+        # litestar's default would configure the root logger (a process global) with its own
+        # stderr handler; events are ours (structlog), library logs the CLI's (`repeats`).
+        logging_config=None,
     )
+    # Around the router too, not only the routes: a path no route matches (Claude Code's
+    # `HEAD /`) or a method a route lacks is logged and carries `x-request-id` like the rest.
+    app.asgi_handler = request_events(app.asgi_handler)
+    return app
 
 
-def _reload_soon(reloader: Reloader) -> None:
+def _reload_soon(reloader: Reloader, background: TaskSet) -> None:
     """SIGHUP: reload in the background; a refusal is already logged as config_rejected."""
 
     async def reload() -> None:
         with contextlib.suppress(ConfigInvalid):
             await reloader.reload("sighup")
 
-    asyncio.ensure_future(reload())
+    background.spawn(reload(), "sighup reload")

@@ -62,11 +62,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def check(path: Path) -> int:
-    """Exit 0 with a line per model when valid; exit 1 with every error otherwise."""
-    from gateway.config import load_config, summarize
+    """Exit 0 with a line per model when valid; exit 1 with every error otherwise.
+
+    The same validation a reload applies, model sources included: a file `check` passes is
+    one a reload takes.
+    """
+    from gateway.config import summarize, validate_config
 
     try:
-        config = load_config(path)
+        config = validate_config(path)
     except ConfigInvalid as invalid:
         for error in invalid.errors:
             print(error, file=sys.stderr)
@@ -92,17 +96,28 @@ def serve(path: Path, host: str | None, port: int | None) -> int:
 
     reexec_with_openblas()  # before mlx is imported: a preload only works at process start
 
+    from gateway.connections import (
+        BACKLOG,
+        connection_cap,
+        hold_fd_limit,
+        make_protocol,
+        raise_fd_limit,
+    )
+
+    fd_limit = raise_fd_limit()
+    hold_fd_limit()  # before anything imports mlx-lm, which would lower it
+
     import uvicorn
 
     from engines.log import emit
     from engines.mlx import platform
     from gateway.app import create_app
     from gateway.config import load_config
-    from gateway.exposure import bind_refusal
-    from gateway.limits import HeaderLimitH11
+    from gateway.exposure import bind_refusal, bind_warning
     from gateway.logging import setup_logging
+    from gateway.repeats import log_library_errors
     from gateway.shutdown import DrainingServer
-    from schemas.config import size_bytes
+    from schemas.config import seconds, size_bytes
     from schemas.events import ServerStarted
 
     try:
@@ -117,7 +132,10 @@ def serve(path: Path, host: str | None, port: int | None) -> int:
     if refusal := bind_refusal(server, host):
         print(f"gateway: {refusal}", file=sys.stderr)
         return 1
+    if warning := bind_warning(server, host):
+        print(f"gateway: warning: {warning}", file=sys.stderr)
     setup_logging(server.log_level, server.log_file)
+    log_library_errors()
     path_taken = platform.detect()
     app = create_app(config, path_taken, path, bind_host=host)
     emit(
@@ -136,16 +154,21 @@ def serve(path: Path, host: str | None, port: int | None) -> int:
         log_config=None,
         access_log=False,
         log_level="warning",
-        # A request head larger than this is cut off with a 431 while it is still arriving.
-        http=HeaderLimitH11,
+        # A request head larger than this is cut off with a 431 while it is still arriving;
+        # past the connection cap a new connection gets a 503; a slow head, a 408.
+        http=make_protocol(
+            connection_cap(server.limits.max_connections, fd_limit),
+            seconds(server.limits.header_timeout),
+        ),
         h11_max_incomplete_event_size=size_bytes(server.limits.max_header_bytes),
+        backlog=BACKLOG,
         # The drain (server.shutdown_grace) has already waited for requests by the time
         # uvicorn closes connections; this only bounds what is left after it.
         timeout_graceful_shutdown=5,
     )
     # SIGTERM drains: 503 to new requests, in-flight ones finish, models unload, exit 0.
     grace = lambda: app.state.registry.current.config.server.shutdown_grace  # noqa: E731
-    DrainingServer(uvicorn_config, app.state.admission, grace).run()
+    DrainingServer(uvicorn_config, app.state.admission, grace, app.state.log_scope).run()
     return 0
 
 

@@ -10,11 +10,13 @@ from collections.abc import AsyncIterator
 import msgspec
 from litestar import Request, Response, post
 from litestar.response import ServerSentEvent
+from msgspec import UNSET
 
 from engines.errors import BadRequest
 from engines.runner import Job, Runner
 from gateway.body import decode_body
 from gateway.chat_request import build_chat_request
+from gateway.errors import error_body, stream_failure
 from gateway.openai import FINISH_REASONS
 from gateway.registry import Generation, announce
 from gateway.streaming import Collected, collect, unless_client_leaves
@@ -102,7 +104,7 @@ async def completions(request: Request, generation: Generation) -> Response | Se
         raise
     include_usage = bool(data.stream_options and data.stream_options.include_usage)
     chunk = _Chunker(completion_id, created, route.served)
-    return ServerSentEvent(_chunks(first, jobs, results, echoes, chunk, include_usage))
+    return ServerSentEvent(_chunks(request, first, jobs, results, echoes, chunk, include_usage))
 
 
 def _submit_all(runner: Runner, chats: list) -> list[Job]:
@@ -144,7 +146,7 @@ class _Chunker:
         self.completion_id, self.created, self.model = completion_id, created, model
 
     def __call__(
-        self, index: int = 0, text: str = "", finish: str | None = None, usage=None
+        self, index: int = 0, text: str = "", finish: str | None = None, usage=UNSET
     ) -> str:
         choices = (
             [] if usage else [wire.CompletionChoice(index=index, text=text, finish_reason=finish)]
@@ -160,6 +162,7 @@ class _Chunker:
 
 
 async def _chunks(
+    request: Request,
     first: Output,
     jobs: list[Job],
     results: list[AsyncIterator[Output]],
@@ -189,6 +192,10 @@ async def _chunks(
         if include_usage:
             yield chunk(usage=_usage(finished))
         yield "[DONE]"
+    except Exception as error:
+        # The 200 is out: OpenAI reports a failure mid-stream as a chunk holding `error`.
+        status, message, kind = stream_failure(request, error)
+        yield msgspec.json.encode(error_body("openai", status, message, kind)).decode()
     finally:
         # The client went away (or the stream ended): stop every job within a token.
         await _close_all(jobs, results)

@@ -17,8 +17,8 @@ from typing import Any
 
 import msgspec
 
-from engines.errors import ConfigInvalid
-from engines.sources.hub import cache_status, is_hub_source
+from engines.errors import ConfigInvalid, SourceError
+from engines.sources.hub import NotCached, cache_status, is_hub_source
 from gateway.yaml_source import KeyPath, Source, read_yaml
 from schemas.config import GatewayConfig, ModelConfig, ModelSettings, ServerConfig
 
@@ -30,6 +30,35 @@ def load_config(path: str | Path, *, environ: Mapping[str, str] | None = None) -
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigInvalid([f"{path}:1:1: <file>: cannot read: {exc}"]) from None
     return parse_config(text, str(path), environ=environ)
+
+
+def validate_config(path: str | Path) -> GatewayConfig:
+    """What `gateway check` and every reload apply: the file, then every model's source
+    (missing, unreadable or corrupt), found without loading anything. Blocking: it reads
+    files (a safetensors header can be 100 MB), so async callers run it in a thread."""
+    config = load_config(path)
+    if errors := source_errors(config, Path(path).parent):
+        raise ConfigInvalid(errors)
+    return config
+
+
+def source_errors(config: GatewayConfig, base_dir: Path) -> list[str]:
+    """Every model source that is missing or unreadable, found without loading anything.
+
+    An `hf:` source not in the cache yet is no error: its runner downloads it at load."""
+    from engines.sources.resolve import check_source
+
+    errors = []
+    for model in config.models:
+        if model.source is None:
+            continue
+        try:
+            check_source(model.id, model.source, base_dir=base_dir)
+        except NotCached:
+            continue
+        except SourceError as error:
+            errors.append(f"models[{model.id}].source: {error.message}")
+    return errors
 
 
 def parse_config(

@@ -1,9 +1,12 @@
-"""Who can reach the gateway: the bind refusal, the loopback Host check, CORS.
+"""Who can reach the gateway: the bind refusal, the loopback Host check, CORS, the Origin check.
 
 A gateway on loopback is only reachable from this machine, but a web page the user visits
 can still aim a browser at it under a hostile name that resolves to 127.0.0.1 (DNS
 rebinding). Such a request carries that name in its Host header, so on loopback every Host
-must be a loopback name.
+must be a loopback name. And a page on any site can send the user's browser to
+`http://127.0.0.1:8000` with a "simple" request (a POST of `text/plain`, no preflight): the
+browser names that site in the `Origin` header, so a request whose Origin is neither listed
+in `cors_origins` nor the gateway's own is refused before it costs anything.
 """
 
 from __future__ import annotations
@@ -49,6 +52,18 @@ def bind_refusal(server: ServerConfig, host: str) -> str | None:
     )
 
 
+def bind_warning(server: ServerConfig, host: str) -> str | None:
+    """What to say at start about a network bind whose admin routes no key opens."""
+    from gateway.auth import key_entries
+
+    if is_loopback(host) or not key_entries(server) or server.admin_key:
+        return None
+    return (
+        f"listening on {host} with server.api_keys but no server.admin_key: admin routes "
+        "(/admin/reload, load, unload) answer 403 until server.admin_key is set"
+    )
+
+
 def cors_config(server: ServerConfig) -> CORSConfig | None:
     """CORS for the listed origins only; none listed means no CORS headers at all.
 
@@ -80,6 +95,35 @@ def host_guard(app: ASGIApp) -> ASGIApp:
                     "(localhost, 127.0.0.1, [::1]); see server.host"
                 )
                 await send_error(scope, send, 403, message)
+                return
+        await app(scope, receive, send)
+
+    return middleware
+
+
+def origin_allowed(origin: str, host: str | None, listed: tuple[str, ...]) -> bool:
+    """True for an origin listed in `cors_origins`, or the gateway's own (the ops page)."""
+    if origin in listed:
+        return True
+    authority = origin.partition("://")[2]
+    return bool(host) and origin.startswith(("http://", "https://")) and authority == host
+
+
+def origin_guard(app: ASGIApp) -> ASGIApp:
+    """ASGI middleware: a request whose `Origin` is not allowed is a 403, as Ollama does."""
+
+    async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            headers = dict(scope["headers"])
+            origin = headers.get(b"origin")
+            listed = scope["app"].state.get("cors_origins", ())
+            host = headers.get(b"host", b"").decode("latin-1").lower()
+            if origin is not None and not origin_allowed(origin.decode("latin-1"), host, listed):
+                message = (
+                    f"cross-origin request from {origin.decode('latin-1')!r} refused: a browser "
+                    "page may call the gateway only from an origin in server.cors_origins"
+                )
+                await send_error(scope, send, 403, message, kind="permission_error")
                 return
         await app(scope, receive, send)
 

@@ -7,6 +7,7 @@ parser recurses, the image count and pixel size before any image would be decode
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import io
@@ -20,10 +21,10 @@ from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from PIL import Image
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from engines.errors import BadRequest, PayloadTooLarge
+from engines.errors import BadRequest, BodyTimeout, PayloadTooLarge
 from gateway.errors import error_body
 from gateway.middleware import send_error
-from schemas.config import LimitsConfig, size_bytes
+from schemas.config import LimitsConfig, seconds, size_bytes
 
 # A string in JSON: quote, then runs of plain characters or escapes, then quote (unrolled,
 # so the match is linear in its length).
@@ -61,12 +62,23 @@ def request_limits(app: ASGIApp) -> ASGIApp:
             await send_error(scope, send, 413, too_large, [(b"connection", b"close")])
             return
         received = 0
+        body_done = scope["method"] in ("GET", "HEAD")
+        patience = seconds(limits.body_timeout)
 
         async def counted_receive() -> Message:
-            nonlocal received
-            message = await receive()
+            nonlocal received, body_done
+            if body_done:  # later receives wait for the client to leave: no limit on that
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), patience)
+            except TimeoutError:
+                raise BodyTimeout(
+                    f"no part of the request body came for {limits.body_timeout} "
+                    "(limits.body_timeout)"
+                ) from None
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
+                body_done = not message.get("more_body", False)
                 if received > max_body:
                     raise PayloadTooLarge(too_large)
             return message
@@ -155,18 +167,15 @@ def _dimensions(image: str, index: int) -> tuple[int, int]:
                 warnings.simplefilter("ignore", Image.DecompressionBombWarning)
                 with Image.open(io.BytesIO(head)) as opened:
                     return opened.size
-        except Image.DecompressionBombError as bomb:  # Pillow's guard, at twice our limit
+        except Image.DecompressionBombError as bomb:
+            # Pillow's own process-wide guard (left at its default: one app must not change
+            # it for another) refuses before it tells the size: far past any sane limit.
             raise BadRequest(f"image {index}: {bomb} (limits.max_image_pixels)") from None
         except (OSError, ValueError, binascii.Error):
             continue
     # Not an image Pillow can read: it has no pixels to limit, and no model could decode it
     # either; the adapter's own answer (today: images are refused) applies.
     return 0, 0
-
-
-def guard_pillow(limits: LimitsConfig) -> None:
-    """Pillow's own decompression-bomb guard, set to our pixel limit for any later decode."""
-    Image.MAX_IMAGE_PIXELS = limits.max_image_pixels
 
 
 class HeaderLimitH11(H11Protocol):

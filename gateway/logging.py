@@ -17,8 +17,11 @@ from typing import IO, Any
 import msgspec
 import structlog
 
+from engines.log import LISTENERS
+from gateway.log_writer import LineWriter
 from gateway.yaml_source import ENV_REF
 from schemas.config import ApiKey, GatewayConfig
+from schemas.events import Event
 
 LEVELS = {
     "debug": logging.DEBUG,
@@ -33,8 +36,6 @@ MIN_ENV_SECRET = 8
 
 # The Authorization / x-api-key values the current request presented, right or wrong.
 PRESENTED: ContextVar[tuple[str, ...]] = ContextVar("presented_secrets", default=())
-
-TAPS: list[Callable[[str], None]] = []  # called with every rendered line
 
 
 class Redactor:
@@ -105,23 +106,42 @@ def config_secrets(config: GatewayConfig, path: Path | None) -> set[str]:
     return {secret for secret in found if secret}
 
 
-REDACTOR = Redactor()
+class LogScope:
+    """One app's share of the process-wide log: its event listeners (metrics), its taps
+    (the ops page's feed, called with every rendered line) and its redactor.
+
+    `enter()` makes it the scope of the current context: an app enters its own for its
+    lifespan (tasks started there inherit it) and for each request, so two apps in one
+    process neither hear each other's events nor redact with each other's secrets.
+    """
+
+    def __init__(self, redactor: Redactor | None = None) -> None:
+        self.redactor = redactor or Redactor()
+        self.listeners: list[Callable[[Event], None]] = []
+        self.taps: list[Callable[[str], None]] = []
+
+    def enter(self) -> None:
+        _SCOPE.set(self)
+        LISTENERS.set(self.listeners)
 
 
-class LineWriter:
-    """A structlog logger that writes each rendered line to every stream it holds."""
+# Outside any app (the CLI before serving, a test): no listeners, no taps, and a redactor
+# that knows only the keys the request presented.
+_OUTSIDE = LogScope()
+_SCOPE: ContextVar[LogScope | None] = ContextVar("log_scope", default=None)
 
-    def __init__(self, streams: list[IO[str]]) -> None:
-        self._streams = streams
 
-    def msg(self, line: str) -> None:
-        for stream in self._streams:
-            stream.write(line + "\n")
-            stream.flush()
-        for tap in TAPS:
-            tap(line)
+def current_redactor() -> Redactor:
+    """The redactor of the app the current code serves."""
+    return (_SCOPE.get() or _OUTSIDE).redactor
 
-    debug = info = warning = error = critical = exception = msg
+
+def _redact(logger: Any, name: str, event: dict[str, Any]) -> dict[str, Any]:
+    return current_redactor()(logger, name, event)
+
+
+def _taps() -> list[Callable[[str], None]]:
+    return (_SCOPE.get() or _OUTSIDE).taps
 
 
 def _render(_logger: Any, _name: str, event: dict[str, Any]) -> str:
@@ -135,13 +155,13 @@ def setup_logging(level: str = "info", log_file: str | None = None) -> None:
     streams: list[IO[str]] = [sys.stdout]
     if log_file:
         streams.append(open(log_file, "a", encoding="utf-8"))  # noqa: SIM115 - lives with the process
-    writer = LineWriter(streams)
+    writer = LineWriter(streams, _taps)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),
-            REDACTOR,
+            _redact,
             _render,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(LEVELS[level]),

@@ -65,6 +65,7 @@ def request_events(app: ASGIApp) -> ASGIApp:
             await app(scope, receive, send)
             return
         request_id = f"req_{uuid.uuid4().hex[:16]}"
+        scope["app"].state.log_scope.enter()  # this request logs to its own app's listeners
         structlog.contextvars.clear_contextvars()
         structlog.contextvars.bind_contextvars(request_id=request_id)
         PRESENTED.set(presented_secrets(scope))
@@ -85,10 +86,12 @@ def request_events(app: ASGIApp) -> ASGIApp:
         try:
             await app(scope, receive, send_with_id)
         finally:
-            error = scope.get("state", {}).get("error")
+            state = scope.get("state", {})
+            error = state.get("error")
             emit(
                 RequestFinished(
-                    status=status,
+                    # A stream that failed after its 200 is logged with its error's status.
+                    status=state.get("failed_status", status),
                     duration_ms=round((time.perf_counter() - started) * 1000, 2),
                     error=error,
                 )

@@ -12,12 +12,13 @@ from litestar import Request, Response, post
 from litestar.response import Stream
 
 from engines.base import EngineState
-from engines.errors import BadRequest, GatewayError, ModelUnavailable
+from engines.errors import BadRequest, ModelUnavailable
 from engines.policy.answer import answer
 from engines.runner import Runner
 from gateway import ollama_models, ollama_pull
 from gateway.body import decode_body
 from gateway.chat_request import build_chat_request
+from gateway.errors import stream_failure
 from gateway.ollama_models import json_reply, now, ollama_route
 from gateway.ollama_options import keep, options
 from gateway.registry import Generation, Route
@@ -179,10 +180,10 @@ async def _lines(
         yield _line(first, frame)
         async for output in results:
             yield _line(output, frame)
-    except GatewayError as error:
+    except Exception as error:
         # Past the status line Ollama reports a failure as a last `{"error"}` object.
-        request.scope.setdefault("state", {})["error"] = error.message
-        yield msgspec.json.encode({"error": error.message}) + b"\n"
+        _, message, _ = stream_failure(request, error)
+        yield msgspec.json.encode({"error": message}) + b"\n"
     finally:
         # The client went away (or the stream ended): stop the job within a token.
         await results.aclose()

@@ -9,14 +9,15 @@ from collections.abc import AsyncIterator
 import msgspec
 from litestar import Request, Response, get, post
 from litestar.response import ServerSentEvent
+from msgspec import UNSET
 
-from engines.errors import BadRequest, GatewayError
+from engines.errors import BadRequest
 from engines.policy.answer import answer
 from gateway import model_cards
 from gateway.anthropic import model_page
 from gateway.body import decode_body
 from gateway.chat_request import build_chat_request
-from gateway.errors import error_body, render
+from gateway.errors import error_body, stream_failure
 from gateway.registry import Generation, announce
 from gateway.streaming import collect, unless_client_leaves
 from schemas import openai as wire
@@ -132,8 +133,8 @@ async def chat_completions(request: Request, generation: Generation) -> Response
                 wire.Choice(
                     message=wire.AssistantMessage(
                         content=text if text or not whole.tool_calls else None,
-                        tool_calls=[wire_tool_call(c) for c in whole.tool_calls] or None,
-                        reasoning_content=whole.reasoning or None,
+                        tool_calls=[wire_tool_call(c) for c in whole.tool_calls] or UNSET,
+                        reasoning_content=whole.reasoning or UNSET,
                     ),
                     finish_reason=FINISH_REASONS[finished.stop_reason],
                 )
@@ -144,11 +145,12 @@ async def chat_completions(request: Request, generation: Generation) -> Response
     # Wait for the first output before answering, so queue and load errors keep their status.
     first = await unless_client_leaves(request, anext(results))
     include_usage = bool(data.stream_options and data.stream_options.include_usage)
-    chunks = _chunks(first, results, completion_id, created, route.served, include_usage)
+    chunks = _chunks(request, first, results, completion_id, created, route.served, include_usage)
     return ServerSentEvent(chunks)
 
 
 async def _chunks(
+    request: Request,
     first: Output,
     results: AsyncIterator[Output],
     completion_id: str,
@@ -156,7 +158,7 @@ async def _chunks(
     model: str,
     include_usage: bool,
 ) -> AsyncIterator[str]:
-    def chunk(delta: wire.Delta, finish: str | None = None, usage=None, choices=True) -> str:
+    def chunk(delta: wire.Delta, finish: str | None = None, usage=UNSET, choices=True) -> str:
         body = wire.ChatCompletionChunk(
             id=completion_id,
             created=created,
@@ -190,10 +192,10 @@ async def _chunks(
                 if include_usage:
                     yield chunk(wire.Delta(), usage=_usage(output), choices=False)
         yield "[DONE]"
-    except GatewayError as error:
+    except Exception as error:
         # The 200 is out: OpenAI reports a failure mid-stream as a chunk holding `error`.
-        status, text, kind = render(error)
-        yield msgspec.json.encode(error_body("openai", status, text, kind)).decode()
+        status, message, kind = stream_failure(request, error)
+        yield msgspec.json.encode(error_body("openai", status, message, kind)).decode()
     finally:
         # The client went away (or the stream ended): stop the job within a token.
         await results.aclose()

@@ -13,16 +13,15 @@ from pathlib import Path
 import msgspec
 
 from engines.download import make_fetch
-from engines.errors import ConfigInvalid, SourceError
+from engines.errors import ConfigInvalid
 from engines.factory import make_engine
 from engines.log import emit
 from engines.mlx.platform import PlatformPath
 from engines.residency import MemoryBudget
 from engines.runner import Runner
-from engines.sources.hub import NotCached
-from engines.sources.resolve import check_source
-from gateway.config import load_config
+from gateway.config import validate_config
 from gateway.registry import Generation, Registry
+from gateway.tasks import TaskSet
 from schemas.config import GatewayConfig, ModelConfig
 from schemas.events import ConfigRejected, ConfigReloaded
 
@@ -58,23 +57,6 @@ def needs_new_engine(old: ModelConfig, new: ModelConfig) -> bool:
     return any(getattr(old, f) != getattr(new, f) for f in ENGINE_FIELDS)
 
 
-def source_errors(config: GatewayConfig, base_dir: Path) -> list[str]:
-    """Every model source that is missing or unreadable, found without loading anything.
-
-    An `hf:` source not in the cache yet is no error: its runner downloads it at load."""
-    errors = []
-    for model in config.models:
-        if model.source is None:
-            continue
-        try:
-            check_source(model.id, model.source, base_dir=base_dir)
-        except NotCached:
-            continue
-        except SourceError as error:
-            errors.append(f"models[{model.id}].source: {error.message}")
-    return errors
-
-
 def make_runner(
     model: ModelConfig,
     config: GatewayConfig,
@@ -96,7 +78,7 @@ class Reloader:
         self._platform = platform
         self._budget = budget
         self._lock = asyncio.Lock()
-        self._draining: set[asyncio.Task[None]] = set()
+        self._draining = TaskSet()
         self.applied_hash = file_hash(path)
 
     async def reload(self, trigger: str) -> ReloadDiff:
@@ -104,10 +86,8 @@ class Reloader:
         async with self._lock:
             digest = file_hash(self.path)
             try:
-                config = load_config(self.path)
-                errors = await asyncio.to_thread(source_errors, config, self.path.parent)
-                if errors:
-                    raise ConfigInvalid(errors)
+                # Parsing and source checks read files: never on the loop other clients use.
+                config = await asyncio.to_thread(validate_config, self.path)
             except ConfigInvalid as invalid:
                 emit(ConfigRejected(trigger=trigger, errors=invalid.errors), level="error")
                 raise
@@ -162,9 +142,7 @@ class Reloader:
         )
 
     def _drain(self, work) -> None:
-        task = asyncio.ensure_future(work)
-        self._draining.add(task)
-        task.add_done_callback(self._draining.discard)
+        self._draining.spawn(work, "reload drain")
 
     async def watch(self) -> None:
         """Reload when the file's content changes and holds still; never on a missing file."""

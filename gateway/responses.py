@@ -14,13 +14,13 @@ import msgspec
 from litestar import Request, Response, post
 from litestar.response import ServerSentEvent, ServerSentEventMessage
 
-from engines.errors import BadRequest, GatewayError, StoredNotFound
+from engines.errors import BadRequest, StoredNotFound
 from engines.policy.answer import answer
 from gateway import responses_stored
 from gateway.auth import presented_key
 from gateway.body import decode_body
 from gateway.chat_request import build_chat_request
-from gateway.errors import render
+from gateway.errors import stream_failure
 from gateway.openai import effort
 from gateway.registry import Generation, announce
 from gateway.responses_events import EventBuilder
@@ -229,7 +229,7 @@ async def responses(request: Request, generation: Generation) -> Response | Serv
         return Response(final)
     # Wait for the first output before answering, so queue and load errors keep their status.
     first = await unless_client_leaves(request, anext(results))
-    return ServerSentEvent(_events(builder, first, results, keep))
+    return ServerSentEvent(_events(request, builder, first, results, keep))
 
 
 async def _final(builder: EventBuilder, results: AsyncIterator[Output]) -> wire.Response:
@@ -240,6 +240,7 @@ async def _final(builder: EventBuilder, results: AsyncIterator[Output]) -> wire.
 
 
 async def _events(
+    request: Request,
     builder: EventBuilder,
     first: Output,
     results: AsyncIterator[Output],
@@ -258,8 +259,9 @@ async def _events(
             for event in builder.feed(output):
                 yield message(event)
         keep(builder.response)
-    except GatewayError as error:  # the 200 is out: only an `error` event can tell the client
-        yield message(builder.error(render(error).kind, error.message))
+    except Exception as error:  # the 200 is out: only an `error` event can tell the client
+        _, text, kind = stream_failure(request, error)
+        yield message(builder.error(kind, text))
     finally:
         # The client went away (or the stream ended): stop the job within a token.
         await results.aclose()

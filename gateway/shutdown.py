@@ -20,7 +20,9 @@ import uvicorn
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 from engines.log import emit
+from gateway.logging import LogScope
 from gateway.middleware import send_error
+from gateway.tasks import TaskSet
 from schemas.config import seconds
 from schemas.events import ServerDraining, ServerStopping
 
@@ -83,11 +85,19 @@ class DrainingServer(uvicorn.Server):
     does that by default), so a drained gateway exits 0.
     """
 
-    def __init__(self, config: uvicorn.Config, admission: Admission, grace: Callable[[], str]):
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        admission: Admission,
+        grace: Callable[[], str],
+        log_scope: LogScope | None = None,
+    ):
         super().__init__(config)
         self._admission = admission
+        self._log_scope = log_scope  # the app's: the drain's events go to its listeners
         self._grace = grace  # read when the signal comes: a reload may have changed it
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks = TaskSet()
 
     async def serve(self, sockets=None) -> None:
         self._loop = asyncio.get_running_loop()
@@ -101,9 +111,11 @@ class DrainingServer(uvicorn.Server):
             self.should_exit = True
             return
         self._admission.draining = True  # from this instant, new requests get 503
-        self._loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self._drain(sig)))
+        self._loop.call_soon_threadsafe(lambda: self._tasks.spawn(self._drain(sig), "drain"))
 
     async def _drain(self, sig: int) -> None:
+        if self._log_scope is not None:  # started from a signal, outside the app's context
+            self._log_scope.enter()
         grace = self._grace()
         emit(
             ServerDraining(signal=sig, in_flight=self._admission.in_flight, grace_s=seconds(grace))

@@ -92,6 +92,12 @@ class LimitsConfig(Strict):
     max_json_depth: Annotated[int, Meta(ge=2, le=1000)] = 64
     max_images: Annotated[int, Meta(ge=0)] = 8
     max_image_pixels: PositiveInt = 25_000_000
+    # Connections held at once; more get a 503 at once. None: the open-file limit, less a
+    # reserve for model files and logs. Read at start.
+    max_connections: PositiveInt | None = None
+    # How long a request's line and headers, and then each piece of its body, may take.
+    header_timeout: Duration = "10s"
+    body_timeout: Duration = "30s"
 
 
 class ResponsesConfig(Strict):
@@ -170,6 +176,8 @@ class ScriptConfig(Strict):
     # Replies used in turn, one per request (cycling); when set, `reply` is not used.
     replies: list[str] = []
     token_delay: Annotated[float, Meta(ge=0, le=60)] = 0.0
+    # Raise a RuntimeError after this many words: a mid-stream engine failure, for tests.
+    fail_after: Annotated[int, Meta(ge=0)] | None = None
 
 
 Residency = Literal["pinned"] | OnDemand

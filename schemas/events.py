@@ -57,6 +57,16 @@ class RequestFinished(Event, tag="request_finished"):
     error: str | None = None
 
 
+class InternalError(Event, tag="internal_error"):
+    """An unexpected exception (a bug, not the request's fault), logged at level error with
+    its traceback; the client hears only a generic message with the request id."""
+
+    where: str  # the request's method and path, or the background task's name
+    type: str
+    message: str
+    traceback: str
+
+
 class ModelLoading(Event, tag="model_loading"):
     model: str
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from msgspec import Meta
+from msgspec import UNSET, Meta, UnsetType
 
 from schemas.wire import Wire
 
@@ -86,9 +86,11 @@ class Usage(Wire, kw_only=True):
 class AssistantMessage(Wire, kw_only=True):
     role: Literal["assistant"] = "assistant"
     content: str | None
-    tool_calls: list[ToolCall] | None = None
+    refusal: str | None = None  # OpenAI's schema requires the key, null when none
+    # OpenAI's schema allows an array here, not null: without calls the key is left out.
+    tool_calls: list[ToolCall] | UnsetType = UNSET
     # The model's thinking, as DeepSeek's API and llama.cpp's server name it.
-    reasoning_content: str | None = None
+    reasoning_content: str | UnsetType = UNSET
 
 
 class Choice(Wire, kw_only=True):
@@ -105,7 +107,6 @@ class ChatCompletion(Wire, kw_only=True):
     model: str
     choices: list[Choice]
     usage: Usage
-    system_fingerprint: str | None = None
 
 
 class FunctionCallDelta(Wire, kw_only=True):
@@ -140,7 +141,7 @@ class ChatCompletionChunk(Wire, kw_only=True):
     created: int
     model: str
     choices: list[ChunkChoice]
-    usage: Usage | None = None
+    usage: Usage | UnsetType = UNSET  # only on the last chunk, when include_usage asks
 
 
 class ModelCard(Wire, kw_only=True):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from msgspec import Meta
+from msgspec import UNSET, Meta, UnsetType
 
 from schemas.openai import StreamOptions, Usage
 from schemas.wire import Wire
@@ -49,5 +49,4 @@ class Completion(Wire, kw_only=True):
     created: int
     model: str
     choices: list[CompletionChoice]
-    usage: Usage | None = None
-    system_fingerprint: str | None = None
+    usage: Usage | UnsetType = UNSET  # a stream carries it only on its last chunk

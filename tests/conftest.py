@@ -202,11 +202,17 @@ def run_example(gateway: GatewayProcess, *command: str) -> subprocess.CompletedP
 
 
 @contextlib.contextmanager
-def serving(directory: Path, config_text: str, timeout: float = 180) -> Iterator[GatewayProcess]:
+def serving(
+    directory: Path,
+    config_text: str,
+    timeout: float = 180,
+    env: dict[str, str] | None = None,
+    args: tuple[str, ...] = (),
+) -> Iterator[GatewayProcess]:
     """A gateway on `config_text`, its config and event log in `directory`; stopped after."""
     config = directory / "models.yaml"
     config.write_text(textwrap.dedent(config_text))
-    process = GatewayProcess(config, directory / "events.jsonl")
+    process = GatewayProcess(config, directory / "events.jsonl", env, args)
     try:
         process.wait_ready(timeout)
         yield process

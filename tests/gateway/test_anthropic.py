@@ -467,7 +467,7 @@ async def test_a_failure_after_the_first_event_ends_the_stream_with_an_error_eve
     ]
     assert json.loads(events[-1].data) == {
         "type": "error",
-        "error": {"type": "overloaded_error", "message": "model 'm' was unloaded"},
+        "error": {"type": "api_error", "message": "model 'm' was unloaded"},
     }
 
 

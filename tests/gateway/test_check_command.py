@@ -1,0 +1,48 @@
+"""`gateway check` applies what a reload applies, model sources included: a file it passes
+is one a reload takes, and one it fails names every problem."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+from conftest import REPO
+
+
+def check(tmp_path, config: str) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / "models.yaml"
+    path.write_text(textwrap.dedent(config))
+    command = [sys.executable, "-m", "gateway", "check", str(path)]
+    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
+
+
+def test_check_refuses_a_model_source_that_does_not_exist(tmp_path):
+    (tmp_path / "empty-model").mkdir()
+    (tmp_path / "corrupt.gguf").write_bytes(b"not a gguf file at all")
+    result = check(
+        tmp_path,
+        """
+        models:
+          - id: echo
+            engine: scripted
+          - id: missing
+            source: ./no-such-model.gguf
+          - id: empty
+            source: ./empty-model
+          - id: corrupt
+            source: ./corrupt.gguf
+        """,
+    )
+    assert result.returncode == 1, result.stdout
+    errors = result.stderr.splitlines()
+    assert len(errors) == 3, errors
+    assert errors[0].startswith("models[missing].source:") and "no-such-model.gguf" in errors[0]
+    assert errors[1].startswith("models[empty].source:") and "empty-model" in errors[1]
+    assert errors[2].startswith("models[corrupt].source:") and "corrupt.gguf" in errors[2]
+
+
+def test_check_passes_a_config_whose_sources_are_all_there(tmp_path):
+    result = check(tmp_path, "models:\n  - id: echo\n    engine: scripted\n")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("echo  engine=scripted")
