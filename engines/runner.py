@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import queue
 import time
+import traceback
 from collections import deque
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
@@ -18,7 +20,13 @@ from engines.download import (
     downloading_event,
     report_downloaded,
 )
-from engines.errors import GatewayError, ModelUnavailable, QueueFull, QueueTimeout
+from engines.errors import (
+    EngineFailed,
+    GatewayError,
+    ModelUnavailable,
+    QueueFull,
+    QueueTimeout,
+)
 from engines.job import Job, Pace
 from engines.log import emit
 from engines.residency import MemoryBudget
@@ -35,6 +43,7 @@ from schemas.canonical import (
 )
 from schemas.config import ModelConfig, seconds
 from schemas.events import (
+    BatchFailed,
     ContextBeyondTraining,
     Generated,
     ModelAttached,
@@ -317,9 +326,20 @@ class Runner:
             future.add_done_callback(self._served)
 
     def _serve(self) -> None:
-        """On the runner's thread: step the batch until no admitted request is left."""
-        if self._batch is None:
-            self._batch = self.engine.open_batch()
+        """On the runner's thread: step the batch until no admitted request is left.
+
+        When the batch breaks (a step raises), every request in it ends with one clean
+        `EngineFailed`, the failure is logged once with its traceback, and the next admitted
+        requests get a fresh batch: the runner stays usable.
+        """
+        try:
+            if self._batch is None:
+                self._batch = self.engine.open_batch()
+        except Exception as error:  # no batch at all: what waits in the inbox cannot run
+            while not self._inbox.empty():
+                self._in_batch.add(self._inbox.get_nowait())
+            self._fail_batch(error)
+            return
         batch = self._batch
         pace = Pace(self.model.rate.max_tokens_per_sec)
         while True:
@@ -330,14 +350,34 @@ class Runner:
             stepping = batch.active
             try:
                 steps = batch.step()
+                for job, output in steps:
+                    self._deliver(job, output)
             except Exception as error:  # the batch broke: every request in it ends
-                self._batch = None
-                for job in self._in_batch:
-                    self._deliver(job, error)
+                self._fail_batch(error)
                 return
-            for job, output in steps:
-                self._deliver(job, output)
             pace.wait(stepping)
+
+    def _fail_batch(self, error: Exception) -> None:
+        """End every request of a broken batch with `EngineFailed`, and log it once."""
+        self._batch = None
+        jobs = list(self._in_batch)  # `_deliver` removes from the set: iterate over a copy
+        self._post(
+            emit,
+            BatchFailed(
+                model=self.model.id,
+                requests=len(jobs),
+                error=f"{type(error).__name__}: {error}",
+                traceback="".join(traceback.format_exception(error)),
+            ),
+            level="error",
+        )
+        failed = EngineFailed(self.model.id, error)
+        for job in jobs:
+            self._deliver(job, failed)
+
+    def _post(self, call, *args, **kwargs) -> None:
+        """Run `call` on the event loop (from the model's thread)."""
+        self._loop.call_soon_threadsafe(functools.partial(call, *args, **kwargs))
 
     def _admit(self, batch: Batch, job: Job) -> None:
         if isinstance(job.request, EmbedRequest):
@@ -370,8 +410,9 @@ class Runner:
 
     def _served(self, future: asyncio.Future[None]) -> None:
         self._serving = False
-        if future.exception() is not None:  # a bug, not a request's failure: say so loudly
-            emit(ModelFailed(model=self.model.id, error=repr(future.exception())), level="error")
+        error = future.exception()
+        if error is not None:  # a bug of the runner itself: end what it held, say so loudly
+            self._fail_batch(error)
         self._pump()
 
     def _finished_one(self) -> None:

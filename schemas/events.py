@@ -108,6 +108,15 @@ class ModelFailed(Event, tag="model_failed"):
     error: str
 
 
+class BatchFailed(Event, tag="batch_failed"):
+    """A step of a model's batch raised: every request in it ended with an error."""
+
+    model: str
+    requests: int
+    error: str
+    traceback: str
+
+
 class ServerStarted(Event, tag="server_started"):
     host: str
     port: int

@@ -7,11 +7,13 @@ import time
 
 import pytest
 
-from engines.errors import ModelUnavailable, QueueFull, QueueTimeout
+from engines.errors import EngineFailed, ModelUnavailable, QueueFull, QueueTimeout
+from engines.log import LISTENERS
 from engines.runner import Runner
 from engines.scripted import ScriptedEngine
 from schemas.canonical import ChatRequest, Finished, Message, TextDelta
 from schemas.config import ModelConfig, QueueConfig, ScriptConfig
+from schemas.events import BatchFailed
 
 
 class RecordingEngine(ScriptedEngine):
@@ -171,3 +173,32 @@ async def test_concurrency_admits_in_arrival_order_and_never_more_than_n_at_once
     assert engine.started == [f"r{i}" for i in range(5)]
     assert all(isinstance(r[-1], Finished) for r in results)
     await runner.stop("test")
+
+
+@pytest.fixture
+def events():
+    """Every event emitted while the test runs."""
+    seen: list = []
+    LISTENERS.append(seen.append)
+    yield seen
+    LISTENERS.remove(seen.append)
+
+
+async def test_a_failed_batch_step_fails_every_request_in_it_and_the_runner_goes_on(events):
+    model = ModelConfig(id="m", engine="scripted", concurrency=3)
+    engine = RecordingEngine(ScriptConfig(reply="a b c d e f", token_delay=0.01, fail_step=3))
+    runner = Runner(model, engine)
+    await runner.start()
+    jobs = [runner.submit(ask(f"r{i}")) for i in range(3)]
+    outcomes = await asyncio.wait_for(
+        asyncio.gather(*(drain(runner, job) for job in jobs), return_exceptions=True), 5
+    )
+    assert all(isinstance(o, EngineFailed) for o in outcomes), outcomes
+    assert all("RuntimeError" in o.message for o in outcomes)
+    assert runner.running == 0 and runner.queue_depth == 0
+    failures = [e for e in events if isinstance(e, BatchFailed)]
+    assert len(failures) == 1 and failures[0].requests == 3
+    assert "Traceback" in failures[0].traceback and "fail_step" in failures[0].traceback
+    after = await drain(runner, runner.submit(ask("next")))  # a fresh batch serves the next
+    assert isinstance(after[-1], Finished) and after[-1].stop_reason == "stop"
+    await asyncio.wait_for(runner.stop("test"), 5)
