@@ -62,6 +62,12 @@ class MemoryBudget:
     def release(self, runner: Runner) -> None:
         self._held.pop(runner, None)
 
+    def could_fit(self, needed: int, *, beside: Runner) -> bool:
+        """Whether `needed` bytes fit while `beside` stays resident (idle unpinned models may
+        be unloaded to make room, as a load would)."""
+        freeable = sum(s for r, s in self._held.items() if r is not beside and r.evictable)
+        return self.total - self.used + freeable >= needed
+
     async def make_room(self, runner: Runner, needed: int) -> int:
         """Unload idle unpinned models, least recently used first, until `needed` fits.
 

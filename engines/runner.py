@@ -55,6 +55,11 @@ from schemas.events import (
 
 # How long a refused client is told to wait before retrying, when nothing better is known.
 DEFAULT_RETRY_AFTER_S = 1.0
+# A failed on-demand model is tried again by the first request after this back-off, which
+# doubles with each failure in a row up to the cap (a model that cannot load is not
+# hammered by every request, and one whose cause went away comes back by itself).
+RETRY_FAILED_S = 1.0
+RETRY_FAILED_MAX_S = 60.0
 
 
 class Runner:
@@ -74,6 +79,9 @@ class Runner:
     requests share the one load) and unloads after `idle_ttl` without requests. Loading
     first downloads what `fetch` says is missing (an `hf:` source), then makes room in the
     shared memory budget.
+
+    A model that failed to load (FAILED) is loaded again by `load(retry=True)` (the admin
+    route, a reload), and an on-demand one also by the first request after a back-off.
     """
 
     def __init__(
@@ -108,6 +116,9 @@ class Runner:
         self._closed: str | None = None  # why this runner admits no more requests
         self._idle = asyncio.Event()
         self._idle.set()
+        self._failures = 0  # failed loads in a row, for the on-demand back-off
+        self._retry_at = 0.0
+        self._after: asyncio.Future[None] | None = None  # a load waits for this first
 
     @property
     def queue_depth(self) -> int:
@@ -137,16 +148,26 @@ class Runner:
 
     async def start(self) -> None:
         """Bind to the running loop; pinned models load now, on-demand ones at first use."""
-        self._loop = asyncio.get_running_loop()
+        self.bind()
         if self.model.pinned:
             await self.load()
+
+    def bind(self, *, after: asyncio.Future[None] | None = None) -> None:
+        """Bind to the running loop without loading; any load first waits for `after`.
+
+        A reload uses `after` for a changed model that cannot fit beside its old runner:
+        the new runner takes requests at once (they wait in its queue) and loads once the
+        old one has drained and let go of its memory.
+        """
+        self._loop = asyncio.get_running_loop()
+        self._after = after
 
     def submit(self, request: ChatRequest | EmbedRequest) -> Job:
         """Put a request at the back of the line, or refuse it at once."""
         if self._closed:
             raise ModelUnavailable(f"model {self.model.id!r} was {self._closed}; retry")
         if self.state is EngineState.FAILED:
-            raise ModelUnavailable(f"model {self.model.id!r} failed to load: {self.error}")
+            self._refuse_failed()
         if len(self._waiting) >= self.model.queue.max_depth:
             raise QueueFull(
                 f"model {self.model.id!r} has {len(self._waiting)} requests queued "
@@ -158,10 +179,20 @@ class Runner:
         self._touch()
         emit(RequestQueued(model=self.model.id, position=len(self._waiting)))
         job._expiry = self._loop.call_later(seconds(self.model.queue.max_wait), self._expire, job)
-        if self.state is EngineState.UNLOADED:
-            asyncio.ensure_future(self.load())
+        if self.state in (EngineState.UNLOADED, EngineState.FAILED):
+            asyncio.ensure_future(self.load(retry=True))
         self._pump()
         return job
+
+    def _refuse_failed(self) -> None:
+        """A FAILED model refuses, unless it is on demand and its back-off has passed."""
+        wait = self._retry_at - time.monotonic()
+        if not self.model.pinned and wait <= 0:
+            return  # the caller queues the request and the load is tried again
+        refused = ModelUnavailable(f"model {self.model.id!r} failed to load: {self.error}")
+        if not self.model.pinned:
+            refused.retry_after = round(max(wait, DEFAULT_RETRY_AFTER_S), 1)
+        raise refused
 
     async def count_prompt(self, request: ChatRequest) -> int:
         """Tokens in the rendered prompt, without queueing behind generations.
@@ -188,9 +219,15 @@ class Runner:
         finally:
             self._withdraw(job)
 
-    async def load(self) -> None:
-        """Load the model if it is not loaded; every caller waits for the same one load."""
-        if self.state in (EngineState.READY, EngineState.FAILED):
+    async def load(self, *, retry: bool = False) -> None:
+        """Load the model if it is not loaded; every caller waits for the same one load.
+
+        A FAILED model is tried again only with `retry` (the admin route, a reload, an
+        on-demand request after the back-off).
+        """
+        if self.state is EngineState.READY:
+            return
+        if self.state is EngineState.FAILED and not retry:
             return
         if self._loading is None:
             self._loading = asyncio.ensure_future(self._load())
@@ -241,6 +278,9 @@ class Runner:
     async def _load(self) -> None:
         self.state = EngineState.LOADING
         self.error = None
+        if self._after is not None:  # the runner this one replaces must let go first
+            await asyncio.gather(self._after, return_exceptions=True)
+            self._after = None
         emit(ModelLoading(model=self.model.id))
         started = time.perf_counter()
         try:
@@ -256,12 +296,16 @@ class Runner:
         except Exception as error:  # any load failure is this model's alone
             self.state = EngineState.FAILED
             self.error = error.message if isinstance(error, GatewayError) else repr(error)
+            self._failures += 1
+            backoff = min(RETRY_FAILED_MAX_S, RETRY_FAILED_S * 2 ** (self._failures - 1))
+            self._retry_at = time.monotonic() + backoff
             emit(ModelFailed(model=self.model.id, error=self.error), level="error")
             self._fail_waiting()
             return
         finally:
             self._loading = None
         self.state = EngineState.READY
+        self._failures = 0
         self.context, self.memory_bytes = info.context, info.memory_bytes
         if self._budget:
             self._budget.hold(self, info.memory_bytes)

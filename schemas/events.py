@@ -132,6 +132,8 @@ class ConfigReloaded(Event, tag="config_reloaded"):
     changed: list[str]
     unchanged: list[str]
     restarted: list[str]
+    drained_first: list[str] = []  # old runner drained before the new one could fit
+    failed: dict[str, str] = {}  # model id -> why it failed to load, and what serves it now
 
 
 class ConfigRejected(Event, tag="config_rejected"):
