@@ -294,6 +294,8 @@ class Runner:
                 left = await self._budget.make_room(self, needed)
             info = await self._loop.run_in_executor(self._executor, self.engine.load, left)
         except Exception as error:  # any load failure is this model's alone
+            if self._budget:
+                self._budget.release(self)  # the reservation, if it got one
             self.state = EngineState.FAILED
             self.error = error.message if isinstance(error, GatewayError) else repr(error)
             self._failures += 1

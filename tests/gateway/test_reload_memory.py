@@ -152,3 +152,36 @@ def test_a_failed_on_demand_model_is_tried_again_by_a_request_after_a_back_off(t
         assert gateway.state("lazy") == "ready"
     finally:
         gateway.stop()
+
+
+def test_concurrent_loads_never_hold_more_than_the_budget(tmp_path):
+    config = """
+    server: {memory_budget: 1GiB}
+    models:
+      - id: left
+        engine: scripted
+        residency: {on_demand: true}
+        script: {reply: "a b c d e", token_delay: 0.2, memory: 600MiB}
+      - id: right
+        engine: scripted
+        residency: {on_demand: true}
+        script: {reply: "a b c d e", token_delay: 0.2, memory: 600MiB}
+    """
+    gateway = Gateway(tmp_path, config)
+    try:
+        answers: dict[str, int] = {}
+        threads = [
+            threading.Thread(target=lambda m=m: answers.update({m: gateway.chat(m).status_code}))
+            for m in ("left", "right")
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+        # Both asked at once: one loads, the other is refused — never both resident.
+        assert sorted(answers.values()) == [200, 503], answers
+        assert len(gateway.events("model_attached")) == 1
+        loaded = httpx.get(f"{gateway.url}/api/ps").json()["models"]
+        assert sum(m["size"] for m in loaded) <= 2**30
+    finally:
+        gateway.stop()
