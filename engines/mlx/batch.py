@@ -52,8 +52,11 @@ class MLXBatch:
             prefill_batch_size=config.concurrency,
         )
         self._eos = set(eos)
-        slots = config.session_slots if config.prefix_reuse else 0
-        self._cache = LRUPromptCache(max_size=slots) if slots else None
+        slots = config.session_slots if engine.parked_bytes else 0
+        # Bounded in bytes too: the budget counts the parked caches at this limit.
+        self._cache = (
+            LRUPromptCache(max_size=slots, max_bytes=engine.parked_bytes) if slots else None
+        )
         self._sequences: dict[int, tuple[Hashable, Sequence]] = {}
 
     @property

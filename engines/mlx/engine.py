@@ -12,6 +12,7 @@ from engines.batch import Batch, SerialBatch
 from engines.errors import BadRequest, ContextOverflow, SourceError
 from engines.mlx.context import size_context
 from engines.mlx.platform import PlatformPath
+from engines.residency import describe
 from engines.sources.resolve import check_source, resolve_source
 from engines.text.output import DEFAULT_TOOL_PARSER, OutputParser, ToolFormat, load_tool_format
 from engines.text.reasoning import template_kwargs, thinking_markers
@@ -47,6 +48,7 @@ class MLXEngine:
         self._model = None
         self._tokenizer = None
         self._context = 0
+        self.parked_bytes = 0  # the byte limit of the parked sessions' KV caches
         self._tool_format: ToolFormat | None = None
 
     def estimate_memory(self) -> int:
@@ -69,6 +71,10 @@ class MLXEngine:
         weights = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
         trained = trained_context(model)
         per_token = kv_bytes_per_token(model, self._platform, self._config.kv_bits)
+        # The KV caches counted against the budget: one window per request decoded
+        # together, and the parked sessions' caches, bounded to `parked` windows in all.
+        parked = self._parked_windows()
+        windows = self._config.concurrency + parked
         self._context = size_context(
             self._config.id,
             self._config.context.max,
@@ -76,8 +82,9 @@ class MLXEngine:
             weights,
             per_token,
             memory_left,
-            self._config.concurrency,
+            windows,
         )
+        self.parked_bytes = per_token * self._context * parked
         self._model, self._tokenizer = model, tokenizer
         self._eos_ids = set(tokenizer.eos_token_ids)
         self._tool_format = self._pick_tool_format(tokenizer)
@@ -85,7 +92,7 @@ class MLXEngine:
         if self._draft_config is not None:
             self._draft = self._load_draft()
         return LoadInfo(
-            memory_bytes=weights + per_token * self._context * self._config.concurrency,
+            memory_bytes=weights + per_token * self._context * windows,
             context=self._context,
             trained_context=trained,
             detail={
@@ -190,14 +197,23 @@ class MLXEngine:
         self._model = self._tokenizer = self._draft = None
         mx.clear_cache()
 
+    def _parked_windows(self) -> int:
+        """Windows of KV cache the parked sessions may hold together: one per slot, at most
+        one per request decoded together (a long conversation fills a whole window)."""
+        config = self._config
+        if not config.prefix_reuse or config.kv_bits or config.draft:
+            return 0
+        return min(config.session_slots, config.concurrency)
+
     def _decoding_detail(self) -> dict[str, str]:
         """How this model decodes, for the `model_attached` line: the YAML, as applied."""
         config = self._config
         serial = config.kv_bits or config.draft
         detail = {
             "decoding": "single stream" if serial else f"continuous batching x{config.concurrency}",
-            "prefix_reuse": f"{config.session_slots} session slots"
-            if config.prefix_reuse and not serial and config.session_slots
+            "prefix_reuse": f"{config.session_slots} session slots, at most "
+            f"{describe(self.parked_bytes)}"
+            if self.parked_bytes
             else "off",
         }
         if config.kv_bits:
