@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import queue
 import time
@@ -116,6 +117,7 @@ class Runner:
         self._closed: str | None = None  # why this runner admits no more requests
         self._idle = asyncio.Event()
         self._idle.set()
+        self._holds = 0  # requests between admission and their end (see `hold`)
         self._failures = 0  # failed loads in a row, for the on-demand back-off
         self._retry_at = 0.0
         self._after: asyncio.Future[None] | None = None  # a load waits for this first
@@ -129,6 +131,25 @@ class Runner:
         return self._running
 
     @property
+    def _busy(self) -> bool:
+        """Something waits, runs, or holds the model: it must not unload."""
+        return bool(self._running or self._waiting or self._holds)
+
+    @contextlib.asynccontextmanager
+    async def hold(self) -> AsyncIterator[None]:
+        """Keep the model loaded while a request is served outside the queue (counting
+        and fitting its prompt before it joins the line): no idle unload, eviction or
+        admin unload comes in between."""
+        self._holds += 1
+        self._touch()
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._holds -= 1
+            self._settle()
+
+    @property
     def evictable(self) -> bool:
         """Loaded, not pinned, and with nothing waiting or running."""
         return (
@@ -136,13 +157,14 @@ class Runner:
             and not self.model.pinned
             and not self._running
             and not self._waiting
+            and not self._holds
         )
 
     def unloads_in(self) -> float | None:
         """Seconds until the idle unload, for an on-demand model; None when it never will."""
         if self.model.pinned:
             return None
-        if self._running or self._waiting or self.state is not EngineState.READY:
+        if self._busy or self.state is not EngineState.READY:
             return seconds(self.model.residency.idle_ttl)
         return max(0.0, self.last_used + seconds(self.model.residency.idle_ttl) - time.monotonic())
 
@@ -198,13 +220,14 @@ class Runner:
         """Tokens in the rendered prompt, without queueing behind generations.
 
         Rendering and tokenizing touch no MLX state, so a worker thread other than the
-        model's may do it while the model generates.
+        model's may do it while the model generates. The model is held meanwhile.
         """
-        if self.state is not EngineState.READY:
-            await self.load()
-        if self.state is not EngineState.READY:
-            raise ModelUnavailable(f"model {self.model.id!r} is not available: {self.error}")
-        return await asyncio.to_thread(self.engine.count_prompt, request)
+        async with self.hold():
+            if self.state is not EngineState.READY:
+                await self.load()
+            if self.state is not EngineState.READY:
+                raise ModelUnavailable(f"model {self.model.id!r} is not available: {self.error}")
+            return await asyncio.to_thread(self.engine.count_prompt, request)
 
     async def results(self, job: Job) -> AsyncIterator[Output]:
         """The job's outputs as they come; leaving early (client gone) cancels the job."""
@@ -241,7 +264,7 @@ class Runner:
 
     async def unload(self, reason: str) -> bool:
         """Unload now if nothing waits or runs; False when busy (or not loaded)."""
-        if self.state is not EngineState.READY or self._running or self._waiting:
+        if self.state is not EngineState.READY or self._busy:
             return False
         self.state = EngineState.UNLOADED
         await self._loop.run_in_executor(self._executor, self._drop_weights)
@@ -496,7 +519,7 @@ class Runner:
 
     def _settle(self) -> None:
         """Keep `_idle` true exactly when nothing waits or runs, and arm the idle unload."""
-        if self._running or self._waiting:
+        if self._busy:
             self._idle.clear()
             return
         self._idle.set()

@@ -5,14 +5,17 @@ from __future__ import annotations
 import asyncio
 import time
 
+import msgspec
 import pytest
 
+from engines.base import EngineState
 from engines.errors import EngineFailed, ModelUnavailable, QueueFull, QueueTimeout
 from engines.log import LISTENERS
+from engines.policy.answer import answer
 from engines.runner import Runner
 from engines.scripted import ScriptedEngine
 from schemas.canonical import ChatRequest, Finished, Message, TextDelta
-from schemas.config import ModelConfig, QueueConfig, ScriptConfig
+from schemas.config import ContextConfig, ModelConfig, OnDemand, QueueConfig, ScriptConfig
 from schemas.events import BatchFailed
 
 
@@ -202,3 +205,41 @@ async def test_a_failed_batch_step_fails_every_request_in_it_and_the_runner_goes
     after = await drain(runner, runner.submit(ask("next")))  # a fresh batch serves the next
     assert isinstance(after[-1], Finished) and after[-1].stop_reason == "stop"
     await asyncio.wait_for(runner.stop("test"), 5)
+
+
+class UnloadingEngine(ScriptedEngine):
+    """A scripted engine that, like a real one, cannot count once unloaded (slowly)."""
+
+    def __init__(self) -> None:
+        super().__init__(ScriptConfig(reply="fits"))
+        self.loaded = False
+
+    def load(self, memory_left=None):
+        self.loaded = True
+        return super().load(memory_left)
+
+    def unload(self) -> None:
+        self.loaded = False
+
+    def count_prompt(self, request):
+        time.sleep(0.3)  # meanwhile the idle timer runs out
+        if not self.loaded:
+            raise RuntimeError("the tokenizer is gone: unloaded while counting")
+        return super().count_prompt(request)
+
+
+async def test_an_admitted_request_holds_its_model_against_the_idle_unload():
+    model = ModelConfig(
+        id="m",
+        engine="scripted",
+        residency=OnDemand(idle_ttl="100ms"),
+        context=ContextConfig(max=4096, overflow="truncate"),
+    )
+    runner = Runner(model, UnloadingEngine())
+    await runner.start()
+    request = msgspec.structs.replace(ask("hello"), overflow="truncate")
+    outputs = [o async for o in answer(runner, request)]
+    assert isinstance(outputs[-1], Finished)
+    await asyncio.sleep(0.3)  # and once it ended, the idle unload comes
+    assert runner.state is EngineState.UNLOADED
+    await runner.stop("test")
