@@ -32,6 +32,7 @@ from engines.job import Job, Pace
 from engines.log import emit
 from engines.residency import MemoryBudget
 from engines.sources.hub_client import FileProgress
+from engines.tasks import Tasks
 from schemas.canonical import (
     ChatRequest,
     Embedded,
@@ -117,6 +118,7 @@ class Runner:
         self._closed: str | None = None  # why this runner admits no more requests
         self._idle = asyncio.Event()
         self._idle.set()
+        self._tasks = Tasks()  # background loads and unloads, kept and watched
         self._holds = 0  # requests between admission and their end (see `hold`)
         self._failures = 0  # failed loads in a row, for the on-demand back-off
         self._retry_at = 0.0
@@ -202,7 +204,7 @@ class Runner:
         emit(RequestQueued(model=self.model.id, position=len(self._waiting)))
         job._expiry = self._loop.call_later(seconds(self.model.queue.max_wait), self._expire, job)
         if self.state in (EngineState.UNLOADED, EngineState.FAILED):
-            asyncio.ensure_future(self.load(retry=True))
+            self._tasks.spawn(self.load(retry=True), f"load {self.model.id}")
         self._pump()
         return job
 
@@ -527,7 +529,8 @@ class Runner:
         residency = self.model.residency
         if not self.model.pinned and not self._closed and self.state is EngineState.READY:
             self._idle_timer = self._loop.call_later(
-                seconds(residency.idle_ttl), lambda: asyncio.ensure_future(self._idle_out())
+                seconds(residency.idle_ttl),
+                lambda: self._tasks.spawn(self._idle_out(), f"idle unload {self.model.id}"),
             )
 
     def _touch(self) -> None:

@@ -22,6 +22,7 @@ from engines.residency import MemoryBudget
 from engines.runner import Runner
 from engines.sources.hub import NotCached
 from engines.sources.resolve import check_source
+from engines.tasks import Tasks
 from gateway.config import load_config
 from gateway.registry import Generation, Registry
 from schemas.config import GatewayConfig, ModelConfig
@@ -102,7 +103,7 @@ class Reloader:
         self._platform = platform
         self._budget = budget
         self._lock = asyncio.Lock()
-        self._draining: set[asyncio.Task[None]] = set()
+        self._draining = Tasks()  # old runners draining, loads begun by a reload
         self.applied_hash = file_hash(path)
 
     async def reload(self, trigger: str) -> ReloadDiff:
@@ -192,7 +193,9 @@ class Reloader:
             await runner.load(retry=True)
         for runner, model in retune:
             if model.pinned and runner.state is EngineState.UNLOADED:
-                self._drain(runner.load())  # e.g. residency turned from on-demand to pinned
+                self._drain(
+                    runner.load(), f"load {runner.model.id}"
+                )  # e.g. residency turned from on-demand to pinned
         for model_id in drained_first:
             if declared[model_id].pinned:
                 await runners[model_id].load()
@@ -253,10 +256,8 @@ class Reloader:
         self._drain(failed_runner.stop("failed"))
         return "; the previous settings were loaded again and serve it"
 
-    def _drain(self, work) -> None:
-        task = asyncio.ensure_future(work)
-        self._draining.add(task)
-        task.add_done_callback(self._draining.discard)
+    def _drain(self, work, name: str = "reload: drain") -> None:
+        self._draining.spawn(work, name)
 
     async def watch(self) -> None:
         """Reload when the file's content changes and holds still; never on a missing file."""

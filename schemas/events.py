@@ -117,6 +117,14 @@ class BatchFailed(Event, tag="batch_failed"):
     traceback: str
 
 
+class TaskFailed(Event, tag="task_failed"):
+    """Background work (a load, an idle unload, a drain) that raised: a bug, said loudly."""
+
+    task: str
+    error: str
+    traceback: str
+
+
 class ServerStarted(Event, tag="server_started"):
     host: str
     port: int

@@ -16,7 +16,7 @@ from engines.runner import Runner
 from engines.scripted import ScriptedEngine
 from schemas.canonical import ChatRequest, Finished, Message, TextDelta
 from schemas.config import ContextConfig, ModelConfig, OnDemand, QueueConfig, ScriptConfig
-from schemas.events import BatchFailed
+from schemas.events import BatchFailed, TaskFailed
 
 
 class RecordingEngine(ScriptedEngine):
@@ -243,3 +243,19 @@ async def test_an_admitted_request_holds_its_model_against_the_idle_unload():
     await asyncio.sleep(0.3)  # and once it ended, the idle unload comes
     assert runner.state is EngineState.UNLOADED
     await runner.stop("test")
+
+
+class BrokenUnloadEngine(ScriptedEngine):
+    def unload(self) -> None:
+        raise RuntimeError("unload broke")
+
+
+async def test_a_failing_background_task_is_logged_with_its_traceback(events):
+    model = ModelConfig(id="m", engine="scripted", residency=OnDemand(idle_ttl="50ms"))
+    runner = Runner(model, BrokenUnloadEngine(ScriptConfig()))
+    await runner.start()
+    await drain(runner, runner.submit(ask("x")))  # loads on demand (a background task)
+    await asyncio.sleep(0.3)  # the idle unload runs, in the background, and fails
+    failed = [e for e in events if isinstance(e, TaskFailed)]
+    assert [e.task for e in failed] == ["idle unload m"]
+    assert "unload broke" in failed[0].error and "Traceback" in failed[0].traceback
