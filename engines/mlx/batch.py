@@ -64,11 +64,7 @@ class MLXBatch:
         return len(self._sequences)
 
     def add(self, key: Hashable, request: ChatRequest, cancelled: Callable[[], bool]) -> None:
-        import mlx.core as mx
-
-        job = self._engine.prepare(request)
-        if job.seed is not None:
-            mx.random.seed(job.seed)  # one RNG for the batch: exact when served alone
+        job = self._engine.prepare(request)  # a seeded request's sampler has its own key
         cache, rest = self._nearest_cache(job.prompt)
         reused = len(job.prompt) - len(rest)
         (uid,) = self._generator.insert(

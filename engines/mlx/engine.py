@@ -12,6 +12,7 @@ from engines.batch import Batch, SerialBatch
 from engines.errors import BadRequest, ContextOverflow, SourceError
 from engines.mlx.context import size_context
 from engines.mlx.platform import PlatformPath
+from engines.mlx.sampling import make_request_sampler
 from engines.residency import describe
 from engines.sources.resolve import check_source, resolve_source
 from engines.text.output import DEFAULT_TOOL_PARSER, OutputParser, ToolFormat, load_tool_format
@@ -108,17 +109,12 @@ class MLXEngine:
 
     def prepare(self, request: ChatRequest) -> Prepared:
         """Everything one generation needs: prompt tokens, budget, sampler, output parser."""
-        from mlx_lm.sample_utils import make_sampler
-
         prompt = self._encode(request)
         if len(prompt) >= self._context:
             raise ContextOverflow(self._config.id, len(prompt), self._context)
         sampling = request.sampling
-        sampler = make_sampler(
-            temp=sampling.temperature,
-            top_p=sampling.top_p,
-            min_p=sampling.min_p,
-            top_k=sampling.top_k,
+        sampler = make_request_sampler(
+            sampling.temperature, sampling.top_p, sampling.min_p, sampling.top_k, sampling.seed
         )
         tail = self._tokenizer.decode(prompt[-8:])  # has the template opened a think block?
         parser = OutputParser.for_request(request, self._tool_format, self._think, tail)
@@ -143,8 +139,6 @@ class MLXEngine:
         from mlx_lm import stream_generate
 
         job = self.prepare(request)
-        if job.seed is not None:
-            mx.random.seed(job.seed)
         extra = {}
         if self._config.kv_bits:
             extra |= {"kv_bits": self._config.kv_bits, "quantized_kv_start": 0}
