@@ -20,6 +20,7 @@ from engines.embed.bert import (
     BertArgs,
     Pooling,
     build_encoder,
+    check_activation,
     load_weights,
     read_json,
     read_pooling,
@@ -70,6 +71,7 @@ class EmbeddingEngine:
             args = msgspec.convert(config, BertArgs)
         except msgspec.ValidationError as e:
             raise SourceError(model_id, str(path / "config.json"), str(e)) from None
+        check_activation(model_id, path / "config.json", args)
         pooling = read_pooling(model_id, path, args)
         wanted = self._config.context.max
         window = pooling.max_length if wanted == "auto" else wanted
