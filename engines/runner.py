@@ -28,7 +28,7 @@ from engines.errors import (
     QueueFull,
     QueueTimeout,
 )
-from engines.job import Job, Pace
+from engines.job import Job, Pace, own
 from engines.log import emit
 from engines.residency import MemoryBudget
 from engines.sources.hub_client import FileProgress
@@ -199,6 +199,7 @@ class Runner:
                 retry_after=DEFAULT_RETRY_AFTER_S,
             )
         job = Job(request)
+        own(functools.partial(self._withdraw, job))  # it ends with its caller's scope
         self._waiting.append(job)
         self._touch()
         emit(RequestQueued(model=self.model.id, position=len(self._waiting)))

@@ -10,6 +10,7 @@ import pytest
 
 from engines.base import EngineState
 from engines.errors import EngineFailed, ModelUnavailable, QueueFull, QueueTimeout
+from engines.job import job_scope
 from engines.log import LISTENERS
 from engines.policy.answer import answer
 from engines.runner import Runner
@@ -259,3 +260,16 @@ async def test_a_failing_background_task_is_logged_with_its_traceback(events):
     failed = [e for e in events if isinstance(e, TaskFailed)]
     assert [e.task for e in failed] == ["idle unload m"]
     assert "unload broke" in failed[0].error and "Traceback" in failed[0].traceback
+
+
+async def test_a_job_ends_with_its_scope_even_when_nobody_ever_reads_its_results():
+    runner, engine = make_runner(reply=" ".join(["w"] * 100), delay=0.02)
+    await runner.start()
+    with job_scope():  # as an HTTP request whose body generator never started
+        runner.submit(ask("orphan"))
+        queued = runner.submit(ask("queued"))
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)
+    assert engine.ended == [("orphan", "cancelled")]
+    assert queued.is_cancelled() and runner.running == 0 and runner.queue_depth == 0
+    await runner.stop("test")
