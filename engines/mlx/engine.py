@@ -61,11 +61,10 @@ class MLXEngine:
 
     def load(self, memory_left: int | None = None) -> LoadInfo:
         import mlx.core as mx
-        import mlx_lm
         from mlx.utils import tree_flatten
 
         path = resolve_source(self._config.id, self._config.source, base_dir=self._base_dir)
-        model, tokenizer = mlx_lm.load(str(path))
+        model, tokenizer = load_model_dir(self._config.id, self._config.source, path)
         if self._platform.weights == "float32":
             expand_quantized(model)
         mx.eval(model.parameters())
@@ -221,11 +220,10 @@ class MLXEngine:
     def _load_draft(self):
         """The draft model speculation proposes tokens with; it must share the tokenizer."""
         import mlx.core as mx
-        import mlx_lm
 
         draft = self._draft_config
         path = resolve_source(draft.id, draft.source, base_dir=self._base_dir)
-        model, tokenizer = mlx_lm.load(str(path))
+        model, tokenizer = load_model_dir(draft.id, draft.source, path)
         if tokenizer.vocab_size != self._tokenizer.vocab_size:
             raise SourceError(
                 self._config.id, str(path), f"draft model {draft.id!r} has another vocabulary"
@@ -257,6 +255,18 @@ class MLXEngine:
         )
         # The template already wrote any BOS it wants; encoding must not add a second.
         return self._tokenizer.encode(text, add_special_tokens=False)
+
+
+def load_model_dir(model_id: str, source: str, path: Path):
+    """`mlx_lm.load` on the resolved directory; a failure names the source and the path it
+    was resolved to (a converted GGUF's cache entry), never a bare `FileNotFoundError`."""
+    import mlx_lm
+
+    try:
+        return mlx_lm.load(str(path))
+    except Exception as error:
+        where = source if str(path) == source else f"{source} (loaded from {path})"
+        raise SourceError(model_id, where, f"{type(error).__name__}: {error}") from None
 
 
 def kv_bytes_per_token(model, platform: PlatformPath, kv_bits: int | None) -> int:
