@@ -418,6 +418,7 @@ class Runner:
             while not self._inbox.empty():
                 self._admit(batch, self._inbox.get_nowait())
             if not batch.active:
+                self._trim()
                 return
             stepping = batch.active
             try:
@@ -428,6 +429,13 @@ class Runner:
                 self._fail_batch(error)
                 return
             pace.wait(stepping)
+
+    def _trim(self) -> None:
+        """The batch ran dry: let the engine give back what the burst left cached (MLX
+        keeps freed buffers of every shape it met for reuse, growing after each burst)."""
+        trim = getattr(self.engine, "trim", None)  # optional: engines without a cache lack it
+        if trim is not None:
+            trim()
 
     def _fail_batch(self, error: Exception) -> None:
         """End every request of a broken batch with `EngineFailed`, and log it once."""

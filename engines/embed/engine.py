@@ -137,6 +137,13 @@ class EmbeddingEngine:
             "send it embedding requests"
         )
 
+    def trim(self) -> None:
+        """Free MLX's cache of buffers (batches of every shape fill it); the runner calls
+        this when it goes idle, so memory after a burst returns to what the model holds."""
+        import mlx.core as mx
+
+        mx.clear_cache()
+
     def unload(self) -> None:
         import mlx.core as mx
 

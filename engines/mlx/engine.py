@@ -184,6 +184,12 @@ class MLXEngine:
     def embed(self, request: EmbedRequest) -> Embedded:
         raise BadRequest(f"model {self._config.id!r} is a chat model; it does not embed")
 
+    def trim(self) -> None:
+        """Free MLX's cache of buffers once the runner is idle (see `EmbeddingEngine.trim`)."""
+        import mlx.core as mx
+
+        mx.clear_cache()
+
     def unload(self) -> None:
         import mlx.core as mx
 

