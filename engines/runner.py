@@ -7,7 +7,6 @@ import contextlib
 import functools
 import queue
 import time
-import traceback
 from collections import deque
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
@@ -22,15 +21,15 @@ from engines.download import (
     report_downloaded,
 )
 from engines.errors import (
-    EngineFailed,
     GatewayError,
     ModelUnavailable,
     QueueFull,
     QueueTimeout,
 )
-from engines.job import Job, Pace, own
+from engines.job import Job, own
 from engines.log import emit
 from engines.residency import MemoryBudget
+from engines.serving import ModelThread
 from engines.sources.hub_client import FileProgress
 from engines.tasks import Tasks
 from schemas.canonical import (
@@ -39,15 +38,10 @@ from schemas.canonical import (
     EmbedRequest,
     Finished,
     Output,
-    ReasoningDelta,
-    TextDelta,
-    ToolCallOutput,
 )
 from schemas.config import ModelConfig, seconds
 from schemas.events import (
-    BatchFailed,
     ContextBeyondTraining,
-    Generated,
     ModelAttached,
     ModelDetached,
     ModelFailed,
@@ -64,7 +58,7 @@ RETRY_FAILED_S = 1.0
 RETRY_FAILED_MAX_S = 60.0
 
 
-class Runner:
+class Runner(ModelThread):
     """Admits a model's requests in arrival order and runs them on the model's own thread.
 
     Admission order:
@@ -397,97 +391,6 @@ class Runner:
             future = self._loop.run_in_executor(self._executor, self._serve)
             future.add_done_callback(self._served)
 
-    def _serve(self) -> None:
-        """On the runner's thread: step the batch until no admitted request is left.
-
-        When the batch breaks (a step raises), every request in it ends with one clean
-        `EngineFailed`, the failure is logged once with its traceback, and the next admitted
-        requests get a fresh batch: the runner stays usable.
-        """
-        try:
-            if self._batch is None:
-                self._batch = self.engine.open_batch()
-        except Exception as error:  # no batch at all: what waits in the inbox cannot run
-            while not self._inbox.empty():
-                self._in_batch.add(self._inbox.get_nowait())
-            self._fail_batch(error)
-            return
-        batch = self._batch
-        pace = Pace(self.model.rate.max_tokens_per_sec)
-        while True:
-            while not self._inbox.empty():
-                self._admit(batch, self._inbox.get_nowait())
-            if not batch.active:
-                self._trim()
-                return
-            stepping = batch.active
-            try:
-                steps = batch.step()
-                for job, output in steps:
-                    self._deliver(job, output)
-            except Exception as error:  # the batch broke: every request in it ends
-                self._fail_batch(error)
-                return
-            pace.wait(stepping)
-
-    def _trim(self) -> None:
-        """The batch ran dry: let the engine give back what the burst left cached (MLX
-        keeps freed buffers of every shape it met for reuse, growing after each burst)."""
-        trim = getattr(self.engine, "trim", None)  # optional: engines without a cache lack it
-        if trim is not None:
-            trim()
-
-    def _fail_batch(self, error: Exception) -> None:
-        """End every request of a broken batch with `EngineFailed`, and log it once."""
-        self._batch = None
-        jobs = list(self._in_batch)  # `_deliver` removes from the set: iterate over a copy
-        self._post(
-            emit,
-            BatchFailed(
-                model=self.model.id,
-                requests=len(jobs),
-                error=f"{type(error).__name__}: {error}",
-                traceback="".join(traceback.format_exception(error)),
-            ),
-            level="error",
-        )
-        failed = EngineFailed(self.model.id, error)
-        for job in jobs:
-            self._deliver(job, failed)
-
-    def _post(self, call, *args, **kwargs) -> None:
-        """Run `call` on the event loop (from the model's thread)."""
-        self._loop.call_soon_threadsafe(functools.partial(call, *args, **kwargs))
-
-    def _admit(self, batch: Batch, job: Job) -> None:
-        if isinstance(job.request, EmbedRequest):
-            try:
-                self._deliver(job, self.engine.embed(job.request))
-            except Exception as error:
-                self._deliver(job, error)
-            return
-        try:
-            batch.add(job, job.request, job.is_cancelled)
-            self._in_batch.add(job)
-        except Exception as error:  # e.g. a prompt past the window: this request's alone
-            self._deliver(job, error)
-
-    def _deliver(self, job: Job, output: Output | Exception) -> None:
-        """Post one output to its job's channel; the last one also frees the job's slot."""
-        post = self._loop.call_soon_threadsafe
-        if (
-            isinstance(output, TextDelta | ReasoningDelta | ToolCallOutput)
-            and not job.first_token_at
-        ):
-            job.first_token_at = time.perf_counter()
-        if isinstance(output, Finished | Embedded):
-            # Reported even when nobody reads on (client gone): ops see what it cost.
-            post(self._report, job, output, context=job.context)
-        post(job.outputs.put_nowait, output)
-        if isinstance(output, Finished | Embedded | Exception):
-            self._in_batch.discard(job)
-            post(self._finished_one)
-
     def _served(self, future: asyncio.Future[None]) -> None:
         self._serving = False
         error = future.exception()
@@ -551,32 +454,3 @@ class Runner:
     async def _idle_out(self) -> None:
         self._idle_timer = None
         await self.unload("idle")
-
-    def _report(self, job: Job, done: Finished | Embedded) -> None:
-        if isinstance(done, Embedded):
-            done = Finished(
-                stop_reason="stop",
-                prompt_tokens=done.prompt_tokens,
-                new_tokens=0,
-                prefill_s=done.seconds,
-                decode_s=0.0,
-            )
-            reason = "embedded"
-        else:
-            reason = done.stop_reason
-        first = job.first_token_at
-        emit(
-            Generated(
-                model=self.model.id,
-                prompt_tokens=done.prompt_tokens,
-                new_tokens=done.new_tokens,
-                prefill_s=round(done.prefill_s, 4),
-                decode_s=round(done.decode_s, 4),
-                queue_wait_s=round(job.started_at - job.enqueued_at, 4),
-                ttft_s=None if first is None else round(first - job.enqueued_at, 4),
-                stop_reason=reason,
-                reused_prefix_tokens=done.reused_prefix_tokens,
-                session_evicted=done.session_evicted,
-                truncated_messages=getattr(job.request, "truncated_messages", 0),
-            )
-        )

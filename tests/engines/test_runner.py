@@ -190,7 +190,9 @@ def events():
 
 async def test_a_failed_batch_step_fails_every_request_in_it_and_the_runner_goes_on(events):
     model = ModelConfig(id="m", engine="scripted", concurrency=3)
-    engine = RecordingEngine(ScriptConfig(reply="a b c d e f", token_delay=0.01, fail_step=3))
+    engine = RecordingEngine(
+        ScriptConfig(reply="a b c d e f g h i j", token_delay=0.05, fail_step=5)
+    )
     runner = Runner(model, engine)
     await runner.start()
     jobs = [runner.submit(ask(f"r{i}")) for i in range(3)]

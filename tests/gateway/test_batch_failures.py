@@ -13,7 +13,7 @@ models:
     engine: scripted
     concurrency: 2
     # Step 6 of the batch raises: both streams already have their first words out.
-    script: {reply: "one two three four five six", token_delay: 0.05, fail_step: 6}
+    script: {reply: "one two three four five six", token_delay: 0.2, fail_step: 6}
 """
 
 HELLO = [{"role": "user", "content": "hi"}]
