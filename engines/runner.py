@@ -135,15 +135,25 @@ class Runner(ModelThread):
     async def hold(self) -> AsyncIterator[None]:
         """Keep the model loaded while a request is served outside the queue (counting
         and fitting its prompt before it joins the line): no idle unload, eviction or
-        admin unload comes in between."""
+        admin unload comes in between. The hold also ends with the caller's job scope (its
+        HTTP request), should the block never be left (a generator nobody closes)."""
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self._holds -= 1
+                self._settle()
+
         self._holds += 1
         self._touch()
         self._idle.clear()
+        own(release)
         try:
             yield
         finally:
-            self._holds -= 1
-            self._settle()
+            release()
 
     @property
     def evictable(self) -> bool:

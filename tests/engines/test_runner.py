@@ -275,3 +275,13 @@ async def test_a_job_ends_with_its_scope_even_when_nobody_ever_reads_its_results
     assert engine.ended == [("orphan", "cancelled")]
     assert queued.is_cancelled() and runner.running == 0 and runner.queue_depth == 0
     await runner.stop("test")
+
+
+async def test_a_hold_ends_with_its_scope_even_when_its_block_is_never_left():
+    runner, _ = make_runner()
+    await runner.start()
+    with job_scope():  # a request whose answer generator is never closed (still referenced)
+        holder = runner.hold()
+        await holder.__aenter__()
+    await asyncio.wait_for(runner.stop("test"), 2)  # stop waits for nothing left
+    assert holder is not None
