@@ -17,6 +17,7 @@ and renders it in each protocol's envelope, in one place.
     ├── QueueFull               the model's queue is at `queue.max_depth`
     │   └── QueueTimeout        waited past `queue.max_wait`
     ├── ModelUnavailable        failed to load, or detaching
+    ├── EngineFailed            the engine raised while generating (a batch step)
     ├── ToolCallRefused         the model's tool call failed its guardrails
     ├── DownloadFailed          a Hub download asked for now (a pull) failed
     ├── ClientGone              the client left before its answer
@@ -117,6 +118,17 @@ class QueueTimeout(QueueFull):
 
 class ModelUnavailable(GatewayError):
     """The model failed to load, or is detaching."""
+
+
+class EngineFailed(GatewayError):
+    """The engine raised while generating: a fault of the gateway or the model, not the
+    request. The message names the exception's type only; its traceback goes to the log."""
+
+    def __init__(self, model_id: str, error: BaseException) -> None:
+        super().__init__(
+            f"model {model_id!r} failed while generating ({type(error).__name__}); "
+            "the request was stopped, and the model serves the next ones"
+        )
 
 
 class ToolCallRefused(GatewayError):

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import threading
 import time
+from collections.abc import Callable, Iterator
 
 from schemas.canonical import ChatRequest, EmbedRequest, Output
 
@@ -29,6 +31,38 @@ class Job:
 
     def is_cancelled(self) -> bool:
         return self._cancelled.is_set()
+
+
+# The withdrawals of the jobs submitted in the current scope (an HTTP request), or None
+# outside any scope. The list is shared by every task the scope's code starts.
+_SCOPE: contextvars.ContextVar[list[Callable[[], None]] | None] = contextvars.ContextVar(
+    "job_scope", default=None
+)
+
+
+@contextlib.contextmanager
+def job_scope() -> Iterator[None]:
+    """Jobs submitted inside end with the scope: whatever still waits or runs when it
+    exits is withdrawn (a queued job leaves the line, a running one stops within a token).
+
+    The HTTP layer wraps each request in one, so a job lives as long as its request, not
+    as long as a result generator that the framework may never start or never close.
+    """
+    owned: list[Callable[[], None]] = []
+    token = _SCOPE.set(owned)
+    try:
+        yield
+    finally:
+        _SCOPE.reset(token)
+        for withdraw in owned:
+            withdraw()
+
+
+def own(withdraw: Callable[[], None]) -> None:
+    """Register a job's withdrawal with the current scope, if there is one."""
+    owned = _SCOPE.get()
+    if owned is not None:
+        owned.append(withdraw)
 
 
 class Pace:

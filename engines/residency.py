@@ -1,7 +1,8 @@
 """The memory budget: weights plus KV cache of every resident model, against one limit.
 
 Before a model loads, the budget makes room by unloading the least recently used idle
-model that is not pinned; when nothing more can be freed the load is refused with the
+model that is not pinned, and reserves the model's estimate at once, so that loads running
+together never overcommit it; when nothing more can be freed the load is refused with the
 numbers, and the request that asked for it gets a 503 saying why.
 """
 
@@ -62,12 +63,21 @@ class MemoryBudget:
     def release(self, runner: Runner) -> None:
         self._held.pop(runner, None)
 
+    def could_fit(self, needed: int, *, beside: Runner) -> bool:
+        """Whether `needed` bytes fit while `beside` stays resident (idle unpinned models may
+        be unloaded to make room, as a load would)."""
+        freeable = sum(s for r, s in self._held.items() if r is not beside and r.evictable)
+        return self.total - self.used + freeable >= needed
+
     async def make_room(self, runner: Runner, needed: int) -> int:
-        """Unload idle unpinned models, least recently used first, until `needed` fits.
+        """Unload idle unpinned models, least recently used first, until `needed` fits,
+        and reserve `needed` for `runner` (its load replaces it with what it really holds
+        through `hold`, or frees it through `release`).
 
         Returns the bytes then left for `runner`; raises `ModelUnavailable` (503) naming
         the numbers when even unloading every candidate cannot make `needed` fit.
         """
+        self.release(runner)
         while self.total - self.used < needed:
             candidates = [r for r in self._held if r is not runner and r.evictable]
             if not candidates:
@@ -79,4 +89,6 @@ class MemoryBudget:
                 )
             victim = min(candidates, key=lambda r: r.last_used)
             await victim.unload("evicted")
-        return self.total - self.used
+        left = self.total - self.used
+        self._held[runner] = needed  # no await since the check: nobody else took it
+        return left

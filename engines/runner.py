@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
+import functools
 import math
 import queue
 import time
@@ -19,25 +22,28 @@ from engines.download import (
     downloading_event,
     report_downloaded,
 )
-from engines.errors import GatewayError, ModelUnavailable, QueueFull, QueueTimeout
-from engines.job import Job, Pace
+from engines.errors import (
+    GatewayError,
+    ModelUnavailable,
+    QueueFull,
+    QueueTimeout,
+)
+from engines.job import Job, own
 from engines.log import emit
 from engines.residency import MemoryBudget
+from engines.serving import ModelThread
 from engines.sources.hub_client import FileProgress
+from engines.tasks import Tasks
 from schemas.canonical import (
     ChatRequest,
     Embedded,
     EmbedRequest,
     Finished,
     Output,
-    ReasoningDelta,
-    TextDelta,
-    ToolCallOutput,
 )
 from schemas.config import ModelConfig, seconds
 from schemas.events import (
     ContextBeyondTraining,
-    Generated,
     ModelAttached,
     ModelDetached,
     ModelFailed,
@@ -47,9 +53,14 @@ from schemas.events import (
 
 # How long a refused client is told to wait before retrying, when nothing better is known.
 DEFAULT_RETRY_AFTER_S = 1.0
+# A failed on-demand model is tried again by the first request after this back-off, which
+# doubles with each failure in a row up to the cap (a model that cannot load is not
+# hammered by every request, and one whose cause went away comes back by itself).
+RETRY_FAILED_S = 1.0
+RETRY_FAILED_MAX_S = 60.0
 
 
-class Runner:
+class Runner(ModelThread):
     """Admits a model's requests in arrival order and runs them on the model's own thread.
 
     Admission order:
@@ -66,6 +77,9 @@ class Runner:
     requests share the one load) and unloads after `idle_ttl` without requests. Loading
     first downloads what `fetch` says is missing (an `hf:` source), then makes room in the
     shared memory budget.
+
+    A model that failed to load (FAILED) is loaded again by `load(retry=True)` (the admin
+    route, a reload), and an on-demand one also by the first request after a back-off.
     """
 
     def __init__(
@@ -95,11 +109,17 @@ class Runner:
         self._serving = False
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"runner-{model.id}")
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._context = contextvars.copy_context()  # replaced by `bind`'s
         self._loading: asyncio.Future[None] | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
         self._closed: str | None = None  # why this runner admits no more requests
         self._idle = asyncio.Event()
         self._idle.set()
+        self._tasks = Tasks()  # background loads and unloads, kept and watched
+        self._holds = 0  # requests between admission and their end (see `hold`)
+        self._failures = 0  # failed loads in a row, for the on-demand back-off
+        self._retry_at = 0.0
+        self._after: asyncio.Future[None] | None = None  # a load waits for this first
         # Ollama's `keep_alive`: the idle seconds the latest Ollama request asked for (inf:
         # stay), in place of `residency.idle_ttl`; None follows the config. Pinned: unused.
         self.keep_alive: float | None = None
@@ -121,6 +141,35 @@ class Runner:
         return self._running
 
     @property
+    def _busy(self) -> bool:
+        """Something waits, runs, or holds the model: it must not unload."""
+        return bool(self._running or self._waiting or self._holds)
+
+    @contextlib.asynccontextmanager
+    async def hold(self) -> AsyncIterator[None]:
+        """Keep the model loaded while a request is served outside the queue (counting
+        and fitting its prompt before it joins the line): no idle unload, eviction or
+        admin unload comes in between. The hold also ends with the caller's job scope (its
+        HTTP request), should the block never be left (a generator nobody closes)."""
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self._holds -= 1
+                self._settle()
+
+        self._holds += 1
+        self._touch()
+        self._idle.clear()
+        own(release)
+        try:
+            yield
+        finally:
+            release()
+
+    @property
     def evictable(self) -> bool:
         """Loaded, not pinned, and with nothing waiting or running."""
         return (
@@ -128,6 +177,7 @@ class Runner:
             and not self.model.pinned
             and not self._running
             and not self._waiting
+            and not self._holds
         )
 
     def unloads_in(self) -> float | None:
@@ -135,22 +185,36 @@ class Runner:
         ttl = self.idle_ttl()
         if self.model.pinned or math.isinf(ttl):
             return None
-        if self._running or self._waiting or self.state is not EngineState.READY:
+        if self._busy or self.state is not EngineState.READY:
             return ttl
         return max(0.0, self.last_used + ttl - time.monotonic())
 
     async def start(self) -> None:
         """Bind to the running loop; pinned models load now, on-demand ones at first use."""
-        self._loop = asyncio.get_running_loop()
+        self.bind()
         if self.model.pinned:
             await self.load()
+
+    def bind(self, *, after: asyncio.Future[None] | None = None) -> None:
+        """Bind to the running loop without loading; any load first waits for `after`.
+
+        A reload uses `after` for a changed model that cannot fit beside its old runner:
+        the new runner takes requests at once (they wait in its queue) and loads once the
+        old one has drained and let go of its memory.
+        """
+        self._loop = asyncio.get_running_loop()
+        # The context of whoever started the runner (the app's lifespan: its event listeners,
+        # engines/log.py). Work the model's thread posts back, and timers, run in it, so
+        # their events reach the same listeners as a request's.
+        self._context = contextvars.copy_context()
+        self._after = after
 
     def submit(self, request: ChatRequest | EmbedRequest) -> Job:
         """Put a request at the back of the line, or refuse it at once."""
         if self._closed:
             raise ModelUnavailable(f"model {self.model.id!r} was {self._closed}; retry")
         if self.state is EngineState.FAILED:
-            raise ModelUnavailable(f"model {self.model.id!r} failed to load: {self.error}")
+            self._refuse_failed()
         if len(self._waiting) >= self.model.queue.max_depth:
             raise QueueFull(
                 f"model {self.model.id!r} has {len(self._waiting)} requests queued "
@@ -158,26 +222,38 @@ class Runner:
                 retry_after=DEFAULT_RETRY_AFTER_S,
             )
         job = Job(request)
+        own(functools.partial(self._withdraw, job))  # it ends with its caller's scope
         self._waiting.append(job)
         self._touch()
         emit(RequestQueued(model=self.model.id, position=len(self._waiting)))
         job._expiry = self._loop.call_later(seconds(self.model.queue.max_wait), self._expire, job)
-        if self.state is EngineState.UNLOADED:
-            asyncio.ensure_future(self.load())
+        if self.state in (EngineState.UNLOADED, EngineState.FAILED):
+            self._tasks.spawn(self.load(retry=True), f"load {self.model.id}")
         self._pump()
         return job
+
+    def _refuse_failed(self) -> None:
+        """A FAILED model refuses, unless it is on demand and its back-off has passed."""
+        wait = self._retry_at - time.monotonic()
+        if not self.model.pinned and wait <= 0:
+            return  # the caller queues the request and the load is tried again
+        refused = ModelUnavailable(f"model {self.model.id!r} failed to load: {self.error}")
+        if not self.model.pinned:
+            refused.retry_after = round(max(wait, DEFAULT_RETRY_AFTER_S), 1)
+        raise refused
 
     async def count_prompt(self, request: ChatRequest) -> int:
         """Tokens in the rendered prompt, without queueing behind generations.
 
         Rendering and tokenizing touch no MLX state, so a worker thread other than the
-        model's may do it while the model generates.
+        model's may do it while the model generates. The model is held meanwhile.
         """
-        if self.state is not EngineState.READY:
-            await self.load()
-        if self.state is not EngineState.READY:
-            raise ModelUnavailable(f"model {self.model.id!r} is not available: {self.error}")
-        return await asyncio.to_thread(self.engine.count_prompt, request)
+        async with self.hold():
+            if self.state is not EngineState.READY:
+                await self.load()
+            if self.state is not EngineState.READY:
+                raise ModelUnavailable(f"model {self.model.id!r} is not available: {self.error}")
+            return await asyncio.to_thread(self.engine.count_prompt, request)
 
     async def results(self, job: Job) -> AsyncIterator[Output]:
         """The job's outputs as they come; leaving early (client gone) cancels the job."""
@@ -192,9 +268,15 @@ class Runner:
         finally:
             self._withdraw(job)
 
-    async def load(self) -> None:
-        """Load the model if it is not loaded; every caller waits for the same one load."""
-        if self.state in (EngineState.READY, EngineState.FAILED):
+    async def load(self, *, retry: bool = False) -> None:
+        """Load the model if it is not loaded; every caller waits for the same one load.
+
+        A FAILED model is tried again only with `retry` (the admin route, a reload, an
+        on-demand request after the back-off).
+        """
+        if self.state is EngineState.READY:
+            return
+        if self.state is EngineState.FAILED and not retry:
             return
         if self._loading is None:
             self._loading = asyncio.ensure_future(self._load())
@@ -208,7 +290,7 @@ class Runner:
 
     async def unload(self, reason: str) -> bool:
         """Unload now if nothing waits or runs; False when busy (or not loaded)."""
-        if self.state is not EngineState.READY or self._running or self._waiting:
+        if self.state is not EngineState.READY or self._busy:
             return False
         self.state = EngineState.UNLOADED
         await self._loop.run_in_executor(self._executor, self._drop_weights)
@@ -245,6 +327,9 @@ class Runner:
     async def _load(self) -> None:
         self.state = EngineState.LOADING
         self.error = None
+        if self._after is not None:  # the runner this one replaces must let go first
+            await asyncio.gather(self._after, return_exceptions=True)
+            self._after = None
         emit(ModelLoading(model=self.model.id))
         started = time.perf_counter()
         try:
@@ -258,14 +343,20 @@ class Runner:
                 left = await self._budget.make_room(self, needed)
             info = await self._loop.run_in_executor(self._executor, self.engine.load, left)
         except Exception as error:  # any load failure is this model's alone
+            if self._budget:
+                self._budget.release(self)  # the reservation, if it got one
             self.state = EngineState.FAILED
             self.error = error.message if isinstance(error, GatewayError) else repr(error)
+            self._failures += 1
+            backoff = min(RETRY_FAILED_MAX_S, RETRY_FAILED_S * 2 ** (self._failures - 1))
+            self._retry_at = time.monotonic() + backoff
             emit(ModelFailed(model=self.model.id, error=self.error), level="error")
             self._fail_waiting()
             return
         finally:
             self._loading = None
         self.state = EngineState.READY
+        self._failures = 0
         self.context, self.memory_bytes = info.context, info.memory_bytes
         if self._budget:
             self._budget.hold(self, info.memory_bytes)
@@ -302,7 +393,7 @@ class Runner:
         def report(progress: FileProgress) -> None:  # on the download thread, per chunk
             if self._closed:  # stopping (shutdown, reload, removal): abandon the transfer
                 raise DownloadStopped(f"download stopped: the model was {self._closed}")
-            self._loop.call_soon_threadsafe(arrived, progress)
+            self._loop.call_soon_threadsafe(arrived, progress, context=self._context)
 
         try:
             snapshots = await self._loop.run_in_executor(self._executor, self._fetch, report)
@@ -329,62 +420,11 @@ class Runner:
             future = self._loop.run_in_executor(self._executor, self._serve)
             future.add_done_callback(self._served)
 
-    def _serve(self) -> None:
-        """On the runner's thread: step the batch until no admitted request is left."""
-        if self._batch is None:
-            self._batch = self.engine.open_batch()
-        batch = self._batch
-        pace = Pace(self.model.rate.max_tokens_per_sec)
-        while True:
-            while not self._inbox.empty():
-                self._admit(batch, self._inbox.get_nowait())
-            if not batch.active:
-                return
-            stepping = batch.active
-            try:
-                steps = batch.step()
-            except Exception as error:  # the batch broke: every request in it ends
-                self._batch = None
-                for job in self._in_batch:
-                    self._deliver(job, error)
-                return
-            for job, output in steps:
-                self._deliver(job, output)
-            pace.wait(stepping)
-
-    def _admit(self, batch: Batch, job: Job) -> None:
-        if isinstance(job.request, EmbedRequest):
-            try:
-                self._deliver(job, self.engine.embed(job.request))
-            except Exception as error:
-                self._deliver(job, error)
-            return
-        try:
-            batch.add(job, job.request, job.is_cancelled)
-            self._in_batch.add(job)
-        except Exception as error:  # e.g. a prompt past the window: this request's alone
-            self._deliver(job, error)
-
-    def _deliver(self, job: Job, output: Output | Exception) -> None:
-        """Post one output to its job's channel; the last one also frees the job's slot."""
-        post = self._loop.call_soon_threadsafe
-        if (
-            isinstance(output, TextDelta | ReasoningDelta | ToolCallOutput)
-            and not job.first_token_at
-        ):
-            job.first_token_at = time.perf_counter()
-        if isinstance(output, Finished | Embedded):
-            # Reported even when nobody reads on (client gone): ops see what it cost.
-            post(self._report, job, output, context=job.context)
-        post(job.outputs.put_nowait, output)
-        if isinstance(output, Finished | Embedded | Exception):
-            self._in_batch.discard(job)
-            post(self._finished_one)
-
     def _served(self, future: asyncio.Future[None]) -> None:
         self._serving = False
-        if future.exception() is not None:  # a bug, not a request's failure: say so loudly
-            emit(ModelFailed(model=self.model.id, error=repr(future.exception())), level="error")
+        error = future.exception()
+        if error is not None:  # a bug of the runner itself: end what it held, say so loudly
+            self._fail_batch(error)
         self._pump()
 
     def _finished_one(self) -> None:
@@ -422,7 +462,7 @@ class Runner:
 
     def _settle(self) -> None:
         """Keep `_idle` true exactly when nothing waits or runs, and arm the idle unload."""
-        if self._running or self._waiting:
+        if self._busy:
             self._idle.clear()
             return
         self._idle.set()
@@ -435,7 +475,9 @@ class Runner:
             and self.state is EngineState.READY
         ):
             self._idle_timer = self._loop.call_later(
-                ttl, lambda: asyncio.ensure_future(self._idle_out())
+                ttl,
+                lambda: self._tasks.spawn(self._idle_out(), f"idle unload {self.model.id}"),
+                context=self._context,
             )
 
     def _touch(self) -> None:
@@ -447,32 +489,3 @@ class Runner:
     async def _idle_out(self) -> None:
         self._idle_timer = None
         await self.unload("idle")
-
-    def _report(self, job: Job, done: Finished | Embedded) -> None:
-        if isinstance(done, Embedded):
-            done = Finished(
-                stop_reason="stop",
-                prompt_tokens=done.prompt_tokens,
-                new_tokens=0,
-                prefill_s=done.seconds,
-                decode_s=0.0,
-            )
-            reason = "embedded"
-        else:
-            reason = done.stop_reason
-        first = job.first_token_at
-        emit(
-            Generated(
-                model=self.model.id,
-                prompt_tokens=done.prompt_tokens,
-                new_tokens=done.new_tokens,
-                prefill_s=round(done.prefill_s, 4),
-                decode_s=round(done.decode_s, 4),
-                queue_wait_s=round(job.started_at - job.enqueued_at, 4),
-                ttft_s=None if first is None else round(first - job.enqueued_at, 4),
-                stop_reason=reason,
-                reused_prefix_tokens=done.reused_prefix_tokens,
-                session_evicted=done.session_evicted,
-                truncated_messages=getattr(job.request, "truncated_messages", 0),
-            )
-        )

@@ -19,12 +19,12 @@ from collections.abc import Callable, Iterator
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 from engines.base import LoadInfo
-from engines.batch import Batch, SerialBatch
+from engines.batch import Batch, SerialBatch, Step
 from engines.errors import BadRequest, ContextOverflow
 from engines.text.output import DEFAULT_TOOL_PARSER, OutputParser, load_tool_format
 from engines.text.tools import template_messages
 from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Finished, Output
-from schemas.config import ScriptConfig
+from schemas.config import ScriptConfig, size_bytes
 
 SCRIPTED_CONTEXT = 8192
 
@@ -63,16 +63,18 @@ class ScriptedEngine:
         self._context = context if isinstance(context, int) else SCRIPTED_CONTEXT
         self._replies = itertools.cycle(script.replies or [script.reply])
         self._turn = threading.Lock()
+        self._steps = itertools.count(1)  # batch steps over the engine's life (`fail_step`)
 
     def estimate_memory(self) -> int:
-        return 0
+        return size_bytes(self._script.memory)
 
     def reasons(self) -> bool:
         """A scripted model "reasons" when its replies hold think blocks."""
         return any("<think>" in reply for reply in self._script.replies or [self._script.reply])
 
     def load(self, memory_left: int | None = None) -> LoadInfo:
-        return LoadInfo(memory_bytes=0, context=self._context, detail={"engine": "scripted"})
+        memory = size_bytes(self._script.memory)
+        return LoadInfo(memory_bytes=memory, context=self._context, detail={"engine": "scripted"})
 
     def count_prompt(self, request: ChatRequest) -> int:
         return self._count(render_chatml(request))
@@ -120,7 +122,7 @@ class ScriptedEngine:
         )
 
     def open_batch(self) -> Batch:
-        return SerialBatch(self.generate)
+        return ScriptedBatch(self.generate, self._steps, self._script.fail_step)
 
     def embed(self, request: EmbedRequest) -> Embedded:
         raise BadRequest("a scripted model is a chat model; it does not embed")
@@ -130,3 +132,17 @@ class ScriptedEngine:
 
     def _count(self, text: str) -> int:
         return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
+
+
+class ScriptedBatch(SerialBatch):
+    """`SerialBatch`, whose step number `fail_step` raises as a failed forward pass would."""
+
+    def __init__(self, generate, steps: Iterator[int], fail_step: int | None) -> None:
+        super().__init__(generate)
+        self._steps = steps
+        self._fail_step = fail_step
+
+    def step(self) -> list[Step]:
+        if next(self._steps) == self._fail_step:
+            raise RuntimeError(f"scripted failure of batch step {self._fail_step} (fail_step)")
+        return super().step()

@@ -56,7 +56,7 @@ def _runner(generation: Generation, model_id: str):
 @post("/admin/models/{model_id:str}/load", status_code=200, guards=ADMIN_GUARDS, opt=ADMIN)
 async def load_model(model_id: str, generation: Generation) -> dict:
     runner = _runner(generation, model_id)
-    await runner.load()
+    await runner.load(retry=True)  # a FAILED model is tried again
     return {"model": model_id, "state": runner.state.value, "error": runner.error}
 
 

@@ -17,6 +17,7 @@ from litestar.di import Provide
 from engines.errors import ConfigInvalid
 from engines.mlx.platform import PlatformPath
 from engines.residency import MemoryBudget, auto_budget
+from engines.tasks import Tasks
 from gateway import admin, anthropic, completions, embeddings, ollama, openai, ops, responses, ui
 from gateway import metrics as metrics_routes
 from gateway.auth import require_api_key
@@ -30,7 +31,6 @@ from gateway.middleware import request_events
 from gateway.registry import Generation, Registry
 from gateway.reload import Reloader, make_runner
 from gateway.shutdown import Admission
-from gateway.tasks import TaskSet
 from schemas.config import GatewayConfig, size_bytes
 
 
@@ -57,7 +57,7 @@ def create_app(
     registry = Registry(Generation(config, runners))
     reloader = Reloader(registry, config_path, platform, budget)
     admission = Admission()
-    background = TaskSet()
+    background = Tasks()
     feed = EventsFeed()
     admission.on_drain.append(feed.close)
     metrics = Metrics(registry, admission)
@@ -142,7 +142,7 @@ def create_app(
     return app
 
 
-def _reload_soon(reloader: Reloader, background: TaskSet) -> None:
+def _reload_soon(reloader: Reloader, background: Tasks) -> None:
     """SIGHUP: reload in the background; a refusal is already logged as config_rejected."""
 
     async def reload() -> None:

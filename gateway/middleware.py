@@ -9,6 +9,7 @@ import msgspec
 import structlog
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
+from engines.job import job_scope
 from engines.log import emit
 from gateway.errors import error_body, protocol_of, should_retry
 from gateway.logging import MIN_ENV_SECRET, PRESENTED
@@ -72,9 +73,18 @@ def request_events(app: ASGIApp) -> ASGIApp:
         emit(RequestStarted(method=scope["method"], path=scope["path"]))
         started = time.perf_counter()
         status = 499  # stays so when the client leaves before any response starts
+        completed = gone = False
+
+        async def receive_watching() -> Message:
+            nonlocal gone
+            message = await receive()
+            gone = gone or message["type"] == "http.disconnect"
+            return message
 
         async def send_with_id(message: Message) -> None:
-            nonlocal status
+            nonlocal status, completed
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                completed = True
             if message["type"] == "http.response.start":
                 status = message["status"]
                 message["headers"] = [
@@ -84,9 +94,13 @@ def request_events(app: ASGIApp) -> ASGIApp:
             await send(message)
 
         try:
-            await app(scope, receive, send_with_id)
+            # The request's jobs end with it, however it ends (engines/job.py).
+            with job_scope():
+                await app(scope, receive_watching, send_with_id)
         finally:
             state = scope.get("state", {})
+            if gone and not completed:
+                status = 499  # the client left before its answer was complete
             error = state.get("error")
             emit(
                 RequestFinished(

@@ -20,9 +20,9 @@ import uvicorn
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 from engines.log import emit
+from engines.tasks import Tasks
 from gateway.logging import LogScope
 from gateway.middleware import send_error
-from gateway.tasks import TaskSet
 from schemas.config import seconds
 from schemas.events import ServerDraining, ServerStopping
 
@@ -97,7 +97,7 @@ class DrainingServer(uvicorn.Server):
         self._log_scope = log_scope  # the app's: the drain's events go to its listeners
         self._grace = grace  # read when the signal comes: a reload may have changed it
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._tasks = TaskSet()
+        self._tasks = Tasks()
 
     async def serve(self, sockets=None) -> None:
         self._loop = asyncio.get_running_loop()

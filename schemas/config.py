@@ -178,6 +178,12 @@ class ScriptConfig(Strict):
     token_delay: Annotated[float, Meta(ge=0, le=60)] = 0.0
     # Raise a RuntimeError after this many words: a mid-stream engine failure, for tests.
     fail_after: Annotated[int, Meta(ge=0)] | None = None
+    # Fault injection for tests of the runtime: the engine's Nth batch step (counted over
+    # its life, from 1) raises, as a failed forward pass would.
+    fail_step: PositiveInt | None = None
+    # The memory the model claims to hold, so memory-budget behaviour is testable without
+    # weights.
+    memory: ByteSize = "0B"
 
 
 Residency = Literal["pinned"] | OnDemand

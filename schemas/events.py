@@ -118,6 +118,23 @@ class ModelFailed(Event, tag="model_failed"):
     error: str
 
 
+class BatchFailed(Event, tag="batch_failed"):
+    """A step of a model's batch raised: every request in it ended with an error."""
+
+    model: str
+    requests: int
+    error: str
+    traceback: str
+
+
+class TaskFailed(Event, tag="task_failed"):
+    """Background work (a load, an idle unload, a drain) that raised: a bug, said loudly."""
+
+    task: str
+    error: str
+    traceback: str
+
+
 class ServerStarted(Event, tag="server_started"):
     host: str
     port: int
@@ -133,6 +150,8 @@ class ConfigReloaded(Event, tag="config_reloaded"):
     changed: list[str]
     unchanged: list[str]
     restarted: list[str]
+    drained_first: list[str] = []  # old runner drained before the new one could fit
+    failed: dict[str, str] = {}  # model id -> why it failed to load, and what serves it now
 
 
 class ConfigRejected(Event, tag="config_rejected"):

@@ -42,6 +42,31 @@ class BertArgs(msgspec.Struct, frozen=True, kw_only=True):
     hidden_act: str = "gelu"
 
 
+# config.json's `hidden_act` -> the `mlx.nn` function that computes it, as transformers does.
+# Any other name is refused at load: a different function would give wrong vectors silently.
+ACTIVATIONS = {
+    "gelu": "gelu",  # exact, with erf
+    "gelu_new": "gelu_approx",  # the tanh approximation
+    "gelu_pytorch_tanh": "gelu_approx",
+    "gelu_fast": "gelu_approx",  # the same tanh formula, factored differently
+    "quick_gelu": "gelu_fast_approx",  # x * sigmoid(1.702 x)
+    "relu": "relu",
+    "silu": "silu",
+    "swish": "silu",
+}
+
+
+def check_activation(model_id: str, config_file: Path, args: BertArgs) -> None:
+    """Refuse a `hidden_act` this encoder does not compute (SourceError naming it)."""
+    if args.hidden_act not in ACTIVATIONS:
+        known = ", ".join(sorted(ACTIVATIONS))
+        raise SourceError(
+            model_id,
+            str(config_file),
+            f"hidden_act {args.hidden_act!r} is not supported (supported: {known})",
+        )
+
+
 class Pooling(msgspec.Struct, frozen=True, kw_only=True):
     """How token states become one vector, per sentence-transformers' files."""
 
@@ -54,6 +79,8 @@ def build_encoder(args: BertArgs):
     """The BERT encoder as an `nn.Module` (imported lazily: MLX runs on the runner's thread)."""
     import mlx.core as mx
     import mlx.nn as nn
+
+    activation = getattr(nn, ACTIVATIONS[args.hidden_act])
 
     class Embeddings(nn.Module):
         def __init__(self) -> None:
@@ -89,7 +116,7 @@ def build_encoder(args: BertArgs):
             return self.out(o.transpose(0, 2, 1, 3).reshape(batch, length, size))
 
     class Layer(nn.Module):
-        """Post-norm BERT layer: attention, add & norm, GELU MLP, add & norm."""
+        """Post-norm BERT layer: attention, add & norm, MLP (`hidden_act`), add & norm."""
 
         def __init__(self) -> None:
             super().__init__()
@@ -102,7 +129,7 @@ def build_encoder(args: BertArgs):
 
         def __call__(self, x: mx.array, mask: mx.array) -> mx.array:
             x = self.attention_norm(x + self.attention(x, mask))
-            return self.mlp_norm(x + self.mlp_out(nn.gelu(self.mlp_in(x))))  # erf GELU
+            return self.mlp_norm(x + self.mlp_out(activation(self.mlp_in(x))))
 
     class Encoder(nn.Module):
         def __init__(self) -> None:

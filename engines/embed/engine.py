@@ -20,6 +20,7 @@ from engines.embed.bert import (
     BertArgs,
     Pooling,
     build_encoder,
+    check_activation,
     load_weights,
     read_json,
     read_pooling,
@@ -72,6 +73,7 @@ class EmbeddingEngine:
             args = msgspec.convert(config, BertArgs)
         except msgspec.ValidationError as e:
             raise SourceError(model_id, str(path / "config.json"), str(e)) from None
+        check_activation(model_id, path / "config.json", args)
         pooling = read_pooling(model_id, path, args)
         wanted = self._config.context.max
         window = pooling.max_length if wanted == "auto" else wanted
@@ -136,6 +138,13 @@ class EmbeddingEngine:
             f"model {self._config.id!r} is an embedding model; it does not generate text: "
             "send it embedding requests"
         )
+
+    def trim(self) -> None:
+        """Free MLX's cache of buffers (batches of every shape fill it); the runner calls
+        this when it goes idle, so memory after a burst returns to what the model holds."""
+        import mlx.core as mx
+
+        mx.clear_cache()
 
     def unload(self) -> None:
         import mlx.core as mx

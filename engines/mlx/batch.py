@@ -9,6 +9,7 @@ recently used evicted first.
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
@@ -52,20 +53,21 @@ class MLXBatch:
             prefill_batch_size=config.concurrency,
         )
         self._eos = set(eos)
-        slots = config.session_slots if config.prefix_reuse else 0
-        self._cache = LRUPromptCache(max_size=slots) if slots else None
+        slots = config.session_slots if engine.parked_bytes else 0
+        # Bounded in bytes too: the budget counts the parked caches at this limit.
+        self._cache = (
+            LRUPromptCache(max_size=slots, max_bytes=engine.parked_bytes) if slots else None
+        )
         self._sequences: dict[int, tuple[Hashable, Sequence]] = {}
+        # The parked conversations, oldest first: the order in which the cache evicts.
+        self._parked: OrderedDict[tuple[int, ...], None] = OrderedDict()
 
     @property
     def active(self) -> int:
         return len(self._sequences)
 
     def add(self, key: Hashable, request: ChatRequest, cancelled: Callable[[], bool]) -> None:
-        import mlx.core as mx
-
-        job = self._engine.prepare(request)
-        if job.seed is not None:
-            mx.random.seed(job.seed)  # one RNG for the batch: exact when served alone
+        job = self._engine.prepare(request)  # a seeded request's sampler has its own key
         cache, rest = self._nearest_cache(job.prompt)
         reused = len(job.prompt) - len(rest)
         (uid,) = self._generator.insert(
@@ -160,15 +162,26 @@ class MLXBatch:
         return cache, rest
 
     def _park(self, tokens, cache, seq: Sequence) -> None:
+        """Park a finished conversation's cache; `seq.evicted` says if another was pushed out.
+
+        LRUPromptCache lists its entries nowhere public, so the batch keeps its own list of
+        them, in the cache's own order: re-parking moves an entry to the back, entries that
+        are prefixes of a trimmable one are superseded (dropped, not evicted), and whatever
+        the cache then holds fewer of (past `session_slots` or the byte limit) left from the
+        front.
+        """
+        from mlx_lm.models.cache import can_trim_prompt_cache
+
         if self._cache is None or cache is None:
             return
-        tokens = list(tokens)
-        before = self._parked()
-        self._cache.insert_cache(CACHE_KEY, tokens, cache)
-        # Entries that were prefixes of this conversation are superseded, not evicted.
-        gone = before - self._parked()
-        seq.evicted = any(list(old) != tokens[: len(old)] for old in gone)
-
-    def _parked(self) -> set[tuple[int, ...]]:
-        # LRUPromptCache lists its entries nowhere public; its LRU order holds them.
-        return {tuple(t) for lru in self._cache._lru._lrus.values() for _, t in lru}
+        key = tuple(tokens)
+        self._cache.insert_cache(CACHE_KEY, list(key), cache)
+        self._parked.pop(key, None)
+        if can_trim_prompt_cache(cache):
+            for older in [k for k in self._parked if key[: len(k)] == k]:
+                del self._parked[older]
+        self._parked[key] = None
+        seq.evicted = False
+        while len(self._parked) > len(self._cache):
+            self._parked.popitem(last=False)
+            seq.evicted = True

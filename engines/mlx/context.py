@@ -21,7 +21,8 @@ def size_context(
     """The window to serve: `auto` fills what memory allows up to the trained context.
 
     `sequences` caches of the window must fit beside the weights (one per request decoded
-    together). A fixed window that cannot fit is refused with the numbers.
+    together, and the parked sessions' share). A fixed window that cannot fit is refused
+    with the numbers.
     """
     room = None if memory_left is None else memory_left - weights
     fits = None if room is None else max(0, room // (kv_per_token * sequences))

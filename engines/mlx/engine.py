@@ -13,6 +13,8 @@ from engines.errors import BadRequest, ContextOverflow, SourceError
 from engines.mlx.context import size_context
 from engines.mlx.facts import source_chat_template
 from engines.mlx.platform import PlatformPath
+from engines.mlx.sampling import make_request_sampler
+from engines.residency import describe
 from engines.sources.resolve import check_source, resolve_source
 from engines.text.output import DEFAULT_TOOL_PARSER, OutputParser, ToolFormat, load_tool_format
 from engines.text.reasoning import template_kwargs, template_reasons, thinking_markers
@@ -53,6 +55,7 @@ class MLXEngine:
         self._model = None
         self._tokenizer = None
         self._context = 0
+        self.parked_bytes = 0  # the byte limit of the parked sessions' KV caches
         self._tool_format: ToolFormat | None = None
 
     def reasons(self) -> bool:
@@ -73,17 +76,20 @@ class MLXEngine:
 
     def load(self, memory_left: int | None = None) -> LoadInfo:
         import mlx.core as mx
-        import mlx_lm
         from mlx.utils import tree_flatten
 
         path = resolve_source(self._config.id, self._config.source, base_dir=self._base_dir)
-        model, tokenizer = mlx_lm.load(str(path))
+        model, tokenizer = load_model_dir(self._config.id, self._config.source, path)
         if self._platform.weights == "float32":
             expand_quantized(model)
         mx.eval(model.parameters())
         weights = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
         trained = trained_context(model)
         per_token = kv_bytes_per_token(model, self._platform, self._config.kv_bits)
+        # The KV caches counted against the budget: one window per request decoded
+        # together, and the parked sessions' caches, bounded to `parked` windows in all.
+        parked = self._parked_windows()
+        windows = self._config.concurrency + parked
         self._context = size_context(
             self._config.id,
             self._config.context.max,
@@ -91,8 +97,9 @@ class MLXEngine:
             weights,
             per_token,
             memory_left,
-            self._config.concurrency,
+            windows,
         )
+        self.parked_bytes = per_token * self._context * parked
         self._model, self._tokenizer = model, tokenizer
         self._eos_ids = set(tokenizer.eos_token_ids)
         self._tool_format = self._pick_tool_format(tokenizer)
@@ -100,7 +107,7 @@ class MLXEngine:
         if self._draft_config is not None:
             self._draft = self._load_draft()
         return LoadInfo(
-            memory_bytes=weights + per_token * self._context * self._config.concurrency,
+            memory_bytes=weights + per_token * self._context * windows,
             context=self._context,
             trained_context=trained,
             detail={
@@ -116,18 +123,13 @@ class MLXEngine:
 
     def prepare(self, request: ChatRequest) -> Prepared:
         """Everything one generation needs: prompt tokens, budget, sampler, output parser."""
-        from mlx_lm.sample_utils import make_sampler
-
         prompt = self._encode(request)
         window = request.window_of(self._context)
         if len(prompt) >= window:
             raise ContextOverflow(self._config.id, len(prompt), window)
         sampling = request.sampling
-        sampler = make_sampler(
-            temp=sampling.temperature,
-            top_p=sampling.top_p,
-            min_p=sampling.min_p,
-            top_k=sampling.top_k,
+        sampler = make_request_sampler(
+            sampling.temperature, sampling.top_p, sampling.min_p, sampling.top_k, sampling.seed
         )
         tail = self._tokenizer.decode(prompt[-8:])  # has the template opened a think block?
         parser = OutputParser.for_request(request, self._tool_format, self._think, tail)
@@ -152,8 +154,6 @@ class MLXEngine:
         from mlx_lm import stream_generate
 
         job = self.prepare(request)
-        if job.seed is not None:
-            mx.random.seed(job.seed)
         extra = {}
         if self._config.kv_bits:
             extra |= {"kv_bits": self._config.kv_bits, "quantized_kv_start": 0}
@@ -200,11 +200,25 @@ class MLXEngine:
     def embed(self, request: EmbedRequest) -> Embedded:
         raise BadRequest(f"model {self._config.id!r} is a chat model; it does not embed")
 
+    def trim(self) -> None:
+        """Free MLX's cache of buffers once the runner is idle (see `EmbeddingEngine.trim`)."""
+        import mlx.core as mx
+
+        mx.clear_cache()
+
     def unload(self) -> None:
         import mlx.core as mx
 
         self._model = self._tokenizer = self._draft = None
         mx.clear_cache()
+
+    def _parked_windows(self) -> int:
+        """Windows of KV cache the parked sessions may hold together: one per slot, at most
+        one per request decoded together (a long conversation fills a whole window)."""
+        config = self._config
+        if not config.prefix_reuse or config.kv_bits or config.draft:
+            return 0
+        return min(config.session_slots, config.concurrency)
 
     def _decoding_detail(self) -> dict[str, str]:
         """How this model decodes, for the `model_attached` line: the YAML, as applied."""
@@ -212,8 +226,9 @@ class MLXEngine:
         serial = config.kv_bits or config.draft
         detail = {
             "decoding": "single stream" if serial else f"continuous batching x{config.concurrency}",
-            "prefix_reuse": f"{config.session_slots} session slots"
-            if config.prefix_reuse and not serial and config.session_slots
+            "prefix_reuse": f"{config.session_slots} session slots, at most "
+            f"{describe(self.parked_bytes)}"
+            if self.parked_bytes
             else "off",
         }
         if config.kv_bits:
@@ -227,11 +242,10 @@ class MLXEngine:
     def _load_draft(self):
         """The draft model speculation proposes tokens with; it must share the tokenizer."""
         import mlx.core as mx
-        import mlx_lm
 
         draft = self._draft_config
         path = resolve_source(draft.id, draft.source, base_dir=self._base_dir)
-        model, tokenizer = mlx_lm.load(str(path))
+        model, tokenizer = load_model_dir(draft.id, draft.source, path)
         if tokenizer.vocab_size != self._tokenizer.vocab_size:
             raise SourceError(
                 self._config.id, str(path), f"draft model {draft.id!r} has another vocabulary"
@@ -272,6 +286,18 @@ class MLXEngine:
             )
         # The template already wrote any BOS it wants; encoding must not add a second.
         return self._tokenizer.encode(text, add_special_tokens=False)
+
+
+def load_model_dir(model_id: str, source: str, path: Path):
+    """`mlx_lm.load` on the resolved directory; a failure names the source and the path it
+    was resolved to (a converted GGUF's cache entry), never a bare `FileNotFoundError`."""
+    import mlx_lm
+
+    try:
+        return mlx_lm.load(str(path))
+    except Exception as error:
+        where = source if str(path) == source else f"{source} (loaded from {path})"
+        raise SourceError(model_id, where, f"{type(error).__name__}: {error}") from None
 
 
 def kv_bytes_per_token(model, platform: PlatformPath, kv_bits: int | None) -> int:

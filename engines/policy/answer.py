@@ -19,6 +19,7 @@ for two generations while the queue believes it holds one.)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 
 from msgspec.structs import replace
@@ -43,7 +44,18 @@ from schemas.events import Guardrail
 
 
 async def answer(runner: Runner, request: ChatRequest) -> AsyncIterator[Output]:
-    """The request's outputs under its model's policies; closing this early cancels its job."""
+    """The request's outputs under its model's policies; closing this early cancels its job.
+
+    The request holds its model from the first step (counting its prompt) to its end, so an
+    idle unload cannot come between counting, fitting and queueing, or before a re-ask.
+    """
+    # Closing this closes the inner generator at once, which cancels the job.
+    async with runner.hold(), contextlib.aclosing(_answer(runner, request)) as outputs:
+        async for output in outputs:
+            yield output
+
+
+async def _answer(runner: Runner, request: ChatRequest) -> AsyncIterator[Output]:
     request = await _fit(runner, request)
     checker = CallChecker(request.tools, request.tool_policy) if request.tools else None
     guard = _Guard(runner.model.id, checker)

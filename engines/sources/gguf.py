@@ -8,11 +8,13 @@ walks the whole header with bounded reads first, and only a file that passes rea
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 import tempfile
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -22,6 +24,14 @@ from engines.sources.gguf_header import BITS, GGUFHeader, read_gguf_header
 # Bump when the converted layout changes, so stale cache entries are rebuilt.
 CONVERTER_VERSION = 1
 MARKER = "mlx-gateway.json"
+# What every entry holds; checked (present, not empty) for entries published before the
+# marker recorded file sizes.
+ENTRY_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
+# A converter holds an exclusive lock on this file in its temp dir while it works; a temp
+# dir whose lock nobody holds was left by a converter that died, and is removed.
+LOCK = ".converting"
+# A temp dir without its lock file yet may be a converter's first instant: spared this long.
+UNLOCKED_GRACE_S = 60.0
 
 _TOP = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 _BLOCK = {
@@ -99,11 +109,39 @@ def _hash_file(src: Path, copy_to: Path | None = None) -> str:
 
 
 def _is_complete(out: Path) -> bool:
+    """A published entry of this converter whose files all have their recorded sizes."""
     try:
         marker = json.loads((out / MARKER).read_text())
-    except (OSError, ValueError):
+        if marker.get("converter_version") != CONVERTER_VERSION:
+            return False
+        files = marker.get("files")  # name -> size, recorded when the entry was published
+        if not files:
+            return all((out / name).stat().st_size > 0 for name in ENTRY_FILES)
+        return all((out / name).stat().st_size == size for name, size in files.items())
+    except (OSError, ValueError, AttributeError, TypeError):
         return False
-    return marker.get("converter_version") == CONVERTER_VERSION
+
+
+def clean_stale_temps(root: Path) -> list[Path]:
+    """Remove the temp dirs of converters that died (killed mid-conversion); the removed.
+
+    A live converter holds the lock in its temp dir, so only abandoned ones go.
+    """
+    removed = []
+    for tmp in root.glob(".tmp-*") if root.is_dir() else []:
+        lock_file = tmp / LOCK
+        try:
+            with open(lock_file, "rb") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held: alive, skip
+        except FileNotFoundError:
+            with contextlib.suppress(OSError):
+                if time.time() - tmp.stat().st_mtime < UNLOCKED_GRACE_S:
+                    continue
+        except OSError:
+            continue
+        shutil.rmtree(tmp, ignore_errors=True)
+        removed.append(tmp)
+    return removed
 
 
 def convert_gguf(model_id: str, gguf_path: Path, cache_dir: Path) -> Path:
@@ -116,30 +154,40 @@ def convert_gguf(model_id: str, gguf_path: Path, cache_dir: Path) -> Path:
     path = str(gguf_path)
     check_gguf(model_id, path)  # fail fast, before hashing a large file
     root = cache_dir / "gguf"
+    clean_stale_temps(root)
     try:
         final = root / _hash_file(gguf_path)
     except OSError as e:
         raise SourceError(model_id, path, f"unreadable: {e.strerror or e}") from None
     if _is_complete(final):
-        return final
+        return final  # else absent, or damaged (a file missing or cut short): rebuilt
     tmp = None
     try:
         root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
-        # gguflib maps the file read-write, so MLX fails on a read-only one (measured); a
-        # private copy also pins the bytes we validated. Its hash names the result.
-        copy = tmp / "source.gguf"
-        final = root / _hash_file(gguf_path, copy)
-        header = check_gguf(model_id, path, copy)
-        _write_model(model_id, path, copy, header, tmp)
-        copy.unlink()
-        marker = {"converter_version": CONVERTER_VERSION, "source": path, "sha256": final.name}
-        (tmp / MARKER).write_text(json.dumps(marker, indent=2))
-        if _publish(tmp, final):
-            tmp = None  # renamed into place: nothing of ours left to clean
+        with open(tmp / LOCK, "wb") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when done, or when this process dies
+            # gguflib maps the file read-write, so MLX fails on a read-only one (measured);
+            # a private copy also pins the bytes we validated. Its hash names the result.
+            copy = tmp / "source.gguf"
+            final = root / _hash_file(gguf_path, copy)
+            header = check_gguf(model_id, path, copy)
+            _write_model(model_id, path, copy, header, tmp)
+            copy.unlink()
+            (tmp / LOCK).unlink()
+            files = {f.name: f.stat().st_size for f in tmp.iterdir() if f.is_file()}
+            marker = {
+                "converter_version": CONVERTER_VERSION,
+                "source": path,
+                "sha256": final.name,
+                "files": files,
+            }
+            (tmp / MARKER).write_text(json.dumps(marker, indent=2))
+            if _publish(tmp, final):
+                tmp = None  # renamed into place: nothing of ours left to clean
         return final
     except (OSError, RuntimeError) as e:  # MLX reports a failed write as RuntimeError
-        raise SourceError(model_id, path, f"converting into {root}: {e}") from None
+        raise SourceError(model_id, path, f"converting into the cache at {final}: {e}") from None
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)

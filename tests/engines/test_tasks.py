@@ -1,5 +1,5 @@
-"""Background tasks (the SIGHUP reload, the drain, a reload's old runners) are kept until
-they end, and a failure nobody awaits is logged as `internal_error`, not lost."""
+"""Background tasks (loads, idle unloads, the SIGHUP reload, the drain, a reload's old
+runners) are kept until they end, and a failure nobody awaits is logged as `task_failed`."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import weakref
 
 from structlog.testing import capture_logs
 
-from gateway.tasks import TaskSet
+from engines.tasks import Tasks
 
 
 async def test_a_background_task_is_kept_until_it_ends_and_its_failure_is_logged():
-    tasks = TaskSet()
+    tasks = Tasks()
     release = asyncio.Event()
 
     async def doomed() -> None:
@@ -29,17 +29,15 @@ async def test_a_background_task_is_kept_until_it_ends_and_its_failure_is_logged
         for _ in range(5):
             await asyncio.sleep(0)
     assert len(tasks) == 0
-    [logged] = [e for e in logs if e["event"] == "internal_error"]
+    [logged] = [e for e in logs if e["event"] == "task_failed"]
     assert logged["log_level"] == "error"
-    assert logged["where"] == "task doomed work"
-    assert (
-        logged["type"] == "builtins.RuntimeError" and logged["message"] == "boom in the background"
-    )
+    assert logged["task"] == "doomed work"
+    assert logged["error"] == "RuntimeError: boom in the background"
     assert "in doomed" in logged["traceback"]
 
 
 async def test_a_cancelled_or_finished_task_logs_nothing():
-    tasks = TaskSet()
+    tasks = Tasks()
     with capture_logs() as logs:
         done = tasks.spawn(asyncio.sleep(0), "quick")
         stopped = tasks.spawn(asyncio.sleep(60), "stopped")

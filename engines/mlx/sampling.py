@@ -1,0 +1,57 @@
+"""Per-request sampling: a seeded request draws from its own random key.
+
+`mx.random.seed` resets a generator that other requests draw from too (the process's, or
+since MLX 0.32 the model thread's): one request's `seed` would fix the "random" samples of
+every request after it and of its batch-mates. A seeded request therefore gets a sampler
+with its own key, split once per token, and never touches the shared generator; an
+unseeded one draws from the shared generator, which nobody resets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+Sampler = Callable[..., object]
+
+
+def make_request_sampler(
+    temperature: float | None,
+    top_p: float | None,
+    min_p: float | None,
+    top_k: int | None,
+    seed: int | None,
+) -> Sampler:
+    """mlx-lm's sampler for these settings; with a seed, one that draws from its own key."""
+    from mlx_lm.sample_utils import make_sampler
+
+    temp, top_p, min_p, top_k = temperature or 0.0, top_p or 0.0, min_p or 0.0, top_k or 0
+    if seed is None or temp == 0:  # greedy decoding draws nothing
+        return make_sampler(temp=temp, top_p=top_p, min_p=min_p, top_k=top_k)
+    return KeyedSampler(temp, top_p, min_p, top_k, seed)
+
+
+class KeyedSampler:
+    """Top-p, min-p and top-k as mlx-lm applies them, then a draw from this request's key."""
+
+    def __init__(self, temp: float, top_p: float, min_p: float, top_k: int, seed: int) -> None:
+        import mlx.core as mx
+        from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
+
+        self._temp = temp
+        self._key = mx.random.key(seed)
+        # The order of mlx-lm's `make_sampler` chain.
+        self._filters: list[Callable] = []
+        if 0 < top_p < 1.0:
+            self._filters.append(lambda x: apply_top_p(x, top_p))
+        if min_p != 0.0:
+            self._filters.append(lambda x: apply_min_p(x, min_p, 1))
+        if top_k > 0:
+            self._filters.append(lambda x: apply_top_k(x, top_k))
+
+    def __call__(self, logprobs):
+        import mlx.core as mx
+
+        for keep in self._filters:
+            logprobs = keep(logprobs)
+        self._key, draw = mx.random.split(self._key)
+        return mx.random.categorical(logprobs * (1.0 / self._temp), key=draw)

@@ -1,0 +1,154 @@
+"""The model's own thread: step the batch, deliver each output to its job, survive a break.
+
+`ModelThread` is the half of a `Runner` that runs on the runner's single worker thread. It
+touches only the inbox, the batch and the jobs in it; everything else it posts back to the
+event loop. The runner supplies: `model`, `engine`, `_loop`, `_inbox` (admitted jobs),
+`_in_batch`, `_batch` and `_finished_one` (frees a slot, on the loop).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+import traceback
+
+from engines.batch import Batch
+from engines.errors import EngineFailed
+from engines.job import Job, Pace
+from engines.log import emit
+from schemas.canonical import (
+    Embedded,
+    EmbedRequest,
+    Finished,
+    Output,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallOutput,
+)
+from schemas.events import BatchFailed, Generated
+
+
+class ModelThread:
+    """The thread-side methods of a runner (a mixin: see the module docstring)."""
+
+    def _serve(self) -> None:
+        """On the runner's thread: step the batch until no admitted request is left.
+
+        When the batch breaks (a step raises), every request in it ends with one clean
+        `EngineFailed`, the failure is logged once with its traceback, and the next admitted
+        requests get a fresh batch: the runner stays usable.
+        """
+        try:
+            if self._batch is None:
+                self._batch = self.engine.open_batch()
+        except Exception as error:  # no batch at all: what waits in the inbox cannot run
+            while not self._inbox.empty():
+                self._in_batch.add(self._inbox.get_nowait())
+            self._fail_batch(error)
+            return
+        batch = self._batch
+        pace = Pace(self.model.rate.max_tokens_per_sec)
+        while True:
+            while not self._inbox.empty():
+                self._admit(batch, self._inbox.get_nowait())
+            if not batch.active:
+                self._trim()
+                return
+            stepping = batch.active
+            try:
+                steps = batch.step()
+                for job, output in steps:
+                    self._deliver(job, output)
+            except Exception as error:  # the batch broke: every request in it ends
+                self._fail_batch(error)
+                return
+            pace.wait(stepping)
+
+    def _trim(self) -> None:
+        """The batch ran dry: let the engine give back what the burst left cached (MLX
+        keeps freed buffers of every shape it met for reuse, growing after each burst)."""
+        trim = getattr(self.engine, "trim", None)  # optional: engines without a cache lack it
+        if trim is not None:
+            trim()
+
+    def _fail_batch(self, error: Exception) -> None:
+        """End every request of a broken batch with `EngineFailed`, and log it once."""
+        self._batch = None
+        jobs = list(self._in_batch)  # `_deliver` removes from the set: iterate over a copy
+        self._post(
+            emit,
+            BatchFailed(
+                model=self.model.id,
+                requests=len(jobs),
+                error=f"{type(error).__name__}: {error}",
+                traceback="".join(traceback.format_exception(error)),
+            ),
+            level="error",
+        )
+        failed = EngineFailed(self.model.id, error)
+        for job in jobs:
+            self._deliver(job, failed)
+
+    def _post(self, call, *args, **kwargs) -> None:
+        """Run `call` on the event loop (from the model's thread)."""
+        self._loop.call_soon_threadsafe(
+            functools.partial(call, *args, **kwargs), context=self._context
+        )
+
+    def _admit(self, batch: Batch, job: Job) -> None:
+        if isinstance(job.request, EmbedRequest):
+            try:
+                self._deliver(job, self.engine.embed(job.request))
+            except Exception as error:
+                self._deliver(job, error)
+            return
+        try:
+            batch.add(job, job.request, job.is_cancelled)
+            self._in_batch.add(job)
+        except Exception as error:  # e.g. a prompt past the window: this request's alone
+            self._deliver(job, error)
+
+    def _deliver(self, job: Job, output: Output | Exception) -> None:
+        """Post one output to its job's channel; the last one also frees the job's slot."""
+        post = self._loop.call_soon_threadsafe
+        if (
+            isinstance(output, TextDelta | ReasoningDelta | ToolCallOutput)
+            and not job.first_token_at
+        ):
+            job.first_token_at = time.perf_counter()
+        if isinstance(output, Finished | Embedded):
+            # Reported even when nobody reads on (client gone): ops see what it cost.
+            post(self._report, job, output, context=job.context)
+        post(job.outputs.put_nowait, output)
+        if isinstance(output, Finished | Embedded | Exception):
+            self._in_batch.discard(job)
+            post(self._finished_one)
+
+    def _report(self, job: Job, done: Finished | Embedded) -> None:
+        if isinstance(done, Embedded):
+            done = Finished(
+                stop_reason="stop",
+                prompt_tokens=done.prompt_tokens,
+                new_tokens=0,
+                prefill_s=done.seconds,
+                decode_s=0.0,
+            )
+            reason = "embedded"
+        else:
+            reason = done.stop_reason
+        first = job.first_token_at
+        emit(
+            Generated(
+                model=self.model.id,
+                prompt_tokens=done.prompt_tokens,
+                new_tokens=done.new_tokens,
+                prefill_s=round(done.prefill_s, 4),
+                decode_s=round(done.decode_s, 4),
+                queue_wait_s=round(job.started_at - job.enqueued_at, 4),
+                ttft_s=None if first is None else round(first - job.enqueued_at, 4),
+                stop_reason=reason,
+                reused_prefix_tokens=done.reused_prefix_tokens,
+                session_evicted=done.session_evicted,
+                truncated_messages=getattr(job.request, "truncated_messages", 0),
+            )
+        )
