@@ -1,9 +1,13 @@
 """Continuous batching and prefix reuse on mlx-lm's `BatchGenerator` and `LRUPromptCache`.
 
 Every admitted request is one sequence of the batch: one forward pass decodes them all.
+A request that has the model to itself decodes on the single-sequence path (`Solo`, the
+loop of `mlx_lm.generate_step`); when a second request arrives, its cache and its token
+in flight join the batch generator, and both decode together from then on.
 A request whose prompt starts like a conversation seen before continues from that KV cache
 (`prefix_reuse`); finished conversations are parked in `session_slots` caches, least
-recently used evicted first.
+recently used evicted first. A shared prefix shorter than `REUSE_MIN_TOKENS` (a chat
+template's header) is not worth copying a cache for: such a request prefills from scratch.
 """
 
 from __future__ import annotations
@@ -14,11 +18,22 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 from engines.batch import Step
+from engines.mlx.single import Solo
 from schemas.canonical import ChatRequest, Finished
 from schemas.config import ModelConfig
 
 # The cache trie keys entries by model; one batch serves one model.
 CACHE_KEY = "model"
+# The uid of the sequence on the single-sequence path (the batch generator's start at 0).
+SOLO = -1
+# A shared prefix is reused only from this many tokens and from half the prompt: below
+# that, copying the parked cache costs more than prefilling the tokens again.
+REUSE_MIN_TOKENS = 32
+
+
+def prefill_batch_size(concurrency: int) -> int:
+    """How many waiting prompts the batch generator prefills in one forward pass."""
+    return concurrency
 
 
 @dataclass
@@ -38,20 +53,34 @@ class Sequence:
     outputs: list = field(default_factory=list)
 
 
+@dataclass
+class Admitted:
+    """A request not yet decoding: what `BatchGenerator.insert` or `Solo` starts from."""
+
+    rest: list[int]
+    cache: list | None
+    cached: list[int]
+    job: object
+
+
 class MLXBatch:
     def __init__(self, engine, model, tokenizer, config: ModelConfig) -> None:
         from mlx_lm.generate import BatchGenerator
         from mlx_lm.models.cache import LRUPromptCache
 
         self._engine = engine
+        self._model = model
         self._tokenizer = tokenizer
         eos = sorted(tokenizer.eos_token_ids)
         self._generator = BatchGenerator(
             model,
             stop_tokens=[[t] for t in eos],
             completion_batch_size=config.concurrency,
-            prefill_batch_size=config.concurrency,
+            prefill_batch_size=prefill_batch_size(config.concurrency),
         )
+        self._solo: Solo | None = None
+        self._solo_start: Admitted | None = None
+        self._pending: list[Step] = []  # outputs made outside step() (a solo joining)
         self._eos = set(eos)
         slots = config.session_slots if engine.parked_bytes else 0
         # Bounded in bytes too: the budget counts the parked caches at this limit.
@@ -70,61 +99,137 @@ class MLXBatch:
         job = self._engine.prepare(request)  # a seeded request's sampler has its own key
         cache, rest = self._nearest_cache(job.prompt)
         reused = len(job.prompt) - len(rest)
-        (uid,) = self._generator.insert(
-            [rest],
-            max_tokens=[job.max_tokens],
-            caches=[cache],
-            all_tokens=[job.prompt[:reused]],
-            samplers=[job.sampler],
+        seq = Sequence(
+            uid=SOLO,
+            parser=job.parser,
+            detokenizer=self._tokenizer.detokenizer,
+            cancelled=cancelled,
+            prompt_tokens=len(job.prompt),
+            reused=reused,
+            evicted=False,
+            started=time.perf_counter(),
         )
-        self._sequences[uid] = (
-            key,
-            Sequence(
-                uid=uid,
-                parser=job.parser,
-                detokenizer=self._tokenizer.detokenizer,
-                cancelled=cancelled,
-                prompt_tokens=len(job.prompt),
-                reused=reused,
-                evicted=False,
-                started=time.perf_counter(),
-            ),
-        )
+        admitted = Admitted(rest, cache, job.prompt[:reused], job)
+        if not self._sequences:  # alone: the single-sequence path
+            self._solo_start = admitted
+            self._sequences[SOLO] = (key, seq)
+            return
+        if SOLO in self._sequences:
+            self._join_solo()
+        seq.uid = self._insert(admitted)
+        self._sequences[seq.uid] = (key, seq)
 
     def step(self) -> list[Step]:
-        out: list[Step] = []
+        out, self._pending = self._pending, []
         gone = [uid for uid, (_, seq) in self._sequences.items() if seq.cancelled()]
         if gone:
-            self._generator.remove(gone)
+            if SOLO in gone:
+                self._solo = self._solo_start = None
+            self._generator.remove([uid for uid in gone if uid != SOLO])
             for uid in gone:
                 key, seq = self._sequences.pop(uid)
                 out += [(key, o) for o in self._finish(seq, "cancelled")]
         if not self._sequences:
             return out
+        if SOLO in self._sequences:
+            return out + self._solo_step()
         for response in self._generator.next_generated():
             if response.uid not in self._sequences:
                 continue
-            key, seq = self._sequences[response.uid]
-            seq.first_at = seq.first_at or time.perf_counter()
-            ended = response.finish_reason is not None
-            if response.token not in self._eos:
-                seq.new_tokens += 1
-                seq.detokenizer.add_token(response.token)
-            if ended:
-                seq.detokenizer.finalize()
-            outputs = seq.parser.feed(seq.detokenizer.last_segment)
-            reason = None
-            if seq.parser.stopped:
-                reason = "stop_string"
-                if not ended:
-                    self._generator.remove([response.uid])
-            elif ended:
-                reason = response.finish_reason
-                self._park(response.all_tokens, response.prompt_cache, seq)
-            out += [(key, o) for o in outputs]
-            if reason:
-                del self._sequences[response.uid]
-                out += [(key, o) for o in self._finish(seq, reason)]
+            out += self._emit(
+                response.uid,
+                response.token,
+                response.finish_reason,
+                lambda r=response: (r.all_tokens, r.prompt_cache),
+            )
+        return out
+
+    def _solo_step(self) -> list[Step]:
+        if self._solo is None:
+            start, self._solo_start = self._solo_start, None
+            self._solo = Solo(
+                self._model,
+                self._generator.stream,
+                start.rest,
+                start.cache,
+                start.cached,
+                start.job,
+            )
+        solo = self._solo
+        token = solo.advance()
+        reason = None
+        if token in self._eos:
+            reason = "stop"
+        elif solo.emitted >= solo.max_tokens:
+            reason = "length"
+        out = self._emit(SOLO, token, reason, lambda: (solo.fed, solo.cache))
+        if SOLO not in self._sequences:  # it ended
+            self._solo = None
+        return out
+
+    def _join_solo(self) -> None:
+        """Move the single-sequence request into the batch generator, cache and all.
+
+        Its next token is already sampled: it is delivered now (at the next `step`), and
+        the generator continues from it with the cache that holds everything before it.
+        """
+        key, seq = self._sequences.pop(SOLO)
+        if self._solo is None:  # admitted but not started: it joins as any new request
+            seq.uid = self._insert(self._solo_start)
+            self._solo_start = None
+            self._sequences[seq.uid] = (key, seq)
+            return
+        solo, self._solo = self._solo, None
+        token = solo.pending()
+        solo.emitted += 1
+        left = solo.max_tokens - solo.emitted
+        reason = "stop" if token in self._eos else None if left > 0 else "length"
+        self._sequences[SOLO] = (key, seq)
+        self._pending += self._emit(SOLO, token, reason, lambda: (solo.fed, solo.cache))
+        if SOLO not in self._sequences:  # it ended on that token
+            return
+        del self._sequences[SOLO]
+        seq.uid = self._insert(Admitted([token], solo.cache, solo.fed, solo.job), max_tokens=left)
+        self._sequences[seq.uid] = (key, seq)
+
+    def _insert(self, admitted: Admitted, max_tokens: int | None = None) -> int:
+        job = admitted.job
+        (uid,) = self._generator.insert(
+            [admitted.rest],
+            max_tokens=[job.max_tokens if max_tokens is None else max_tokens],
+            caches=[admitted.cache],
+            all_tokens=[admitted.cached],
+            samplers=[job.sampler],
+            logits_processors=[list(job.logits_processors)],
+        )
+        return uid
+
+    def _emit(self, uid: int, token: int, finish_reason: str | None, parked) -> list[Step]:
+        """One token of one sequence through its detokenizer and parser; its end if it ends.
+
+        `parked()` gives the tokens and cache to park for prefix reuse when it ends.
+        """
+        key, seq = self._sequences[uid]
+        seq.first_at = seq.first_at or time.perf_counter()
+        ended = finish_reason is not None
+        if token not in self._eos:
+            seq.new_tokens += 1
+            seq.detokenizer.add_token(token)
+        if ended:
+            seq.detokenizer.finalize()
+        outputs = seq.parser.feed(seq.detokenizer.last_segment)
+        reason = None
+        if seq.parser.stopped:
+            reason = "stop_string"
+            if not ended and uid != SOLO:
+                self._generator.remove([uid])
+        elif ended:
+            reason = finish_reason
+            self._park(*parked(), seq)
+        out = [(key, o) for o in outputs]
+        if reason:
+            del self._sequences[uid]
+            out += [(key, o) for o in self._finish(seq, reason)]
         return out
 
     def _finish(self, seq: Sequence, reason: str) -> list:
@@ -152,6 +257,11 @@ class MLXBatch:
             return None, prompt
         from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
 
+        # The trie copies the cache it returns: ask only when a prefix worth it is parked.
+        shared = self._cache._trie.search(CACHE_KEY, prompt)
+        longest = max(shared.common_prefix, len(shared.exact or shared.shorter or ()))
+        if longest < max(REUSE_MIN_TOKENS, len(prompt) // 2):
+            return None, prompt
         cache, rest = self._cache.fetch_nearest_cache(CACHE_KEY, prompt)
         if cache is not None and not rest:
             # An exact hit: the last prompt token must still go through the model.

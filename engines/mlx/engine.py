@@ -37,6 +37,8 @@ class Prepared(NamedTuple):
     sampler: Callable
     parser: OutputParser
     seed: int | None
+    # Applied to each step's logits before sampling, on every decoding path.
+    logits_processors: tuple[Callable, ...] = ()
 
 
 class MLXEngine:
@@ -127,14 +129,21 @@ class MLXEngine:
         window = request.window_of(self._context)
         if len(prompt) >= window:
             raise ContextOverflow(self._config.id, len(prompt), window)
+        sampler, processors = self.decoding(request)
+        tail = self._tokenizer.decode(prompt[-8:])  # has the template opened a think block?
+        parser = OutputParser.for_request(request, self._tool_format, self._think, tail)
+        max_tokens = min(request.max_tokens, window - len(prompt))
+        return Prepared(
+            prompt, max_tokens, sampler, parser, request.sampling.seed, tuple(processors)
+        )
+
+    def decoding(self, request: ChatRequest) -> tuple[Callable, list[Callable]]:
+        """The request's sampler and logits processors: every decoding path takes these."""
         sampling = request.sampling
         sampler = make_request_sampler(
             sampling.temperature, sampling.top_p, sampling.min_p, sampling.top_k, sampling.seed
         )
-        tail = self._tokenizer.decode(prompt[-8:])  # has the template opened a think block?
-        parser = OutputParser.for_request(request, self._tool_format, self._think, tail)
-        max_tokens = min(request.max_tokens, window - len(prompt))
-        return Prepared(prompt, max_tokens, sampler, parser, sampling.seed)
+        return sampler, []
 
     def open_batch(self) -> Batch:
         """Continuous batching through mlx-lm, unless a setting needs the single-stream path.
@@ -169,6 +178,7 @@ class MLXEngine:
             mx.array(job.prompt),
             max_tokens=job.max_tokens,
             sampler=job.sampler,
+            logits_processors=list(job.logits_processors) or None,
             **extra,
         ):
             first_at = first_at or time.perf_counter()
