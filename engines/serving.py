@@ -57,8 +57,8 @@ class ModelThread:
             stepping = batch.active
             try:
                 steps = batch.step()
-                for job, output in steps:
-                    self._deliver(job, output)
+                if steps:
+                    self._deliver_step(steps)
             except Exception as error:  # the batch broke: every request in it ends
                 self._fail_batch(error)
                 return
@@ -123,6 +123,29 @@ class ModelThread:
         if isinstance(output, Finished | Embedded | Exception):
             self._in_batch.discard(job)
             post(self._finished_one)
+
+    def _deliver_step(self, steps: list) -> None:
+        """A step's outputs, every job's, to the event loop in one hop (not one per token)."""
+        now = time.perf_counter()
+        for job, output in steps:
+            if (
+                isinstance(output, TextDelta | ReasoningDelta | ToolCallOutput)
+                and not job.first_token_at
+            ):
+                job.first_token_at = now
+            if isinstance(output, Finished | Exception):
+                self._in_batch.discard(job)
+        self._loop.call_soon_threadsafe(self._hand_out, steps, context=self._context)
+
+    def _hand_out(self, steps: list) -> None:
+        """On the loop: post each output to its job's channel, in the order the step made."""
+        for job, output in steps:
+            if isinstance(output, Finished):
+                # Reported even when nobody reads on (client gone): ops see what it cost.
+                job.context.run(self._report, job, output)
+            job.outputs.put_nowait(output)
+            if isinstance(output, Finished | Exception):
+                self._finished_one()
 
     def _report(self, job: Job, done: Finished | Embedded) -> None:
         if isinstance(done, Embedded):
