@@ -20,16 +20,22 @@ if TYPE_CHECKING:
 GiB = 2**30
 # `memory_budget: auto` leaves this share of the machine to the OS and everything else.
 AUTO_SHARE = 0.75
+# A CUDA device's memory is the models' alone (the OS lives in host RAM): keep a margin
+# for MLX's own buffers and the CUDA context.
+AUTO_SHARE_CUDA = 0.9
 
 
 def machine_memory() -> int:
-    """Bytes of memory this machine has (on Apple Silicon, what Metal may use)."""
+    """Bytes the models live in: GPU memory on CUDA, Metal's working set on Apple Silicon."""
     try:
         import mlx.core as mx
 
         if mx.metal.is_available():
             return int(mx.metal.device_info()["max_recommended_working_set_size"])
-    except (ImportError, AttributeError, KeyError):
+        if cuda_device():
+            info = mx.device_info(mx.gpu)
+            return int(info.get("total_memory") or info["memory_size"])
+    except (ImportError, AttributeError, KeyError, RuntimeError):
         pass
     if sys.platform == "darwin":
         import subprocess
@@ -38,8 +44,20 @@ def machine_memory() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
+def cuda_device() -> bool:
+    """MLX computes on a CUDA GPU by default."""
+    import mlx.core as mx
+
+    return mx.default_device() == mx.gpu and not mx.metal.is_available()
+
+
 def auto_budget() -> int:
-    return int(machine_memory() * AUTO_SHARE)
+    """`memory_budget: auto`: a share of `machine_memory()`."""
+    try:
+        share = AUTO_SHARE_CUDA if cuda_device() else AUTO_SHARE
+    except ImportError:
+        share = AUTO_SHARE
+    return int(machine_memory() * share)
 
 
 def describe(size: int) -> str:

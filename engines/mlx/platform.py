@@ -4,7 +4,10 @@ Measured on Linux CPU (DESIGN.md): the `mlx[cpu]` wheel links the reference BLAS
 GFLOP/s); the same process started with Debian's OpenBLAS preloaded runs ~40x faster matrix
 products. MLX's CPU kernels for 4-bit matrices are slower than float32 products, so on the
 CPU quantized weights are expanded to float32 at load. On Apple Silicon (Metal) and CUDA
-the stored weights run as they are.
+the stored weights run as they are, and nothing is preloaded: BLAS is not on that path.
+`detect` names the device and the memory models live in (GPU memory on CUDA, Metal's
+recommended working set on Apple Silicon, RAM on the CPU), which `memory_budget: auto`
+takes its share of.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ class PlatformPath(msgspec.Struct, frozen=True, kw_only=True):
     blas: str
     weights: str
     why: str
+    device_name: str = ""
+    memory: str = ""  # where the weights and KV caches live, and how much of it
 
     def as_dict(self) -> dict[str, str]:
         return msgspec.structs.asdict(self)
@@ -55,6 +60,10 @@ def reexec_with_openblas() -> None:
     library = find_openblas()
     if library is None or library in os.environ.get("LD_PRELOAD", ""):
         return
+    import mlx.core as mx  # the process is replaced: loading mlx here changes nothing after
+
+    if mx.default_device() == mx.gpu:  # CUDA: matrix products never reach a BLAS
+        return
     env = dict(os.environ)
     env["LD_PRELOAD"] = ":".join(filter(None, [library, env.get("LD_PRELOAD")]))
     env[NO_REEXEC_ENV] = "1"
@@ -66,14 +75,20 @@ def detect() -> PlatformPath:
     """What this process runs on; call after `reexec_with_openblas`."""
     import mlx.core as mx
 
+    from engines.residency import describe, machine_memory
+
     on_gpu = mx.default_device() == mx.gpu
+    name = str(device_info().get("device_name", ""))
     if on_gpu:
         backend = "metal" if mx.metal.is_available() else "cuda"
+        kind = "recommended working set" if backend == "metal" else "GPU memory"
         return PlatformPath(
             device=f"gpu ({backend})",
             blas="n/a",
             weights="as stored",
             why="GPU kernels run quantized weights fast",
+            device_name=name,
+            memory=f"{describe(machine_memory())} {kind}",
         )
     if openblas_loaded():
         blas, why = "openblas", "OpenBLAS preloaded: ~40x the wheel's reference BLAS"
@@ -87,4 +102,16 @@ def detect() -> PlatformPath:
         blas=blas,
         weights="float32",
         why=why + "; quantized weights expanded to float32 (MLX's 4-bit CPU kernels are slower)",
+        device_name=name,
+        memory=f"{describe(machine_memory())} RAM",
     )
+
+
+def device_info() -> dict:
+    """MLX's description of the default device (name, memory); empty where it has none."""
+    import mlx.core as mx
+
+    try:
+        return dict(mx.device_info())
+    except (AttributeError, RuntimeError):
+        return {}
