@@ -50,17 +50,17 @@ TOPICS = [
     "a garden that grows at night",
 ]
 
-CONFIG = f"""
+CONFIG = """
 server: {{host: 127.0.0.1}}
 models:
   - id: c8
     engine: mlx
-    source: {SMOLLM2}
+    source: {source}
     context: {{max: 2048}}
     concurrency: 8
   - id: c1
     engine: mlx
-    source: {SMOLLM2}
+    source: {source}
     context: {{max: 2048}}
     concurrency: 1
 """
@@ -108,16 +108,16 @@ async def burst(target: Target, clients: int, round_: int, max_tokens: int) -> d
     }
 
 
-def float32_dir() -> Path:
+def float32_dir(source: str = SMOLLM2) -> Path:
     """mlx-lm's own save of the gateway's float32 expansion, cached beside converted GGUFs."""
     from engines.sources.resolve import default_cache_dir, resolve_source
 
-    stored = resolve_source("bench", SMOLLM2)
+    stored = resolve_source("bench", source)
     out = default_cache_dir() / "bench" / f"{stored.name}-float32"
     env = platform_env()
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     subprocess.run(
-        [sys.executable, str(REPO / "bench" / "float32_copy.py"), SMOLLM2, str(out)],
+        [sys.executable, str(REPO / "bench" / "float32_copy.py"), source, str(out)],
         check=True,
         env=env,
         cwd=REPO,
@@ -139,16 +139,19 @@ def main() -> None:
         default=1,
         help="rounds that include mlx-lm on 4-bit weights (it is slow; 1 shows the gap)",
     )
+    parser.add_argument(
+        "--source", default=SMOLLM2, help="the model source (any the gateway takes)"
+    )
     args = parser.parse_args()
     load_before = os.getloadavg()
 
     from engines.sources.resolve import resolve_source
 
-    stored_dir = resolve_source("bench", SMOLLM2)
-    f32_dir = float32_dir()
+    stored_dir = resolve_source("bench", args.source)
+    f32_dir = float32_dir(args.source)
     q4_label = "mlx-lm server, 4-bit as stored"
     with ExitStack() as stack:
-        gateway = stack.enter_context(Gateway(CONFIG, "concurrency"))
+        gateway = stack.enter_context(Gateway(CONFIG.format(source=args.source), "concurrency"))
         mlx_f32 = stack.enter_context(MlxLmServer(f32_dir, "mlx-lm-f32"))
         targets = [
             Target("gateway, concurrency 8", gateway.url, "c8"),

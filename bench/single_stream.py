@@ -1,7 +1,10 @@
 """Single stream: decode tokens/s and time-to-first-token through the gateway's SSE versus
 in-process `mlx_lm.stream_generate` on the same model, prompt and greedy sampler.
 
-    .venv/bin/python bench/single_stream.py [--repeats 5] [--max-tokens 128]
+    .venv/bin/python bench/single_stream.py [--repeats 5] [--max-tokens 128] [--source SRC]
+
+SRC is any model source the gateway takes (default: the SmolLM2 GGUF); on the GPU,
+bench/gpu/ runs the same measurement on random-weight shapes.
 
 The in-process reference (`bench/inprocess.py`) runs in a subprocess on the gateway's
 platform path (OpenBLAS preloaded, 4-bit weights expanded to float32 on the CPU). Runs are
@@ -57,18 +60,18 @@ LONG_PROMPT = [
     }
 ]
 
-CONFIG = f"""
+CONFIG = """
 server: {{host: 127.0.0.1}}
 models:
   - id: serial
     engine: mlx
-    source: {SMOLLM2}
+    source: {source}
     context: {{max: 2048}}
     concurrency: 1
     prefix_reuse: false
   - id: batched
     engine: mlx
-    source: {SMOLLM2}
+    source: {source}
     context: {{max: 2048}}
     concurrency: 8
     prefix_reuse: false
@@ -78,11 +81,11 @@ models:
 class Reference:
     """The in-process reference subprocess: one JSON line in, one JSON line out."""
 
-    def __init__(self) -> None:
+    def __init__(self, source: str = SMOLLM2) -> None:
         env = platform_env()
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
         self.process = subprocess.Popen(
-            [sys.executable, str(REPO / "bench" / "inprocess.py"), SMOLLM2],
+            [sys.executable, str(REPO / "bench" / "inprocess.py"), source],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -131,13 +134,19 @@ def main() -> None:
     parser.add_argument(
         "--long-rounds", type=int, default=5, help="max_tokens 1 runs per side, long prompt"
     )
+    parser.add_argument(
+        "--source", default=SMOLLM2, help="the model source (any the gateway takes)"
+    )
     args = parser.parse_args()
     load_before = os.getloadavg()
     sides = ["in-process", "serial", "batched"]
 
-    reference = Reference()
+    reference = Reference(args.source)
     try:
-        with Gateway(CONFIG, "single") as gateway, httpx.Client(timeout=600) as client:
+        with (
+            Gateway(CONFIG.format(source=args.source), "single") as gateway,
+            httpx.Client(timeout=600) as client,
+        ):
 
             def run(side: str, max_tokens: int, messages: list[dict] = PROMPT) -> StreamTiming:
                 if side == "in-process":

@@ -1,0 +1,79 @@
+"""Raw mlx-lm continuous batching (BatchGenerator, as gpu/mlx_cuda_batch.py drives it) on a model
+directory, answering one JSON line per JSON line, so bench_gateway.py can interleave it with the
+gateway on the same prompts:
+
+    python3 bench/gpu/raw_batch.py MODEL_DIR PRODUCT_DIR
+    in:  {"clients": 8, "max_tokens": 128, "round": 0, "prefill": 8}
+    out: {"tokens": ..., "wall": ..., "aggregate": ..., "ttft": ...}
+
+Prompts: the product's bench/concurrency.py prompt(round, client), rendered with the chat
+template and encoded without a second BOS, as the gateway encodes them (the encoding is done
+before the clock starts). prefill: BatchGenerator's prefill_batch_size (capped at the client
+count); completion_batch_size is the client count, so every client decodes at once.
+Stop tokens are the tokenizer's end-of-sequence ids, as in the gateway.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+
+def main() -> None:
+    import mlx.core as mx
+    from mlx_lm import load
+    from mlx_lm.generate import BatchGenerator
+
+    model_dir, product = sys.argv[1], sys.argv[2]
+    sys.path.insert(0, f"{product}/bench")
+    from concurrency import prompt  # the product's own prompts
+
+    model, tokenizer = load(model_dir)
+    mx.eval(model.parameters())
+    eos = sorted(tokenizer.eos_token_ids)
+    print(json.dumps({"ready": True, "eos": eos, "device": str(mx.default_device())}), flush=True)
+
+    def encode(messages):
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return tokenizer.encode(text, add_special_tokens=False)
+
+    for line in sys.stdin:
+        job = json.loads(line)
+        n, max_tokens, round_ = job["clients"], job["max_tokens"], job["round"]
+        prefill = min(int(job.get("prefill") or n), n)
+        prompts = [encode(prompt(round_, i)) for i in range(n)]
+        gen = BatchGenerator(
+            model,
+            stop_tokens=[[t] for t in eos],
+            completion_batch_size=n,
+            prefill_batch_size=prefill,
+        )
+        started = time.perf_counter()
+        gen.insert(prompts, max_tokens=[max_tokens] * n)
+        tokens, first = 0, None
+        while True:
+            responses = gen.next_generated()
+            if not responses:
+                break
+            first = first or time.perf_counter()
+            tokens += sum(1 for r in responses if r.token not in eos)
+        wall = time.perf_counter() - started
+        gen.close()
+        print(
+            json.dumps(
+                {
+                    "tokens": tokens,
+                    "wall": wall,
+                    "aggregate": tokens / wall,
+                    "ttft": (first or started) - started,
+                    "prompt_tokens": [len(p) for p in prompts][:4],
+                    "prefill_batch_size": prefill,
+                }
+            ),
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
