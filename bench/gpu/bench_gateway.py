@@ -201,18 +201,22 @@ def concurrency(bench, gateway, raw, args, save) -> dict:
     def raw_variants(clients: int) -> list[int]:
         return sorted({min(p, clients) if p else clients for p in args.raw_prefill})
 
-    def gateways(clients: int) -> list[str]:
-        return ["batched"] + (["batched-noreuse"] if clients in args.noreuse_clients else [])
+    def gateways(clients: int, round_: int = 0) -> list[str]:
+        models = ["batched"] + (["batched-noreuse"] if clients in args.noreuse_clients else [])
+        return models[round_ % len(models) :] + models[: round_ % len(models)]
 
-    for clients in args.clients:  # warm-up: every batch size once, short
-        for model in gateways(clients):
-            asyncio.run(burst(model, clients, -1, 8))
-        for p in raw_variants(clients):
-            raw.ask({"clients": clients, "max_tokens": 8, "round": -1, "prefill": p})
+    # Warm-up: every batch size twice, short. MLX's CUDA backend compiles kernels for each new
+    # shape on first use; arrivals over HTTP make more batch shapes than one insert does.
+    for warm in (-2, -1):
+        for clients in args.clients:
+            for model in gateways(clients):
+                asyncio.run(burst(model, clients, warm, 16))
+            for p in raw_variants(clients):
+                raw.ask({"clients": clients, "max_tokens": 16, "round": warm, "prefill": p})
     log(f"  warm-up done (raw prefill sizes {prefills})")
     for round_ in range(args.rounds):
         for clients in args.clients:
-            for model in gateways(clients):
+            for model in gateways(clients, round_):
                 r = asyncio.run(burst(model, clients, round_, args.max_tokens))
                 results.setdefault(f"gateway {model}", {}).setdefault(clients, []).append(r)
                 log(

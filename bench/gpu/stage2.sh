@@ -11,7 +11,7 @@ sum=$(cat "$S/mlxcuda.part.aa" .gw2/mlxcuda.part.ab | sha256sum | cut -d' ' -f1)
 [ "$sum" = "$(cat .gw2/mlxcuda.sha256)" ] || { echo "MLX CUDA tarball: checksum mismatch"; exit 4; }
 rm -rf "$S/mlxcuda" "$S/whl" && mkdir -p "$S/mlxcuda" "$S/whl"
 cat "$S/mlxcuda.part.aa" .gw2/mlxcuda.part.ab | xz -d -T0 | tar -xf - -C "$S/mlxcuda"
-python3 shared/gpu/wheeltool.py zip "$S/mlxcuda" "$S/whl/$(cat .gw2/mlxcuda.name)"
+python3 bench/gpu/wheeltool.py zip "$S/mlxcuda" "$S/whl/$(cat .gw2/mlxcuda.name)"
 rm -rf "$S/mlxcuda"
 cp .gw2/wheels/*.whl "$S/whl/"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir "$S"/whl/*.whl

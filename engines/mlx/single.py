@@ -60,7 +60,8 @@ class Solo:
             if self.emitted + 1 < self.max_tokens:
                 self._next = self._step(current)
                 mx.async_eval(self._next)
-            token = current.item()  # waits for this token only, not the queued one
+            mx.eval(current)  # waits for this token only (GIL released), not the queued one
+            token = current.item()
         if self.emitted + 1 < self.max_tokens:
             self.fed.append(token)  # its forward pass is queued: the cache will hold it
         self.emitted += 1
