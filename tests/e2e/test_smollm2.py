@@ -10,6 +10,9 @@ def test_startup_line_says_which_platform_path_runs(gateway):
     assert started["platform"]["device"] == "cpu"
     assert started["platform"]["blas"] == "openblas"  # setup.sh installs it; serve preloads it
     assert started["platform"]["weights"] == "float32"
+    # What the device is and the memory `memory_budget: auto` takes its share of.
+    assert started["platform"]["device_name"]
+    assert started["platform"]["memory"].endswith(" GiB RAM")
     attached = gateway.events("model_attached", model="smollm2")[0]
     assert attached["context"] == 8192 and attached["memory_bytes"] > 100_000_000
 
