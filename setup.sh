@@ -39,4 +39,9 @@ if [ "${1:-}" = test ]; then
     # Claude Code, the AI SDK and its providers, at the versions pinned in package-lock.json.
     (cd tests/clients/js && npm ci --no-audit --no-fund --loglevel=error)
 fi
+# Vision-language models (engines/vision/) run on mlx-vlm's loaders, processors and generation.
+# Its declared dependencies pull a web server, datasets, pandas, OpenCV and mlx-audio that the
+# gateway never imports (and would upgrade shared libraries): --no-deps, pinned to the version
+# tested; what it does import (transformers, requests, Pillow, jinja2) is in pyproject.toml.
+.venv/bin/python -m pip install -q --no-deps "mlx-vlm==0.7.10"
 echo "setup.sh: ready (.venv)"

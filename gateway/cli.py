@@ -1,4 +1,4 @@
-"""The `gateway` command: serve, check, pull, schema, models."""
+"""The `gateway` command: serve, check, pull, schema, models, demo-vlm."""
 
 from __future__ import annotations
 
@@ -44,6 +44,12 @@ def _parser() -> argparse.ArgumentParser:
 
     models = commands.add_parser("models", help="list the models of a config")
     models.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
+
+    commands.add_parser(
+        "demo-vlm",
+        help="build (once, cached) the demo vision model and print its directory: SmolVLM's "
+        "architecture around SmolLM2-135M with a random vision tower, for tests and demos",
+    )
     return parser
 
 
@@ -57,6 +63,11 @@ def main(argv: list[str] | None = None) -> int:
         from gateway.pull import pull
 
         return pull(args.config, args.models)
+    if args.command == "demo-vlm":
+        from engines.vision.demo import build_demo_vlm
+
+        print(build_demo_vlm())
+        return 0
     # `models` lists what `check` validates: the same one line per model.
     return check(args.config)
 

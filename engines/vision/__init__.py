@@ -1,0 +1,4 @@
+"""Vision-language models on mlx-vlm: the engine (`engine`), the pixel budget (`budget`), image
+prompts and cache keys (`prompt`), and the demo checkpoint builder (`demo`). May import mlx,
+mlx-vlm, Pillow, the runtime in `engines/`, `engines.mlx`, `engines.text`, `engines.sources`
+and `schemas`; nothing HTTP."""
