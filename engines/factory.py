@@ -28,9 +28,31 @@ def make_engine(
         from engines.embed.engine import EmbeddingEngine
 
         return EmbeddingEngine(model, base_dir)
+    if reads_images(model, base_dir):
+        from engines.vision.engine import VisionEngine
+
+        return VisionEngine(model, platform, base_dir)
     from engines.mlx.engine import MLXEngine
 
     return MLXEngine(model, platform, base_dir, draft)
+
+
+def reads_images(model: ModelConfig, base_dir: Path | None) -> bool:
+    """Whether the model's checkpoint declares a vision tower (`vision_config`): such a
+    model is served by the vision engine on mlx-vlm. Only config.json is read."""
+    config = _checkpoint_config(model, base_dir)
+    return bool(config.get("vision_config")) and model.task != "embed"
+
+
+def _checkpoint_config(model: ModelConfig, base_dir: Path | None) -> dict:
+    if not model.source or model.source.lower().endswith(".gguf"):
+        return {}
+    try:
+        path = check_source(model.id, model.source, base_dir=base_dir)
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (GatewayError, OSError, ValueError):
+        return {}
+    return config if isinstance(config, dict) else {}
 
 
 def infer_task(model: ModelConfig, base_dir: Path | None) -> str:

@@ -23,6 +23,7 @@ from engines.download import (
     report_downloaded,
 )
 from engines.errors import (
+    BadRequest,
     GatewayError,
     ModelUnavailable,
     QueueFull,
@@ -40,6 +41,7 @@ from schemas.canonical import (
     EmbedRequest,
     Finished,
     Output,
+    request_images,
 )
 from schemas.config import ModelConfig, seconds
 from schemas.events import (
@@ -58,6 +60,17 @@ DEFAULT_RETRY_AFTER_S = 1.0
 # hammered by every request, and one whose cause went away comes back by itself).
 RETRY_FAILED_S = 1.0
 RETRY_FAILED_MAX_S = 60.0
+
+
+def refuse_images(engine: Engine, model_id: str, request: ChatRequest | EmbedRequest) -> None:
+    """`BadRequest` for images sent to an engine that reads none (`reads_images` unset), before
+    the request queues; a vision engine refuses them itself when its vision is disabled."""
+    images = request_images(request) if isinstance(request, ChatRequest) else []
+    if images and not getattr(engine, "reads_images", False):
+        raise BadRequest(
+            f"{images[0].where or 'an image'}: model {model_id!r} reads text only; "
+            "send images to a vision model"
+        )
 
 
 class Runner(ModelThread):
@@ -221,6 +234,7 @@ class Runner(ModelThread):
                 f"(queue.max_depth {self.model.queue.max_depth}); retry later",
                 retry_after=DEFAULT_RETRY_AFTER_S,
             )
+        refuse_images(self.engine, self.model.id, request)
         job = Job(request)
         own(functools.partial(self._withdraw, job))  # it ends with its caller's scope
         self._waiting.append(job)
@@ -248,6 +262,7 @@ class Runner(ModelThread):
         Rendering and tokenizing touch no MLX state, so a worker thread other than the
         model's may do it while the model generates. The model is held meanwhile.
         """
+        refuse_images(self.engine, self.model.id, request)
         async with self.hold():
             if self.state is not EngineState.READY:
                 await self.load()

@@ -173,5 +173,7 @@ class ModelThread:
                 reused_prefix_tokens=done.reused_prefix_tokens,
                 session_evicted=done.session_evicted,
                 truncated_messages=getattr(job.request, "truncated_messages", 0),
+                images=done.images,
+                image_tokens=done.image_tokens,
             )
         )

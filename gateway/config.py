@@ -197,6 +197,14 @@ def _check_references(server: Any, models: list[Any], src: Source) -> None:
                 owner[alias] = (mid, where)
         if model.get("engine", "mlx") == "mlx" and not model.get("source"):
             src.at(("models", i, "source"), f"model {mid!r}: engine 'mlx' needs a source")
+        vision = model.get("vision")
+        if isinstance(vision, dict):
+            low, high = vision.get("min_pixels"), vision.get("max_pixels")
+            if isinstance(low, int) and isinstance(high, int) and low > high:
+                src.at(
+                    ("models", i, "vision", "min_pixels"),
+                    f"model {mid!r}: min_pixels {low} is more than max_pixels {high}",
+                )
     for i, model in enumerate(models):
         draft = model.get("draft") if isinstance(model, dict) else None
         target = draft.get("model") if isinstance(draft, dict) else None

@@ -43,6 +43,7 @@ ENGINE_FIELDS = (
     "session_slots",
     "rate",
     "hf_token",
+    "vision",
 )
 
 

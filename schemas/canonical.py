@@ -20,9 +20,27 @@ class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
     arguments: str  # JSON text, as every protocol carries it or parses it from
 
 
+class TextPart(msgspec.Struct, frozen=True, kw_only=True, tag="text"):
+    text: str
+
+
+class ImagePart(msgspec.Struct, frozen=True, kw_only=True, tag="image"):
+    """One image as its encoded file (PNG, JPEG, ...), already fetched or decoded from
+    base64 by the adapter; `where` names the request part it came from, for error messages."""
+
+    data: bytes
+    where: str = ""
+
+
+Part = TextPart | ImagePart
+
+
 class Message(msgspec.Struct, frozen=True, kw_only=True):
     role: Role
     content: str = ""
+    # Set when the message carries images: its text and images in order (`content` then
+    # holds the text alone). Engines that read no images refuse a request that has any.
+    parts: list[Part] = []
     tool_calls: list[ToolCall] = []
     tool_call_id: str | None = None  # on a `tool` message: the call it answers
     name: str | None = None  # on a `tool` message: the tool's name
@@ -72,6 +90,11 @@ class ChatRequest(msgspec.Struct, frozen=True, kw_only=True):
         return min(self.window, model_window) if self.window else model_window
 
 
+def request_images(request: ChatRequest) -> list[ImagePart]:
+    """Every image of a request, in order."""
+    return [p for m in request.messages for p in m.parts if isinstance(p, ImagePart)]
+
+
 class EmbedRequest(msgspec.Struct, frozen=True, kw_only=True):
     inputs: list[str]
     # Cut inputs longer than the model's window (sentence-transformers does); False: refuse.
@@ -112,6 +135,8 @@ class Finished(msgspec.Struct, frozen=True, kw_only=True, tag="finished"):
     decode_s: float
     reused_prefix_tokens: int = 0  # prompt tokens served from a parked KV cache
     session_evicted: bool = False  # parking this conversation evicted another one
+    images: int = 0  # images the prompt carried (vision models)
+    image_tokens: int = 0  # prompt tokens that stand for those images (in prompt_tokens)
 
 
 class Embedded(msgspec.Struct, frozen=True, kw_only=True, tag="embedded"):

@@ -129,6 +129,8 @@ class ServerConfig(Strict):
     # "auto" is $GATEWAY_STATE_DIR, else the user's data directory; null keeps it in memory.
     state_dir: str | None = "auto"
     responses: ResponsesConfig = ResponsesConfig()
+    # Remote http(s) image URLs in requests are fetched only when this is true.
+    fetch_images: bool = False
 
 
 class QueueConfig(Strict):
@@ -186,6 +188,15 @@ class ScriptConfig(Strict):
     memory: ByteSize = "0B"
 
 
+class VisionSettings(Strict):
+    """A vision model's pixel budget: each image is resized to fit before encoding. Absent
+    keys come from the checkpoint's preprocessor config; `max_pixels` is also clamped at load
+    to what the memory budget can afford."""
+
+    max_pixels: PositiveInt | None = None
+    min_pixels: PositiveInt | None = None
+
+
 Residency = Literal["pinned"] | OnDemand
 # YAML 1.1 reads a bare `off` as false, so false stands for "off" too.
 ReasoningEffort = Literal["off", "low", "medium", "high"] | bool
@@ -214,6 +225,7 @@ class ModelSettings(Strict):
     queue: QueueConfig | None = None
     script: ScriptConfig | None = None
     hf_token: str | None = None
+    vision: VisionSettings | None = None
 
 
 class ModelConfig(Strict):
@@ -242,6 +254,7 @@ class ModelConfig(Strict):
     # The Hugging Face token for an `hf:` source (gated or private repositories); usually
     # `${HF_TOKEN}`. Absent: huggingface_hub's own (HF_TOKEN, or `hf auth login`'s).
     hf_token: str | None = None
+    vision: VisionSettings = VisionSettings()
 
     @property
     def pinned(self) -> bool:

@@ -40,6 +40,8 @@ class Generated(Event, tag="generated"):
     reused_prefix_tokens: int = 0
     session_evicted: bool = False
     truncated_messages: int = 0  # oldest turns dropped to fit (context.overflow: truncate)
+    images: int = 0  # images in the prompt (vision models)
+    image_tokens: int = 0  # prompt tokens standing for them (counted in prompt_tokens)
 
 
 class Guardrail(Event, tag="guardrail"):

@@ -1,0 +1,337 @@
+"""The vision engine on mlx-vlm: a checkpoint with a vision config, served with images.
+
+mlx-vlm does the model work: `load` (model and processor), the checkpoint's chat template,
+`prepare_inputs` (the processor: image splitting, marker expansion) and `stream_generate`
+(vision encoding, then decoding). Each request's pictures are decoded, fitted to the pixel
+budget, encoded and generated from on the model's one thread, so two requests can never
+swap pictures. A request without images never touches the vision tower.
+
+Decoding is one request at a time, stepped round-robin with the others admitted
+(`SerialBatch`): mlx-vlm 0.7's `BatchGenerator` draws every sequence of a batch with one
+sampler, so per-request sampling settings could not be honoured in a shared batch.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+from engines.base import LoadInfo
+from engines.batch import Batch, SerialBatch
+from engines.errors import BadRequest, ContextOverflow, SourceError
+from engines.mlx.context import size_context
+from engines.mlx.engine import FLOAT32_EXPANSION, expand_quantized
+from engines.mlx.platform import PlatformPath
+from engines.sources.resolve import check_source, resolve_source
+from engines.text.output import DEFAULT_TOOL_PARSER, OutputParser, load_tool_format
+from engines.text.reasoning import template_kwargs, thinking_markers
+from engines.text.tools import template_knows_tools, tool_specs
+from engines.vision.budget import Plan, fit_image, geometry_of, plan_pixels
+from engines.vision.prompt import cache_keys, decode_image, vision_messages
+from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Finished, Output
+from schemas.canonical import request_images as images_of
+from schemas.config import ModelConfig
+
+
+class Inputs(NamedTuple):
+    """A request as the model takes it: token ids, the processor's tensors, cache keys."""
+
+    ids: list[int]
+    tensors: dict  # input_ids, pixel_values, attention_mask and model-specific extras
+    keys: list[int]
+    images: int
+    image_tokens: int
+
+
+class VisionEngine:
+    reads_images = True  # the runner lets image parts through; disabled vision refuses here
+
+    def __init__(self, model: ModelConfig, platform: PlatformPath, base_dir: Path | None):
+        self._config = model
+        self._platform = platform
+        self._base_dir = base_dir
+        self._model = self._processor = self._tokenizer = None
+        self._context = 0
+        self._plan: Plan | None = None
+        self._image_token = -1
+        # Finished conversations' KV caches, keyed by `cache_keys`; least recently used first.
+        self._parked: OrderedDict[tuple[int, ...], object] = OrderedDict()
+
+    def estimate_memory(self) -> int:
+        path = check_source(self._config.id, self._config.source, base_dir=self._base_dir)
+        on_disk = sum(f.stat().st_size for f in path.glob("*.safetensors"))
+        return on_disk * (FLOAT32_EXPANSION if self._platform.weights == "float32" else 1)
+
+    def load(self, memory_left: int | None = None) -> LoadInfo:
+        import mlx.core as mx
+        import mlx_vlm
+        from mlx.utils import tree_flatten
+
+        path = resolve_source(self._config.id, self._config.source, base_dir=self._base_dir)
+        try:
+            model, processor = mlx_vlm.load(str(path))
+        except Exception as error:  # mlx-vlm and transformers raise anything on a bad checkpoint
+            message = f"mlx-vlm cannot load it: {error}"
+            raise SourceError(self._config.id, str(path), message) from None
+        if self._platform.weights == "float32":
+            to_float32(model)
+        mx.eval(model.parameters())
+        self._image_token = check_markers(self._config.id, str(path), model, processor)
+        weights = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
+        text = model.config.text_config
+        trained = int(getattr(text, "max_position_embeddings", None) or 4096)
+        element = 4 if self._platform.weights == "float32" else 2
+        per_token = kv_bytes_per_token(text, element)
+        geometry = geometry_of(model.config, processor, element)
+        sequences = self._config.concurrency
+        wanted = self._config.context.max
+        if memory_left is None:
+            context = size_context(self._config.id, wanted, trained, weights, per_token, None)
+            plan = plan_pixels(self._config.vision, processor, geometry, None)
+        else:
+            # A window sized `auto` would take every byte: the vision encoder may first set
+            # aside up to half of what the weights leave.
+            half = max(0, memory_left - weights) // 2 if wanted == "auto" else 0
+            first = plan_pixels(self._config.vision, processor, geometry, half)
+            left = memory_left - (first.reserved if wanted == "auto" else 0)
+            context = size_context(
+                self._config.id, wanted, trained, weights, per_token, left, sequences
+            )
+            room = memory_left - weights - per_token * context * sequences
+            plan = plan_pixels(self._config.vision, processor, geometry, room)
+        self._model, self._processor, self._tokenizer = model, processor, processor.tokenizer
+        self._context, self._plan = context, plan
+        self._tool_format = load_tool_format(self._config.tool_parser or DEFAULT_TOOL_PARSER)
+        self._think = thinking_markers(self._tokenizer)
+        return LoadInfo(
+            memory_bytes=weights + per_token * context * sequences + plan.reserved,
+            context=context,
+            trained_context=trained,
+            detail={
+                "path": str(path),
+                "weights": self._platform.weights,
+                "kv_bytes_per_token": str(per_token),
+                "decoding": "single stream (mlx-vlm), requests stepped in turn",
+                "prefix_reuse": f"{self._slots} session slots" if self._slots else "off",
+                "vision": plan.describe(),
+            },
+        )
+
+    @property
+    def _slots(self) -> int:
+        return self._config.session_slots if self._config.prefix_reuse else 0
+
+    def count_prompt(self, request: ChatRequest) -> int:
+        return len(self._inputs(request).ids)
+
+    def open_batch(self) -> Batch:
+        return SerialBatch(self.generate)
+
+    def generate(self, request: ChatRequest, cancelled: Callable[[], bool]) -> Iterator[Output]:
+        """One request: its images encoded and its answer decoded on this (the model's) thread."""
+        from mlx_lm.sample_utils import make_sampler
+        from mlx_vlm import stream_generate
+
+        inputs = self._inputs(request)
+        if len(inputs.ids) >= self._context:
+            raise ContextOverflow(self._config.id, len(inputs.ids), self._context)
+        sampling = request.sampling
+        sampler = make_sampler(
+            temp=sampling.temperature,
+            top_p=sampling.top_p,
+            min_p=sampling.min_p,
+            top_k=sampling.top_k,
+        )
+        tail = self._tokenizer.decode(inputs.ids[-8:])
+        parser = OutputParser.for_request(request, self._tool_format, self._think, tail)
+        state, evicted = self._take_cache(inputs.keys)
+        tensors = dict(inputs.tensors)
+        extra = {"seed": sampling.seed} if sampling.seed is not None else {}
+        started = time.perf_counter()
+        first_at = None
+        new_tokens, stop_reason, reused, completed = 0, "stop", 0, False
+        stream = stream_generate(
+            self._model,
+            self._processor,
+            "",
+            input_ids=tensors.pop("input_ids"),
+            pixel_values=tensors.pop("pixel_values", None),
+            mask=tensors.pop("attention_mask", None),
+            max_tokens=min(request.max_tokens, self._context - len(inputs.ids)),
+            sampler=sampler,
+            prompt_cache_state=state,
+            **tensors,
+            **extra,
+        )
+        try:
+            for response in stream:
+                first_at = first_at or time.perf_counter()
+                reused = response.cached_tokens or 0
+                # The end-of-sequence token is counted by mlx-vlm, not output: not counted here.
+                eos = response.finish_reason == "stop"
+                new_tokens = response.generation_tokens - eos if response.token is not None else 0
+                yield from parser.feed(response.text)
+                if parser.stopped:
+                    stop_reason = "stop_string"
+                    break
+                if response.finish_reason:
+                    stop_reason = response.finish_reason
+                if cancelled():
+                    stop_reason = "cancelled"
+                    break
+            else:
+                completed = True  # run to its end: mlx-vlm has stored the cache in `state`
+        finally:
+            stream.close()
+        if completed and state is not None and state.cache is not None:
+            evicted = self._park(inputs, state) or evicted
+        yield from parser.finish()
+        if parser.tool_calls and stop_reason == "stop":
+            stop_reason = "tool_calls"
+        ended = time.perf_counter()
+        first_at = first_at or ended
+        yield Finished(
+            stop_reason=stop_reason,
+            prompt_tokens=len(inputs.ids),
+            new_tokens=new_tokens,
+            prefill_s=first_at - started,
+            decode_s=ended - first_at,
+            reused_prefix_tokens=reused,
+            session_evicted=evicted,
+            images=inputs.images,
+            image_tokens=inputs.image_tokens,
+        )
+
+    def embed(self, request: EmbedRequest) -> Embedded:
+        raise BadRequest(f"model {self._config.id!r} is a chat model; it does not embed")
+
+    def unload(self) -> None:
+        import mlx.core as mx
+
+        self._model = self._processor = self._tokenizer = None
+        self._parked.clear()
+        mx.clear_cache()
+
+    def _inputs(self, request: ChatRequest) -> Inputs:
+        """Render, decode and fit the images, and run the processor; no MLX model work."""
+        from mlx_vlm.utils import prepare_inputs
+
+        images = images_of(request)
+        if images and self._plan.disabled:
+            raise BadRequest(
+                f"{images[0].where or 'an image'}: model {self._config.id!r} has vision "
+                f"disabled ({self._plan.disabled}); it serves text only"
+            )
+        if request.raw_prompt is not None:
+            text = request.raw_prompt
+        else:
+            template = getattr(self._tokenizer, "chat_template", None)
+            knows_tools = template_knows_tools(template)
+            messages = vision_messages(request.messages, request.tools, knows_tools)
+            extra = {"tools": tool_specs(request.tools)} if request.tools and knows_tools else {}
+            extra |= template_kwargs(request.reasoning)
+            text = self._tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=False, **extra
+            )
+        pictures = [fit_image(decode_image(part), self._plan) for part in images]
+        tensors = prepare_inputs(
+            self._processor,
+            images=pictures or None,
+            prompts=text,
+            image_token_index=self._image_token,
+            add_special_tokens=False,  # the template already wrote any BOS it wants
+        )
+        ids = [int(t) for t in tensors["input_ids"].reshape(-1).tolist()]
+        image_tokens = sum(t == self._image_token for t in ids) if images else 0
+        keys = cache_keys(ids, self._image_token, images)
+        return Inputs(ids, dict(tensors), keys, len(images), image_tokens)
+
+    def _take_cache(self, keys: list[int]):
+        """The parked conversation sharing the longest key prefix, as mlx-vlm's cache state
+        cut to that prefix (so its own id comparison cannot reach past an image mismatch)."""
+        from mlx_vlm.generate import PromptCacheState
+
+        if not self._slots:
+            return None, False
+        best, length = None, 0
+        for parked in self._parked:
+            shared = _shared(parked, keys)
+            if shared > length:
+                best, length = parked, shared
+        state = PromptCacheState()
+        # mlx-vlm continues a cache only when what is left of the prompt is text; a cache
+        # that would not be continued stays parked rather than being used up.
+        if best is not None and all(k >= 0 for k in keys[length:]):
+            real_ids, cache = self._parked.pop(best)
+            state.token_ids, state.cache = real_ids[:length], cache
+        return state, False
+
+    def _park(self, inputs: Inputs, state) -> bool:
+        """Keep the finished conversation's cache; True when that evicted another one."""
+        generated = state.token_ids[len(inputs.ids) :]
+        keys = tuple(inputs.keys + generated)
+        # Entries that are prefixes of this conversation are superseded, not evicted.
+        for old in [k for k in self._parked if keys[: len(k)] == k]:
+            del self._parked[old]
+        self._parked[keys] = (list(state.token_ids), state.cache)
+        evicted = False
+        while len(self._parked) > self._slots:
+            self._parked.popitem(last=False)
+            evicted = True
+        return evicted
+
+
+def _shared(a: tuple[int, ...], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def check_markers(model_id: str, path: str, model, processor) -> int:
+    """The image token id, after checking the config and the tokenizer agree on it."""
+    config = model.config
+    wanted = getattr(config, "image_token_index", None)
+    if wanted is None:
+        wanted = getattr(config, "image_token_id", None)
+    tokenizer = getattr(processor, "tokenizer", processor)
+    marker = getattr(processor, "image_token", None)
+    if wanted is None or marker is None:
+        raise SourceError(model_id, path, "the checkpoint names no image marker token")
+    found = tokenizer.convert_tokens_to_ids(marker)
+    vocab = int(getattr(config.text_config, "vocab_size", 0) or 0)
+    if found != wanted or (vocab and not 0 <= found < vocab):
+        raise SourceError(
+            model_id,
+            path,
+            f"image marker {marker!r} is token {found} in the tokenizer but the config's "
+            f"image_token_index is {wanted} (vocabulary {vocab}): images would be misplaced",
+        )
+    return int(wanted)
+
+
+def kv_bytes_per_token(text_config, element: int) -> int:
+    """Keys and values of every language-model layer for one token."""
+    heads = getattr(text_config, "num_key_value_heads", None) or text_config.num_attention_heads
+    head_dim = getattr(text_config, "head_dim", None) or (
+        text_config.hidden_size // text_config.num_attention_heads
+    )
+    return 2 * text_config.num_hidden_layers * heads * head_dim * element
+
+
+def to_float32(model) -> None:
+    """Quantized layers expanded and every float weight cast to float32: MLX's CPU kernels
+    run float32 fastest (a 4-bit layer measured 0.86 ms in float32, 6.3 ms in bf16)."""
+    import mlx.core as mx
+    from mlx.utils import tree_map
+
+    expand_quantized(model)
+    floating = (mx.float16, mx.bfloat16)
+    model.update(
+        tree_map(lambda a: a.astype(mx.float32) if a.dtype in floating else a, model.parameters())
+    )
