@@ -13,6 +13,7 @@ from engines.policy.answer import answer
 from gateway.anthropic_stream import NO_SIGNATURE, stop_of, stream_events, tool_input
 from gateway.body import decode_body
 from gateway.chat_request import build_chat_request
+from gateway.images import image_part, message_with_parts, resolve_images
 from gateway.model_facts import task_of
 from gateway.registry import Generation, Route, announce
 from gateway.streaming import Collected, collect, unless_client_leaves
@@ -21,10 +22,14 @@ from schemas.canonical import (
     ChatRequest,
     Effort,
     Finished,
+    ImagePart,
     Message,
+    Part,
+    TextPart,
     ToolCall,
     ToolSpec,
 )
+from schemas.config import ServerConfig
 
 # Claude Code only offers models whose names look like Claude's: every chat model also
 # answers to `claude-<id or alias>`.
@@ -78,18 +83,20 @@ def to_messages(data: wire.PromptRequest) -> list[Message]:
     if system:
         canonical.append(Message(role="system", content="\n\n".join(system)))
     names: dict[str, str] = {}  # tool_use id -> tool name, for the results that answer them
-    for turn in data.messages:
+    for i, turn in enumerate(data.messages):
         if turn.role == "system":
             continue  # joined the system prompt above
         if isinstance(turn.content, str):
             canonical.append(Message(role=turn.role, content=turn.content))
             continue
-        texts: list[str] = []
+        texts: list[str | ImagePart] = []  # text blocks, and images in their place
         calls: list[ToolCall] = []
         answered = False  # a user turn of tool results only needs no empty user message
-        for block in turn.content:
+        for j, block in enumerate(turn.content):
             if isinstance(block, wire.TextBlock):
                 texts.append(block.text)
+            elif isinstance(block, wire.ImageBlock) and turn.role == "user":
+                texts.append(_image(block, f"$.messages[{i}].content[{j}].source"))
             elif isinstance(block, wire.ToolUseBlock):
                 if turn.role != "assistant":
                     raise BadRequest("tool_use blocks belong in assistant messages")
@@ -101,7 +108,7 @@ def to_messages(data: wire.PromptRequest) -> list[Message]:
                 if turn.role != "user":
                     raise BadRequest("tool_result blocks belong in user messages")
                 if texts:  # keep the order the client wrote
-                    canonical.append(Message(role="user", content=_join(texts)))
+                    canonical.append(_user(texts))
                     texts = []
                 canonical.append(_tool_result(block, names.get(block.tool_use_id)))
                 answered = True
@@ -111,7 +118,7 @@ def to_messages(data: wire.PromptRequest) -> list[Message]:
         if turn.role == "assistant":
             canonical.append(Message(role="assistant", content=_join(texts), tool_calls=calls))
         elif texts or not answered:
-            canonical.append(Message(role="user", content=_join(texts)))
+            canonical.append(_user(texts))
     return canonical
 
 
@@ -137,6 +144,31 @@ def _system_text(content: str | list[wire.InputBlock]) -> str:
     return _join(content)
 
 
+def _image(block: wire.ImageBlock, where: str) -> ImagePart:
+    """An image block's `base64` or `url` source."""
+    source = block.source if isinstance(block.source, dict) else {}
+    if source.get("type") == "base64" and isinstance(source.get("data"), str):
+        return image_part(source["data"], f"{where}.data")
+    if source.get("type") == "url" and isinstance(source.get("url"), str):
+        if not source["url"].startswith(("http://", "https://")):
+            raise BadRequest(f"{where}.url: an image url source must be http(s)")
+        return image_part(source["url"], f"{where}.url")
+    raise BadRequest(f"{where}: image sources must be base64 (with data) or url (with url)")
+
+
+def _user(items: list[str | ImagePart]) -> Message:
+    """A user turn; text blocks between images are joined as `_join` joins them."""
+    if all(isinstance(item, str) for item in items):
+        return Message(role="user", content=_join(items))
+    parts: list[Part] = []
+    for item in items:
+        if isinstance(item, str) and parts and isinstance(parts[-1], TextPart):
+            parts[-1] = TextPart(text=parts[-1].text + "\n\n" + item)
+        else:
+            parts.append(TextPart(text=item) if isinstance(item, str) else item)
+    return message_with_parts("user", parts)
+
+
 def _tool_result(block: wire.ToolResultBlock, name: str | None) -> Message:
     content = block.content
     if not isinstance(content, str):
@@ -157,8 +189,9 @@ def _join(parts: str | list[str] | list[wire.TextBlock]) -> str:
     return "\n\n".join(p.text if isinstance(p, wire.TextBlock) else p for p in parts)
 
 
-def to_chat(route: Route, data: wire.PromptRequest) -> ChatRequest:
-    """The canonical request; sampling fields only where the request is a messages request."""
+async def to_chat(route: Route, data: wire.PromptRequest, server: ServerConfig) -> ChatRequest:
+    """The canonical request (remote images fetched where allowed); sampling fields only where
+    the request is a messages request."""
     tools = []
     if not (data.tool_choice and data.tool_choice.type == "none"):
         # Server tools (web search, ...) run at Anthropic; there is nothing here to run them.
@@ -177,9 +210,8 @@ def to_chat(route: Route, data: wire.PromptRequest) -> ChatRequest:
             stop=data.stop_sequences,
         )
     reasoning = effort(data.thinking)
-    return build_chat_request(
-        route.model, to_messages(data), tools=tools, reasoning=reasoning, **sampling
-    )
+    messages = await resolve_images(to_messages(data), server)
+    return build_chat_request(route.model, messages, tools=tools, reasoning=reasoning, **sampling)
 
 
 # Anthropic's thinking budget read as an effort: below 4k tokens is low, below 16k medium.
@@ -203,7 +235,7 @@ async def create_message(request: Request, generation: Generation) -> Response |
     data = await decode_body(request, wire.MessagesRequest)
     route = resolve(generation, data.model)
     announce(route, stream=data.stream, protocol="anthropic")
-    chat = to_chat(route, data)
+    chat = await to_chat(route, data, generation.config.server)
     runner = route.runner
     results = answer(runner, chat)
     message_id = f"msg_{uuid.uuid4().hex[:24]}"
@@ -262,7 +294,7 @@ async def count_tokens(request: Request, generation: Generation) -> wire.TokenCo
     data = await decode_body(request, wire.CountTokensRequest)
     route = resolve(generation, data.model)
     announce(route, stream=False, protocol="anthropic")
-    chat = to_chat(route, data)
+    chat = await to_chat(route, data, generation.config.server)
     counted = await unless_client_leaves(request, route.runner.count_prompt(chat))
     return wire.TokenCount(input_tokens=counted)
 

@@ -27,4 +27,16 @@ def capabilities(generation: Generation, model: ModelConfig) -> list[str]:
     """Ollama's `capabilities` list for `/api/show`."""
     if task_of(generation, model) == "embed":
         return ["embedding"]
-    return ["completion", "tools", *(["thinking"] if reasons(generation, model) else [])]
+    thinking = ["thinking"] if reasons(generation, model) else []
+    return [
+        "completion",
+        "tools",
+        *thinking,
+        *(["vision"] if reads_images(generation, model) else []),
+    ]
+
+
+def reads_images(generation: Generation, model: ModelConfig) -> bool:
+    """Whether the engine takes images: chosen from the checkpoint's config, not loaded."""
+    runner = generation.runners.get(model.id)
+    return bool(getattr(runner.engine, "reads_images", False)) if runner else False

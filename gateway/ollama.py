@@ -19,6 +19,7 @@ from gateway import ollama_models, ollama_pull
 from gateway.body import decode_body
 from gateway.chat_request import build_chat_request
 from gateway.errors import stream_failure
+from gateway.images import image_part, message_with_parts, resolve_images
 from gateway.ollama_models import json_reply, now, ollama_route
 from gateway.ollama_options import keep, options
 from gateway.registry import Generation, Route
@@ -30,8 +31,10 @@ from schemas.canonical import (
     Finished,
     Message,
     Output,
+    Part,
     ReasoningDelta,
     TextDelta,
+    TextPart,
     ToolCall,
     ToolCallOutput,
     ToolSpec,
@@ -46,7 +49,6 @@ Frame = Callable[[str, list[ToolCall], Finished | None, str], wire.Answer]
 
 def _refuse_unsupported(
     format: Any,
-    images: list[str] | None = None,
     suffix: str | None = None,
     template: str | None = None,
     logprobs: bool | None = None,
@@ -55,8 +57,6 @@ def _refuse_unsupported(
         raise BadRequest("logprobs are not supported yet ($.logprobs)")
     if format not in (None, ""):
         raise BadRequest("format (JSON mode and JSON schemas) is not supported yet")
-    if images:
-        raise BadRequest("images are not supported: the served models read text only")
     if suffix:
         raise BadRequest("suffix (fill-in-the-middle) is not supported")
     if template:
@@ -81,8 +81,6 @@ def to_messages(messages: list[wire.Message]) -> list[Message]:
     canonical: list[Message] = []
     pending: deque[ToolCall] = deque()
     for i, message in enumerate(messages):
-        if message.images:
-            raise BadRequest(f"$.messages[{i}].images: images are not supported")
         calls = [
             ToolCall(
                 id=f"call_{i}_{j}",
@@ -95,15 +93,25 @@ def to_messages(messages: list[wire.Message]) -> list[Message]:
             pending = deque(calls)
         answered = pending.popleft() if message.role == "tool" and pending else None
         canonical.append(
-            Message(
-                role=message.role,
-                content=message.content or "",
+            with_images(
+                message.role,
+                message.content or "",
+                message.images,
+                f"$.messages[{i}].images",
                 tool_calls=calls,
                 tool_call_id=answered.id if answered else None,
                 name=message.tool_name or (answered.name if answered else None),
             )
         )
     return canonical
+
+
+def with_images(role: str, text: str, images: list[str] | None, where: str, **fields) -> Message:
+    """A message with Ollama's base64 `images`, placed before its text as Ollama does."""
+    if not images:
+        return Message(role=role, content=text, **fields)
+    parts: list[Part] = [image_part(image, f"{where}[{k}]") for k, image in enumerate(images)]
+    return message_with_parts(role, [*parts, TextPart(text=text)], **fields)
 
 
 def _reply_calls(calls: list[ToolCall]) -> list[wire.ReplyToolCall] | None:
@@ -232,9 +240,10 @@ async def chat(request: Request, generation: Generation) -> Response | Stream:
         )
         for t in data.tools or []
     ]
+    messages = await resolve_images(to_messages(data.messages), generation.config.server)
     chat = build_chat_request(
         route.model,
-        to_messages(data.messages),
+        messages,
         tools=tools,
         reasoning=effort(data.think),
         **options(data.options),
@@ -247,7 +256,7 @@ async def generate(request: Request, generation: Generation) -> Response | Strea
     """Completion of a prompt (templated unless `raw`); an empty prompt loads the model."""
     started = time.perf_counter_ns()
     data = await decode_body(request, wire.GenerateRequest)
-    _refuse_unsupported(data.format, data.images, data.suffix, data.template, data.logprobs)
+    _refuse_unsupported(data.format, data.suffix, data.template, data.logprobs)
     route = ollama_route(generation, data.model, data.stream)
     keep(route.runner, data.keep_alive)
     served, model = route.served, route.model
@@ -272,10 +281,13 @@ async def generate(request: Request, generation: Generation) -> Response | Strea
             loaded.done_reason = "unload"
         return json_reply(loaded)
     if data.raw:  # no template, and so no system prompt either
+        if data.images:
+            raise BadRequest("$.images: a raw prompt has no template to place images in")
         chat = build_chat_request(model, [], raw_prompt=data.prompt, **options(data.options))
     else:
         system = [Message(role="system", content=data.system)] if data.system else []
-        prompt = [*system, Message(role="user", content=data.prompt)]
+        user = with_images("user", data.prompt, data.images, "$.images")
+        prompt = await resolve_images([*system, user], generation.config.server)
         chat = build_chat_request(
             model, prompt, reasoning=effort(data.think), **options(data.options)
         )

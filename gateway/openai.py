@@ -18,6 +18,7 @@ from gateway.anthropic import model_page
 from gateway.body import decode_body
 from gateway.chat_request import build_chat_request
 from gateway.errors import error_body, stream_failure
+from gateway.images import image_part, message_with_parts, resolve_images
 from gateway.registry import Generation, announce
 from gateway.streaming import collect, unless_client_leaves
 from schemas import openai as wire
@@ -26,8 +27,10 @@ from schemas.canonical import (
     Finished,
     Message,
     Output,
+    Part,
     ReasoningDelta,
     TextDelta,
+    TextPart,
     ToolCall,
     ToolCallOutput,
     ToolSpec,
@@ -44,26 +47,33 @@ FINISH_REASONS = {
 
 def to_messages(messages: list[wire.ChatMessage]) -> list[Message]:
     canonical = []
-    for message in messages:
-        content = message.content
-        if isinstance(content, list):
-            if any(part.type != "text" for part in content):
-                raise BadRequest("only text content parts are supported by this model")
-            content = "".join(part.text or "" for part in content)
+    for i, message in enumerate(messages):
         calls = [
             ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments)
             for c in message.tool_calls or []
         ]
-        canonical.append(
-            Message(
-                role=message.role,
-                content=content or "",
-                tool_calls=calls,
-                tool_call_id=message.tool_call_id,
-                name=message.name,
-            )
-        )
+        fields = {"tool_calls": calls, "tool_call_id": message.tool_call_id, "name": message.name}
+        content = message.content
+        if isinstance(content, list):
+            parts = [_part(part, f"$.messages[{i}].content[{j}]") for j, part in enumerate(content)]
+            canonical.append(message_with_parts(message.role, parts, **fields))
+        else:
+            canonical.append(Message(role=message.role, content=content or "", **fields))
     return canonical
+
+
+def _part(part: wire.ContentPart, where: str) -> Part:
+    """A text part, or an `image_url` part (data URL, or http(s) when fetching is on)."""
+    if part.type == "text":
+        return TextPart(text=part.text or "")
+    if part.type == "image_url":
+        image = part.image_url
+        if image is None:
+            raise BadRequest(f"{where}.image_url: an image_url part needs its url")
+        if isinstance(image, str):
+            return image_part(image, f"{where}.image_url")
+        return image_part(image.url, f"{where}.image_url", image.detail)
+    raise BadRequest(f"{where}: content parts of type {part.type!r} are not supported")
 
 
 def to_tools(tools: list[wire.Tool] | None) -> list[ToolSpec]:
@@ -106,9 +116,10 @@ async def chat_completions(request: Request, generation: Generation) -> Response
         raise BadRequest("logprobs are not supported yet ($.logprobs, $.top_logprobs)")
     route = announce(generation.resolve(data.model), stream=data.stream, protocol="openai")
     stop = [data.stop] if isinstance(data.stop, str) else data.stop
+    messages = await resolve_images(to_messages(data.messages), generation.config.server)
     chat = build_chat_request(
         route.model,
-        to_messages(data.messages),
+        messages,
         max_tokens=data.max_completion_tokens or data.max_tokens,
         temperature=data.temperature,
         top_p=data.top_p,

@@ -21,6 +21,7 @@ from gateway.auth import presented_key
 from gateway.body import decode_body
 from gateway.chat_request import build_chat_request
 from gateway.errors import stream_failure
+from gateway.images import image_part, message_with_parts, resolve_images
 from gateway.openai import effort
 from gateway.registry import Generation, announce
 from gateway.responses_events import EventBuilder
@@ -28,10 +29,10 @@ from gateway.responses_store import ResponseStore, owner_of
 from gateway.responses_stored import registry_server, store_of
 from gateway.streaming import unless_client_leaves
 from schemas import openai_responses as wire
-from schemas.canonical import ChatRequest, Message, Output, ToolCall, ToolSpec
+from schemas.canonical import ChatRequest, Message, Output, Part, TextPart, ToolCall, ToolSpec
 
 NO_CONVERSATIONS = "this gateway keeps no conversation objects: use previous_response_id"
-UNSUPPORTED_PARTS = {"input_image": "image", "input_file": "file", "input_audio": "audio"}
+UNSUPPORTED_PARTS = {"input_file": "file", "input_audio": "audio"}
 
 
 def _refuse_unsupported(data: wire.ResponseRequest) -> None:
@@ -128,14 +129,34 @@ def _text(content: str | list[wire.InputPart], where: str) -> str:
     return "".join(texts)
 
 
+def _message(item: wire.InputMessage, where: str) -> Message:
+    """A message item; `input_image` parts keep their place among the text."""
+    content = item.content
+    if isinstance(content, str) or not any(p.type == "input_image" for p in content):
+        return Message(role=item.role, content=_text(content, where))
+    parts: list[Part] = []
+    for j, part in enumerate(content):
+        if part.type != "input_image":
+            parts.append(TextPart(text=_text([part], where)))
+        elif part.image_url:
+            parts.append(image_part(part.image_url, f"{where}[{j}].image_url", part.detail))
+        elif part.file_id:
+            raise BadRequest(
+                f"images by file_id are not supported: nothing is stored here "
+                f"({where}[{j}].file_id); send image_url"
+            )
+        else:
+            raise BadRequest(f"an input_image part needs image_url ({where}[{j}])")
+    return message_with_parts(item.role, parts)
+
+
 def to_messages(instructions: str | None, items: list[dict[str, Any]]) -> list[Message]:
     """`instructions` and the input items as one canonical conversation."""
     messages = [Message(role="system", content=instructions)] if instructions else []
     names: dict[str, str] = {}
     for i, item in enumerate(_items(items)):
         if isinstance(item, wire.InputMessage):
-            content = _text(item.content, f"$.input[{i}].content")
-            messages.append(Message(role=item.role, content=content))
+            messages.append(_message(item, f"$.input[{i}].content"))
         elif isinstance(item, wire.InputFunctionCall):
             call = ToolCall(id=item.call_id, name=item.name, arguments=item.arguments)
             names[call.id] = call.name
@@ -201,6 +222,7 @@ async def responses(request: Request, generation: Generation) -> Response | Serv
     own = own_items(data, store, owner)
     earlier = conversation(data, store, owner)
     messages = to_messages(data.instructions, [*earlier, *own])
+    messages = await resolve_images(messages, generation.config.server)
     route = announce(generation.resolve(data.model), stream=data.stream, protocol="openai")
     chat = build_chat_request(
         route.model,

@@ -30,6 +30,10 @@ class ImagePart(msgspec.Struct, frozen=True, kw_only=True, tag="image"):
 
     data: bytes
     where: str = ""
+    # `low` fits the picture to the model's min_pixels (OpenAI's `detail`); else max_pixels.
+    detail: Literal["auto", "low", "high"] = "auto"
+    # A remote http(s) image the gateway has yet to fetch; never set when it reaches an engine.
+    url: str = ""
 
 
 Part = TextPart | ImagePart

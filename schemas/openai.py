@@ -14,9 +14,15 @@ ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "
 EFFORTS = {"none": "off", "minimal": "low", "xhigh": "high", "max": "high"}
 
 
+class ImageURL(Wire, kw_only=True):
+    url: str
+    detail: Literal["auto", "low", "high"] = "auto"
+
+
 class ContentPart(Wire, kw_only=True):
     type: str
     text: str | None = None
+    image_url: ImageURL | str | None = None  # `image_url` parts: a data URL or http(s) URL
 
 
 class FunctionCall(Wire, kw_only=True):

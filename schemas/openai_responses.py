@@ -14,12 +14,15 @@ from schemas.wire import Wire
 
 
 class InputPart(Wire, kw_only=True):
-    """A content part: `input_text`/`output_text` carry `text`, `refusal` its `refusal`;
-    the rest (images, files, audio) the adapter refuses by name."""
+    """A content part: `input_text`/`output_text` carry `text`, `refusal` its `refusal`,
+    `input_image` its `image_url`; the rest (files, audio) the adapter refuses by name."""
 
     type: str
     text: str | None = None
     refusal: str | None = None
+    image_url: str | None = None  # `input_image`: a data URL or http(s) URL
+    file_id: str | None = None  # `input_image` by uploaded file: nothing is stored here
+    detail: Literal["auto", "low", "high"] = "auto"
 
 
 class InputItem(Wire, kw_only=True, tag_field="type"):

@@ -125,16 +125,18 @@ def plan_pixels(settings: VisionSettings, processor, geometry: Geometry, room: i
     return Plan(low, fits, high, geometry.encode_bytes(fits))
 
 
-def fit_image(image, plan: Plan):
-    """`image` (PIL) resized, aspect kept, to hold between min_pixels and max_pixels."""
+def fit_image(image, plan: Plan, low: bool = False):
+    """`image` (PIL) resized, aspect kept, to hold between min_pixels and max_pixels
+    (`low`: at most min_pixels, OpenAI's `detail: low`)."""
     width, height = image.size
     pixels = width * height
-    if plan.min_pixels <= pixels <= plan.max_pixels:
+    most = plan.min_pixels if low else plan.max_pixels
+    if plan.min_pixels <= pixels <= most:
         return image
-    bound = plan.max_pixels if pixels > plan.max_pixels else plan.min_pixels
+    bound = most if pixels > most else plan.min_pixels
     scale = math.sqrt(bound / pixels)
     # Round down when shrinking, up when growing, so the result lands inside the range.
-    turn = math.floor if pixels > plan.max_pixels else math.ceil
+    turn = math.floor if pixels > most else math.ceil
     size = (max(1, turn(width * scale)), max(1, turn(height * scale)))
     from PIL import Image
 

@@ -236,7 +236,9 @@ class VisionEngine:
             text = self._tokenizer.apply_chat_template(
                 messages, add_generation_prompt=True, tokenize=False, **extra
             )
-        pictures = [fit_image(decode_image(part), self._plan) for part in images]
+        pictures = [
+            fit_image(decode_image(part), self._plan, low=part.detail == "low") for part in images
+        ]
         tensors = prepare_inputs(
             self._processor,
             images=pictures or None,
@@ -261,6 +263,8 @@ class VisionEngine:
             shared = _shared(parked, keys)
             if shared > length:
                 best, length = parked, shared
+        # An exact hit still sends its last prompt token through the model (for the logits).
+        length = min(length, len(keys) - 1)
         state = PromptCacheState()
         # mlx-vlm continues a cache only when what is left of the prompt is text; a cache
         # that would not be continued stays parked rather than being used up.
