@@ -41,7 +41,6 @@ if [ "${1:-}" = test ]; then
 fi
 # Vision-language models (engines/vision/) run on mlx-vlm's loaders, processors and generation.
 # Its declared dependencies pull a web server, datasets, pandas, OpenCV and mlx-audio that the
-# gateway never imports (and would upgrade shared libraries): --no-deps, pinned to the version
-# tested; what it does import (transformers, requests, Pillow, jinja2) is in pyproject.toml.
+# gateway never imports: --no-deps, pinned to the version tested; what it does import (transformers, requests, Pillow, jinja2) is in pyproject.toml.
 .venv/bin/python -m pip install -q --no-deps "mlx-vlm==0.7.10"
 echo "setup.sh: ready (.venv)"
