@@ -312,7 +312,7 @@ def test_claude_prefixed_names_route_to_the_model(gateway, anthropic_client):
                 "max_tokens": 10,
                 "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}],
             },
-            "Could not process image: this model reads text only (image content blocks",
+            "Could not process image: $.messages[0].content[0].source: image sources must be base64",
         ),
         (  # Claude Code's Read tool returns images as tool results; the wording lets it recover
             {

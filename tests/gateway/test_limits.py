@@ -126,13 +126,13 @@ def test_images_are_counted_and_measured_before_any_adapter_refuses_them(gateway
         message = refusal(path, [png(1200, 1000)])  # over the limit, under Pillow's guard
         assert "1200x1000 pixels, more than 1000000" in message, message
         assert "max_images" in refusal(path, [small] * 3)
-        # Within the limits, the adapter's own refusal (the models read text only) follows.
+        # Within the limits, the model's own refusal (echo reads text only) follows.
         message = refusal(path, [small, small])
-        assert "limits." not in message and "supported" in message, message
-    # Not an image at all: nothing to measure, so the adapter's refusal answers.
+        assert "limits." not in message and "reads text only" in message, message
+    # Not an image at all: nothing to measure; the adapter refuses it, naming the part.
     bad = {"model": "echo", "prompt": "x", "images": ["bm90IGFuIGltYWdl"]}
     status, _, answer = post(gateway.port, "/api/generate", json.dumps(bad).encode())
-    assert status == 400 and "images are not supported" in answer["error"]
+    assert status == 400 and "$.images[0]: not an image" in answer["error"]
     assert httpx.get(f"{gateway.url}/health").json()["status"] == "ok"
 
 

@@ -276,7 +276,7 @@ def test_tool_choice_none_hides_the_tools(openai_client):
                     }
                 ]
             },
-            "image inputs are not supported, only text ($.input[0].content[0])",
+            "$.input[0].content[0].image_url: not an image",
         ),
         ({"input": [{"type": "computer_call_output"}]}, "'computer_call_output'"),
         ({"input": [{"role": "wizard", "content": "x"}]}, "$.input[0].role"),
