@@ -143,6 +143,36 @@ def fit_image(image, plan: Plan, low: bool = False):
     return image.resize(size, Image.Resampling.BICUBIC)
 
 
+def cap_processor(processor, plan: Plan) -> None:
+    """Make the checkpoint's own image processor keep to `plan` too.
+
+    Tiled processors (idefics3/SmolVLM) resize every image, small ones up, to `longest_edge`
+    before cutting tiles, so that edge squared is what any image costs: it is lowered to the
+    largest whole number of tiles within max_pixels. Processors that read `max_pixels` and
+    `min_pixels` themselves (Qwen-VL) get the plan's.
+    """
+    import dataclasses
+
+    image = getattr(processor, "image_processor", None)
+    if image is None:
+        return
+    for name in ("max_pixels", "min_pixels"):
+        if getattr(image, name, None):
+            setattr(image, name, getattr(plan, name))
+    size = getattr(image, "size", None)
+    edge = _as_dict(size).get("longest_edge")
+    if not edge:
+        return
+    tile = _edge(getattr(image, "max_image_size", None)) or 1
+    cap = max(tile, math.isqrt(plan.max_pixels) // tile * tile)
+    if cap >= edge:
+        return
+    if dataclasses.is_dataclass(size):
+        image.size = dataclasses.replace(size, longest_edge=cap)
+    else:
+        image.size = {**size, "longest_edge": cap}
+
+
 def _edge(size) -> int | None:
     size = _as_dict(size)
     edge = size.get("longest_edge") or size.get("height")

@@ -13,6 +13,9 @@ sampler, so per-request sampling settings could not be honoured in a shared batc
 
 from __future__ import annotations
 
+import json
+import math
+import struct
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -29,7 +32,7 @@ from engines.sources.resolve import check_source, resolve_source
 from engines.text.output import DEFAULT_TOOL_PARSER, OutputParser, load_tool_format
 from engines.text.reasoning import template_kwargs, thinking_markers
 from engines.text.tools import template_knows_tools, tool_specs
-from engines.vision.budget import Plan, fit_image, geometry_of, plan_pixels
+from engines.vision.budget import Plan, cap_processor, fit_image, geometry_of, plan_pixels
 from engines.vision.prompt import cache_keys, decode_image, vision_messages
 from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Finished, Output
 from schemas.canonical import request_images as images_of
@@ -61,9 +64,18 @@ class VisionEngine:
         self._parked: OrderedDict[tuple[int, ...], object] = OrderedDict()
 
     def estimate_memory(self) -> int:
+        """The weights as they will be held: quantized tensors expanded on the float32 path
+        (read from the safetensors headers; a vision tower is often stored unquantized)."""
         path = check_source(self._config.id, self._config.source, base_dir=self._base_dir)
-        on_disk = sum(f.stat().st_size for f in path.glob("*.safetensors"))
-        return on_disk * (FLOAT32_EXPANSION if self._platform.weights == "float32" else 1)
+        files = list(path.glob("*.safetensors"))
+        if self._platform.weights != "float32":
+            return sum(f.stat().st_size for f in files)
+        try:
+            config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+            group = int((config.get("quantization") or {}).get("group_size", 64))
+            return sum(float32_bytes(f, group) for f in files)
+        except (OSError, ValueError, KeyError, struct.error):
+            return sum(f.stat().st_size for f in files) * FLOAT32_EXPANSION
 
     def load(self, memory_left: int | None = None) -> LoadInfo:
         import mlx.core as mx
@@ -102,6 +114,8 @@ class VisionEngine:
             )
             room = memory_left - weights - per_token * context * sequences
             plan = plan_pixels(self._config.vision, processor, geometry, room)
+        if not plan.disabled:
+            cap_processor(processor, plan)
         self._model, self._processor, self._tokenizer = model, processor, processor.tokenizer
         self._context, self._plan = context, plan
         self._tool_format = load_tool_format(self._config.tool_parser or DEFAULT_TOOL_PARSER)
@@ -114,6 +128,7 @@ class VisionEngine:
                 "path": str(path),
                 "weights": self._platform.weights,
                 "kv_bytes_per_token": str(per_token),
+                "weights_bytes": str(weights),
                 "decoding": "single stream (mlx-vlm), requests stepped in turn",
                 "prefix_reuse": f"{self._slots} session slots" if self._slots else "off",
                 "vision": plan.describe(),
@@ -295,6 +310,27 @@ def _shared(a: tuple[int, ...], b: list[int]) -> int:
             break
         n += 1
     return n
+
+
+def float32_bytes(file: Path, group_size: int) -> int:
+    """Bytes of a safetensors file's tensors in float32, quantized ones expanded: a packed
+    weight beside `scales` holds `scales` columns x `group_size` values per row."""
+    with open(file, "rb") as f:
+        header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+    tensors = {k: v for k, v in header.items() if k != "__metadata__"}
+    total = 0
+    for name, tensor in tensors.items():
+        stem, _, suffix = name.rpartition(".")
+        shape = tensor["shape"]
+        if suffix in ("scales", "biases") and f"{stem}.scales" in tensors:
+            continue  # folded into the expanded weight
+        scales = tensors.get(f"{stem}.scales")
+        if suffix == "weight" and scales is not None:
+            rows, groups = scales["shape"][0], scales["shape"][-1]
+            total += rows * groups * group_size * 4
+        else:
+            total += math.prod(shape) * 4
+    return total
 
 
 def check_markers(model_id: str, path: str, model, processor) -> int:
