@@ -88,10 +88,10 @@ class VisionEngine:
         except Exception as error:  # mlx-vlm and transformers raise anything on a bad checkpoint
             message = f"mlx-vlm cannot load it: {error}"
             raise SourceError(self._config.id, str(path), message) from None
+        self._image_token = check_markers(self._config.id, str(path), model, processor)
         if self._platform.weights == "float32":
             to_float32(model)
         mx.eval(model.parameters())
-        self._image_token = check_markers(self._config.id, str(path), model, processor)
         weights = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
         text = model.config.text_config
         trained = int(getattr(text, "max_position_embeddings", None) or 4096)
