@@ -13,11 +13,10 @@ sampler, so per-request sampling settings could not be honoured in a shared batc
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import math
 import struct
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -26,15 +25,26 @@ from engines.base import LoadInfo
 from engines.batch import Batch, SerialBatch
 from engines.errors import BadRequest, ContextOverflow, SourceError
 from engines.mlx.context import size_context
-from engines.mlx.engine import FLOAT32_EXPANSION, expand_quantized
+from engines.mlx.engine import FLOAT32_EXPANSION
 from engines.mlx.platform import PlatformPath
 from engines.sources.resolve import check_source, resolve_source
 from engines.text.output import DEFAULT_TOOL_PARSER, OutputParser, load_tool_format
 from engines.text.reasoning import template_kwargs, thinking_markers
 from engines.text.tools import template_knows_tools, tool_specs
 from engines.vision.budget import Plan, cap_processor, fit_image, geometry_of, plan_pixels
+from engines.vision.checkpoint import check_markers, float32_bytes, kv_bytes_per_token, to_float32
 from engines.vision.prompt import cache_keys, decode_image, vision_messages
-from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Finished, Output
+from engines.vision.sessions import Sessions
+from schemas.canonical import (
+    ChatRequest,
+    Embedded,
+    EmbedRequest,
+    Finished,
+    ImagePart,
+    Message,
+    Output,
+    TextPart,
+)
 from schemas.canonical import request_images as images_of
 from schemas.config import ModelConfig
 
@@ -60,8 +70,8 @@ class VisionEngine:
         self._context = 0
         self._plan: Plan | None = None
         self._image_token = -1
-        # Finished conversations' KV caches, keyed by `cache_keys`; least recently used first.
-        self._parked: OrderedDict[tuple[int, ...], object] = OrderedDict()
+        slots = model.session_slots if model.prefix_reuse else 0
+        self._sessions = Sessions(slots)
 
     def estimate_memory(self) -> int:
         """The weights as they will be held: quantized tensors expanded on the float32 path
@@ -118,6 +128,10 @@ class VisionEngine:
             cap_processor(processor, plan)
         self._model, self._processor, self._tokenizer = model, processor, processor.tokenizer
         self._context, self._plan = context, plan
+        if not plan.disabled and (failure := self._probe()):
+            # e.g. LLaVA-family processors under transformers 5 ("ImagesKwargs got an
+            # unexpected keyword argument 'padding'"): text still works, images cannot.
+            plan = self._plan = dataclasses.replace(plan, reserved=0, disabled=failure)
         self._tool_format = load_tool_format(self._config.tool_parser or DEFAULT_TOOL_PARSER)
         self._think = thinking_markers(self._tokenizer)
         return LoadInfo(
@@ -130,14 +144,12 @@ class VisionEngine:
                 "kv_bytes_per_token": str(per_token),
                 "weights_bytes": str(weights),
                 "decoding": "single stream (mlx-vlm), requests stepped in turn",
-                "prefix_reuse": f"{self._slots} session slots" if self._slots else "off",
+                "prefix_reuse": f"{slots} session slots"
+                if (slots := self._sessions.slots)
+                else "off",
                 "vision": plan.describe(),
             },
         )
-
-    @property
-    def _slots(self) -> int:
-        return self._config.session_slots if self._config.prefix_reuse else 0
 
     def count_prompt(self, request: ChatRequest) -> int:
         return len(self._inputs(request).ids)
@@ -162,7 +174,7 @@ class VisionEngine:
         )
         tail = self._tokenizer.decode(inputs.ids[-8:])
         parser = OutputParser.for_request(request, self._tool_format, self._think, tail)
-        state, evicted = self._take_cache(inputs.keys)
+        state, evicted = self._sessions.take(inputs.keys), False
         tensors = dict(inputs.tensors)
         extra = {"seed": sampling.seed} if sampling.seed is not None else {}
         started = time.perf_counter()
@@ -202,7 +214,7 @@ class VisionEngine:
         finally:
             stream.close()
         if completed and state is not None and state.cache is not None:
-            evicted = self._park(inputs, state) or evicted
+            evicted = self._sessions.park(inputs.keys, len(inputs.ids), state)
         yield from parser.finish()
         if parser.tool_calls and stop_reason == "stop":
             stop_reason = "tool_calls"
@@ -227,7 +239,7 @@ class VisionEngine:
         import mlx.core as mx
 
         self._model = self._processor = self._tokenizer = None
-        self._parked.clear()
+        self._sessions.clear()
         mx.clear_cache()
 
     def _inputs(self, request: ChatRequest) -> Inputs:
@@ -266,112 +278,21 @@ class VisionEngine:
         keys = cache_keys(ids, self._image_token, images)
         return Inputs(ids, dict(tensors), keys, len(images), image_tokens)
 
-    def _take_cache(self, keys: list[int]):
-        """The parked conversation sharing the longest key prefix, as mlx-vlm's cache state
-        cut to that prefix (so its own id comparison cannot reach past an image mismatch)."""
-        from mlx_vlm.generate import PromptCacheState
+    def _probe(self) -> str | None:
+        """Run the processor once on a blank picture, so a checkpoint whose processor cannot
+        take images says so at load (why, or None when it works)."""
+        import io
 
-        if not self._slots:
-            return None, False
-        best, length = None, 0
-        for parked in self._parked:
-            shared = _shared(parked, keys)
-            if shared > length:
-                best, length = parked, shared
-        # An exact hit still sends its last prompt token through the model (for the logits).
-        length = min(length, len(keys) - 1)
-        state = PromptCacheState()
-        # mlx-vlm continues a cache only when what is left of the prompt is text; a cache
-        # that would not be continued stays parked rather than being used up.
-        if best is not None and all(k >= 0 for k in keys[length:]):
-            real_ids, cache = self._parked.pop(best)
-            state.token_ids, state.cache = real_ids[:length], cache
-        return state, False
+        from PIL import Image
 
-    def _park(self, inputs: Inputs, state) -> bool:
-        """Keep the finished conversation's cache; True when that evicted another one."""
-        generated = state.token_ids[len(inputs.ids) :]
-        keys = tuple(inputs.keys + generated)
-        # Entries that are prefixes of this conversation are superseded, not evicted.
-        for old in [k for k in self._parked if keys[: len(k)] == k]:
-            del self._parked[old]
-        self._parked[keys] = (list(state.token_ids), state.cache)
-        evicted = False
-        while len(self._parked) > self._slots:
-            self._parked.popitem(last=False)
-            evicted = True
-        return evicted
-
-
-def _shared(a: tuple[int, ...], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
-def float32_bytes(file: Path, group_size: int) -> int:
-    """Bytes of a safetensors file's tensors in float32, quantized ones expanded: a packed
-    weight beside `scales` holds `scales` columns x `group_size` values per row."""
-    with open(file, "rb") as f:
-        header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
-    tensors = {k: v for k, v in header.items() if k != "__metadata__"}
-    total = 0
-    for name, tensor in tensors.items():
-        stem, _, suffix = name.rpartition(".")
-        shape = tensor["shape"]
-        if suffix in ("scales", "biases") and f"{stem}.scales" in tensors:
-            continue  # folded into the expanded weight
-        scales = tensors.get(f"{stem}.scales")
-        if suffix == "weight" and scales is not None:
-            rows, groups = scales["shape"][0], scales["shape"][-1]
-            total += rows * groups * group_size * 4
-        else:
-            total += math.prod(shape) * 4
-    return total
-
-
-def check_markers(model_id: str, path: str, model, processor) -> int:
-    """The image token id, after checking the config and the tokenizer agree on it."""
-    config = model.config
-    wanted = getattr(config, "image_token_index", None)
-    if wanted is None:
-        wanted = getattr(config, "image_token_id", None)
-    tokenizer = getattr(processor, "tokenizer", processor)
-    marker = getattr(processor, "image_token", None)
-    if wanted is None or marker is None:
-        raise SourceError(model_id, path, "the checkpoint names no image marker token")
-    found = tokenizer.convert_tokens_to_ids(marker)
-    vocab = int(getattr(config.text_config, "vocab_size", 0) or 0)
-    if found != wanted or (vocab and not 0 <= found < vocab):
-        raise SourceError(
-            model_id,
-            path,
-            f"image marker {marker!r} is token {found} in the tokenizer but the config's "
-            f"image_token_index is {wanted} (vocabulary {vocab}): images would be misplaced",
-        )
-    return int(wanted)
-
-
-def kv_bytes_per_token(text_config, element: int) -> int:
-    """Keys and values of every language-model layer for one token."""
-    heads = getattr(text_config, "num_key_value_heads", None) or text_config.num_attention_heads
-    head_dim = getattr(text_config, "head_dim", None) or (
-        text_config.hidden_size // text_config.num_attention_heads
-    )
-    return 2 * text_config.num_hidden_layers * heads * head_dim * element
-
-
-def to_float32(model) -> None:
-    """Quantized layers expanded and every float weight cast to float32: MLX's CPU kernels
-    run float32 fastest (a 4-bit layer measured 0.86 ms in float32, 6.3 ms in bf16)."""
-    import mlx.core as mx
-    from mlx.utils import tree_map
-
-    expand_quantized(model)
-    floating = (mx.float16, mx.bfloat16)
-    model.update(
-        tree_map(lambda a: a.astype(mx.float32) if a.dtype in floating else a, model.parameters())
-    )
+        out = io.BytesIO()
+        Image.new("RGB", (64, 64), (127, 127, 127)).save(out, "PNG")
+        image = ImagePart(data=out.getvalue(), where="probe")
+        message = Message(role="user", content="?", parts=[image, TextPart(text="?")])
+        probe = ChatRequest(messages=[message], max_tokens=1)
+        try:
+            if self._inputs(probe).image_tokens:
+                return None
+            return "the chat template wrote no image marker for an image part"
+        except Exception as error:  # whatever the processor raises, the load reports it
+            return f"the image processor fails: {type(error).__name__}: {error}"
