@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import struct
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -70,6 +71,9 @@ class VisionEngine:
         self._context = 0
         self._plan: Plan | None = None
         self._image_token = -1
+        # `count_prompt` runs off the model's thread; a fast tokenizer used from two threads
+        # at once can fail ("Already borrowed"), so preprocessing takes turns.
+        self._preprocessing = threading.Lock()
         slots = model.session_slots if model.prefix_reuse else 0
         self._sessions = Sessions(slots)
 
@@ -266,13 +270,14 @@ class VisionEngine:
         pictures = [
             fit_image(decode_image(part), self._plan, low=part.detail == "low") for part in images
         ]
-        tensors = prepare_inputs(
-            self._processor,
-            images=pictures or None,
-            prompts=text,
-            image_token_index=self._image_token,
-            add_special_tokens=False,  # the template already wrote any BOS it wants
-        )
+        with self._preprocessing:
+            tensors = prepare_inputs(
+                self._processor,
+                images=pictures or None,
+                prompts=text,
+                image_token_index=self._image_token,
+                add_special_tokens=False,  # the template already wrote any BOS it wants
+            )
         ids = [int(t) for t in tensors["input_ids"].reshape(-1).tolist()]
         image_tokens = sum(t == self._image_token for t in ids) if images else 0
         keys = cache_keys(ids, self._image_token, images)
