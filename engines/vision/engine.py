@@ -1,14 +1,12 @@
 """The vision engine on mlx-vlm: a checkpoint with a vision config, served with images.
 
 mlx-vlm does the model work: `load` (model and processor), the checkpoint's chat template,
-`prepare_inputs` (the processor: image splitting, marker expansion) and `stream_generate`
-(vision encoding, then decoding). Each request's pictures are decoded, fitted to the pixel
-budget, encoded and generated from on the model's one thread, so two requests can never
-swap pictures. A request without images never touches the vision tower.
-
-Decoding is one request at a time, stepped round-robin with the others admitted
-(`SerialBatch`): mlx-vlm 0.7's `BatchGenerator` draws every sequence of a batch with one
-sampler, so per-request sampling settings could not be honoured in a shared batch.
+`prepare_inputs` (the processor: image splitting, marker expansion), `get_input_embeddings`
+(the vision tower) and generation: continuous batching on its `BatchGenerator`
+(`engines/vision/batch.py`), or `stream_generate` one request at a time where the installed
+mlx-vlm has no batch generator. Each request's pictures are decoded, fitted to the pixel
+budget and encoded on the model's one thread, so two requests can never swap pictures. A
+request without images never touches the vision tower.
 """
 
 from __future__ import annotations
@@ -147,10 +145,7 @@ class VisionEngine:
                 "weights": self._platform.weights,
                 "kv_bytes_per_token": str(per_token),
                 "weights_bytes": str(weights),
-                "decoding": "single stream (mlx-vlm), requests stepped in turn",
-                "prefix_reuse": f"{slots} session slots"
-                if (slots := self._sessions.slots)
-                else "off",
+                **decoding_detail(self._config),
                 "vision": plan.describe(),
             },
         )
@@ -159,12 +154,20 @@ class VisionEngine:
         return len(self._inputs(request).ids)
 
     def open_batch(self) -> Batch:
-        return SerialBatch(self.generate)
+        """Continuous batching on mlx-vlm's `BatchGenerator` (`engines/vision/batch.py`);
+        `generate` (one request through `stream_generate`) where the installed mlx-vlm has
+        no batch generator."""
+        if not batch_generator_available():
+            return SerialBatch(self.generate)
+        from engines.vision.batch import VisionBatch
 
-    def generate(self, request: ChatRequest, cancelled: Callable[[], bool]) -> Iterator[Output]:
-        """One request: its images encoded and its answer decoded on this (the model's) thread."""
+        eos = getattr(self._model.config, "eos_token_id", None) or self._tokenizer.eos_token_id
+        eos = sorted({int(t) for t in (eos if isinstance(eos, list) else [eos])})
+        return VisionBatch(self, self._model, self._processor, eos, self._config, self._context)
+
+    def prepare(self, request: ChatRequest) -> tuple[Inputs, Callable, OutputParser, int]:
+        """What one generation needs: inputs, sampler, output parser and token budget."""
         from mlx_lm.sample_utils import make_sampler
-        from mlx_vlm import stream_generate
 
         inputs = self._inputs(request)
         if len(inputs.ids) >= self._context:
@@ -178,6 +181,14 @@ class VisionEngine:
         )
         tail = self._tokenizer.decode(inputs.ids[-8:])
         parser = OutputParser.for_request(request, self._tool_format, self._think, tail)
+        return inputs, sampler, parser, min(request.max_tokens, self._context - len(inputs.ids))
+
+    def generate(self, request: ChatRequest, cancelled: Callable[[], bool]) -> Iterator[Output]:
+        """One request: its images encoded and its answer decoded on this (the model's) thread."""
+        from mlx_vlm import stream_generate
+
+        inputs, sampler, parser, max_tokens = self.prepare(request)
+        sampling = request.sampling
         state, evicted = self._sessions.take(inputs.keys), False
         tensors = dict(inputs.tensors)
         extra = {"seed": sampling.seed} if sampling.seed is not None else {}
@@ -191,7 +202,7 @@ class VisionEngine:
             input_ids=tensors.pop("input_ids"),
             pixel_values=tensors.pop("pixel_values", None),
             mask=tensors.pop("attention_mask", None),
-            max_tokens=min(request.max_tokens, self._context - len(inputs.ids)),
+            max_tokens=max_tokens,
             sampler=sampler,
             prompt_cache_state=state,
             **tensors,
@@ -301,3 +312,24 @@ class VisionEngine:
             return "the chat template wrote no image marker for an image part"
         except Exception as error:  # whatever the processor raises, the load reports it
             return f"the image processor fails: {type(error).__name__}: {error}"
+
+
+def batch_generator_available() -> bool:
+    try:
+        from mlx_vlm.generate import BatchGenerator  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def decoding_detail(config: ModelConfig) -> dict[str, str]:
+    """How the model decodes and reuses prefixes, for its `model_attached` line."""
+    slots = config.session_slots if config.prefix_reuse else 0
+    if batch_generator_available():
+        reuse = f"mlx-vlm block cache for {slots} windows, keyed by image" if slots else "off"
+        return {
+            "decoding": f"continuous batching x{config.concurrency} (mlx-vlm)",
+            "prefix_reuse": reuse,
+        }
+    reuse = f"{slots} session slots" if slots else "off"
+    return {"decoding": "single stream (mlx-vlm), requests stepped in turn", "prefix_reuse": reuse}
