@@ -8,8 +8,9 @@ import pytest
 from PIL import Image
 
 from engines.errors import BadRequest
+from engines.policy.truncation import fit_messages
 from engines.vision.prompt import cache_keys, decode_image, vision_messages
-from schemas.canonical import ImagePart, Message, TextPart
+from schemas.canonical import ChatRequest, ImagePart, Message, TextPart, request_images
 
 
 def png(color: tuple[int, int, int], size=(8, 8)) -> bytes:
@@ -55,3 +56,25 @@ def test_decoding_refuses_what_is_not_an_image_naming_the_part():
         decode_image(ImagePart(data=b"hello", where="$.messages[0].content[1]"))
     image = decode_image(ImagePart(data=png((0, 255, 0), (5, 3))))
     assert image.mode == "RGB" and image.size == (5, 3)
+
+
+def test_truncation_drops_old_turns_with_their_images():
+    def turn(text: str, image: ImagePart) -> Message:
+        return Message(role="user", content=text, parts=[image, TextPart(text=text)])
+
+    request = ChatRequest(
+        messages=[
+            turn("first", RED),
+            Message(role="assistant", content="red"),
+            turn("second", BLUE),
+        ],
+        max_tokens=8,
+        overflow="truncate",
+    )
+
+    def count(r: ChatRequest) -> int:  # each picture costs 100 tokens, as its image tokens
+        return 100 * len(request_images(r)) + sum(len(m.content) for m in r.messages)
+
+    fitted = fit_messages("vlm", request, count, window=150)
+    assert fitted.truncated_messages == 2
+    assert request_images(fitted) == [BLUE]
