@@ -91,6 +91,9 @@ def summarize(config: GatewayConfig) -> list[str]:
             parts.append(f"task={m.task}")
         if m.draft:
             parts.append(f"draft={m.draft.model}")
+        if m.vision.max_pixels or m.vision.min_pixels:
+            pixels = f"{m.vision.min_pixels or 'checkpoint'}..{m.vision.max_pixels or 'checkpoint'}"
+            parts.append(f"vision_pixels={pixels}")
         if is_hub_source(m.source):  # from the cache alone: check never touches the network
             parts.append(cache_status(m.id, m.source))
         lines.append("  ".join(parts))

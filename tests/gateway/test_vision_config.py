@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from engines.errors import ConfigInvalid
-from gateway.config import parse_config
+from gateway.config import parse_config, summarize
 from gateway.reload import ENGINE_FIELDS
 
 
@@ -31,6 +31,8 @@ def test_vision_keys_parse_with_their_defaults():
         3136,
     )
     assert config.models[1].vision.max_pixels is None  # from the checkpoint at load
+    lines = summarize(config)
+    assert "vision_pixels=3136..1000000" in lines[0] and "vision" not in lines[1]
     assert parse("models: [{id: c, engine: scripted}]").server.fetch_images is False
 
 
