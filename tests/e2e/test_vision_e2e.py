@@ -182,6 +182,23 @@ def test_two_concurrent_requests_get_what_each_gets_alone(gateway, alone):
     assert together[1].choices[0].message.content == alone["A"][0].choices[0].message.content
 
 
+def test_a_text_request_batched_with_an_image_request(gateway, alone):
+    client = gateway.openai()
+    question = [{"role": "user", "content": "What is the capital of France?"}]
+
+    def text():
+        reply = client.chat.completions.create(model="vlm", messages=question, max_tokens=8)
+        return reply.choices[0].message.content
+
+    with ThreadPoolExecutor(2) as pool:
+        pictured = pool.submit(lambda: ask_openai(client, A).parse())
+        plain = pool.submit(text)
+        assert "Paris" in plain.result()
+        assert pictured.result().choices[0].message.content == (
+            alone["A"][0].choices[0].message.content
+        )
+
+
 def anthropic_content(image: bytes):
     source = {"type": "base64", "media_type": "image/png", "data": b64(image)}
     return [{"type": "image", "source": source}, {"type": "text", "text": ASK}]
