@@ -15,7 +15,6 @@ import dataclasses
 import json
 import struct
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -38,7 +37,6 @@ from schemas.canonical import (
     ChatRequest,
     Embedded,
     EmbedRequest,
-    Finished,
     ImagePart,
     Message,
     Output,
@@ -56,6 +54,15 @@ class Inputs(NamedTuple):
     keys: list[int]
     images: int
     image_tokens: int
+
+
+class Prepared(NamedTuple):
+    """What one generation needs: inputs, sampler, output parser and token budget."""
+
+    inputs: Inputs
+    sampler: Callable
+    parser: OutputParser
+    max_tokens: int
 
 
 class VisionEngine:
@@ -165,7 +172,7 @@ class VisionEngine:
         eos = sorted({int(t) for t in (eos if isinstance(eos, list) else [eos])})
         return VisionBatch(self, self._model, self._processor, eos, self._config, self._context)
 
-    def prepare(self, request: ChatRequest) -> tuple[Inputs, Callable, OutputParser, int]:
+    def prepare(self, request: ChatRequest) -> Prepared:
         """What one generation needs: inputs, sampler, output parser and token budget."""
         from mlx_lm.sample_utils import make_sampler
 
@@ -181,70 +188,17 @@ class VisionEngine:
         )
         tail = self._tokenizer.decode(inputs.ids[-8:])
         parser = OutputParser.for_request(request, self._tool_format, self._think, tail)
-        return inputs, sampler, parser, min(request.max_tokens, self._context - len(inputs.ids))
+        budget = min(request.max_tokens, self._context - len(inputs.ids))
+        return Prepared(inputs, sampler, parser, budget)
 
     def generate(self, request: ChatRequest, cancelled: Callable[[], bool]) -> Iterator[Output]:
-        """One request: its images encoded and its answer decoded on this (the model's) thread."""
-        from mlx_vlm import stream_generate
+        """One request through mlx-vlm's `stream_generate`, on this (the model's) thread: the
+        path where the installed mlx-vlm has no batch generator (`engines/vision/single.py`)."""
+        from engines.vision.single import generate_one
 
-        inputs, sampler, parser, max_tokens = self.prepare(request)
-        sampling = request.sampling
-        state, evicted = self._sessions.take(inputs.keys), False
-        tensors = dict(inputs.tensors)
-        extra = {"seed": sampling.seed} if sampling.seed is not None else {}
-        started = time.perf_counter()
-        first_at = None
-        new_tokens, stop_reason, reused, completed = 0, "stop", 0, False
-        stream = stream_generate(
-            self._model,
-            self._processor,
-            "",
-            input_ids=tensors.pop("input_ids"),
-            pixel_values=tensors.pop("pixel_values", None),
-            mask=tensors.pop("attention_mask", None),
-            max_tokens=max_tokens,
-            sampler=sampler,
-            prompt_cache_state=state,
-            **tensors,
-            **extra,
-        )
-        try:
-            for response in stream:
-                first_at = first_at or time.perf_counter()
-                reused = response.cached_tokens or 0
-                # The end-of-sequence token is counted by mlx-vlm, not output: not counted here.
-                eos = response.finish_reason == "stop"
-                new_tokens = response.generation_tokens - eos if response.token is not None else 0
-                yield from parser.feed(response.text)
-                if parser.stopped:
-                    stop_reason = "stop_string"
-                    break
-                if response.finish_reason:
-                    stop_reason = response.finish_reason
-                if cancelled():
-                    stop_reason = "cancelled"
-                    break
-            else:
-                completed = True  # run to its end: mlx-vlm has stored the cache in `state`
-        finally:
-            stream.close()
-        if completed and state is not None and state.cache is not None:
-            evicted = self._sessions.park(inputs.keys, len(inputs.ids), state)
-        yield from parser.finish()
-        if parser.tool_calls and stop_reason == "stop":
-            stop_reason = "tool_calls"
-        ended = time.perf_counter()
-        first_at = first_at or ended
-        yield Finished(
-            stop_reason=stop_reason,
-            prompt_tokens=len(inputs.ids),
-            new_tokens=new_tokens,
-            prefill_s=first_at - started,
-            decode_s=ended - first_at,
-            reused_prefix_tokens=reused,
-            session_evicted=evicted,
-            images=inputs.images,
-            image_tokens=inputs.image_tokens,
+        prepared = self.prepare(request)
+        return generate_one(
+            self._model, self._processor, self._sessions, prepared, request, cancelled
         )
 
     def embed(self, request: EmbedRequest) -> Embedded:
