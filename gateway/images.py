@@ -65,22 +65,29 @@ async def resolve_images(messages: list[Message], server: ServerConfig) -> list[
             if isinstance(part, ImagePart):
                 if part.url:
                     part = replace(part, data=await _fetch(part, server), url="")
-                _check_readable(part)
+                _check_readable(part, server.limits.max_image_pixels)
             parts.append(part)
         out.append(replace(message, parts=parts))
     return out
 
 
-def _check_readable(part: ImagePart) -> None:
+def _check_readable(part: ImagePart, max_pixels: int) -> None:
+    """Only the header is read here (a fetched image was not measured with the body's);
+    pixels are decoded on the model's thread."""
     from PIL import Image
 
     try:
         with Image.open(io.BytesIO(part.data)) as opened:
-            opened.size  # noqa: B018 - the header is read here; pixels wait for the model
+            width, height = opened.size
     except Image.DecompressionBombError as bomb:
         raise BadRequest(f"{part.where}: {bomb} (limits.max_image_pixels)") from None
     except (OSError, ValueError, SyntaxError):
         raise BadRequest(f"{part.where}: not an image (PNG, JPEG, GIF, WebP, ...)") from None
+    if width * height > max_pixels:
+        raise BadRequest(
+            f"{part.where}: {width}x{height} pixels, more than {max_pixels} "
+            "(limits.max_image_pixels)"
+        )
 
 
 async def _fetch(part: ImagePart, server: ServerConfig) -> bytes:

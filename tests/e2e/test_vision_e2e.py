@@ -47,6 +47,15 @@ def data_url(data: bytes) -> str:
 A, B = png(1), png(2)
 
 
+def blank(width: int, height: int) -> bytes:
+    out = io.BytesIO()
+    Image.new("L", (width, height)).save(out, "PNG", optimize=True)
+    return out.getvalue()
+
+
+BIG = blank(1200, 1200)  # 1.44M pixels in a few kB: past limits.max_image_pixels (1M)
+
+
 @pytest.fixture(scope="module")
 def demo():
     return build_demo_vlm()
@@ -58,12 +67,13 @@ def images_site():
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 - the stdlib's name
-            if self.path == "/a.png":
+            if self.path in ("/a.png", "/big.png"):
+                body = A if self.path == "/a.png" else BIG
                 self.send_response(200)
                 self.send_header("content-type", "image/png")
-                self.send_header("content-length", str(len(A)))
+                self.send_header("content-length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(A)
+                self.wfile.write(body)
             else:
                 self.send_response(302)
                 self.send_header("location", f"http://127.0.0.1:{self.server.server_port}/a.png")
@@ -83,7 +93,7 @@ def images_site():
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory, demo):
     config = f"""
-        server: {{fetch_images: true}}
+        server: {{fetch_images: true, limits: {{max_image_pixels: 1000000}}}}
         models:
           - id: vlm
             source: {demo}
@@ -246,6 +256,18 @@ def test_a_redirect_to_a_loopback_address_is_refused(gateway, images_site):
     assert response.status_code == 400
     message = response.json()["error"]["message"]
     assert "$.messages[0].content[0].image_url" in message and "loopback" in message
+
+
+def test_a_fetched_image_past_the_pixel_limit_is_refused(gateway, images_site):
+    block = {"type": "image", "source": {"type": "url", "url": f"{images_site}/big.png"}}
+    response = httpx.post(
+        f"{gateway.url}/v1/messages",
+        json={"model": "vlm", "max_tokens": 4, "messages": [{"role": "user", "content": [block]}]},
+        timeout=60,
+    )
+    assert response.status_code == 400
+    message = response.json()["error"]["message"]
+    assert "1200x1200 pixels" in message and "limits.max_image_pixels" in message
 
 
 def test_ollama_images_on_chat_and_generate(gateway):
