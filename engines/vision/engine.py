@@ -45,6 +45,9 @@ from schemas.canonical import (
 from schemas.canonical import request_images as images_of
 from schemas.config import ModelConfig
 
+# Preprocessed requests remembered (by identity) for a count followed by a generation.
+RECENT_INPUTS = 4
+
 
 class Inputs(NamedTuple):
     """A request as the model takes it: token ids, the processor's tensors, cache keys."""
@@ -79,6 +82,7 @@ class VisionEngine:
         # `count_prompt` runs off the model's thread; a fast tokenizer used from two threads
         # at once can fail ("Already borrowed"), so preprocessing takes turns.
         self._preprocessing = threading.Lock()
+        self._recent: list[tuple[ChatRequest, Inputs]] = []
         slots = model.session_slots if model.prefix_reuse else 0
         self._sessions = Sessions(slots)
 
@@ -160,6 +164,19 @@ class VisionEngine:
     def count_prompt(self, request: ChatRequest) -> int:
         return len(self._inputs(request).ids)
 
+    def _inputs(self, request: ChatRequest) -> Inputs:
+        """`_preprocess`, remembered for the last few requests: the same request is often
+        counted and generated (Anthropic's stream start, context.overflow: truncate), and
+        decoding its pictures twice would double the work."""
+        with self._preprocessing:
+            for seen, inputs in self._recent:
+                if seen is request:
+                    return inputs
+        inputs = self._preprocess(request)
+        with self._preprocessing:
+            self._recent = [(request, inputs), *self._recent[: RECENT_INPUTS - 1]]
+        return inputs
+
     def open_batch(self) -> Batch:
         """Continuous batching on mlx-vlm's `BatchGenerator` (`engines/vision/batch.py`);
         `generate` (one request through `stream_generate`) where the installed mlx-vlm has
@@ -209,9 +226,10 @@ class VisionEngine:
 
         self._model = self._processor = self._tokenizer = None
         self._sessions.clear()
+        self._recent = []
         mx.clear_cache()
 
-    def _inputs(self, request: ChatRequest) -> Inputs:
+    def _preprocess(self, request: ChatRequest) -> Inputs:
         """Render, decode and fit the images, and run the processor; no MLX model work."""
         from mlx_vlm.utils import prepare_inputs
 
