@@ -67,9 +67,11 @@ def refuse_images(engine: Engine, model_id: str, request: ChatRequest | EmbedReq
     the request queues; a vision engine refuses them itself when its vision is disabled."""
     images = request_images(request) if isinstance(request, ChatRequest) else []
     if images and not getattr(engine, "reads_images", False):
+        # "Could not process image" first: Anthropic's wording, which Claude Code recovers
+        # from by sending the conversation again without the images.
         raise BadRequest(
-            f"{images[0].where or 'an image'}: model {model_id!r} reads text only; "
-            "send images to a vision model"
+            f"Could not process image: model {model_id!r} reads text only; send images to a "
+            f"vision model ({images[0].where or 'an image'})"
         )
 
 

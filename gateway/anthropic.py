@@ -144,16 +144,26 @@ def _system_text(content: str | list[wire.InputBlock]) -> str:
     return _join(content)
 
 
+def _could_not(refused: BadRequest) -> BadRequest:
+    """An image refusal in Anthropic's wording (Claude Code drops the images and retries)."""
+    if refused.message.startswith("Could not process image"):
+        return refused
+    return BadRequest(f"Could not process image: {refused.message}")
+
+
 def _image(block: wire.ImageBlock, where: str) -> ImagePart:
     """An image block's `base64` or `url` source."""
     source = block.source if isinstance(block.source, dict) else {}
-    if source.get("type") == "base64" and isinstance(source.get("data"), str):
-        return image_part(source["data"], f"{where}.data")
-    if source.get("type") == "url" and isinstance(source.get("url"), str):
-        if not source["url"].startswith(("http://", "https://")):
-            raise BadRequest(f"{where}.url: an image url source must be http(s)")
-        return image_part(source["url"], f"{where}.url")
-    raise BadRequest(f"{where}: image sources must be base64 (with data) or url (with url)")
+    try:
+        if source.get("type") == "base64" and isinstance(source.get("data"), str):
+            return image_part(source["data"], f"{where}.data")
+        if source.get("type") == "url" and isinstance(source.get("url"), str):
+            if not source["url"].startswith(("http://", "https://")):
+                raise BadRequest(f"{where}.url: an image url source must be http(s)")
+            return image_part(source["url"], f"{where}.url")
+        raise BadRequest(f"{where}: image sources must be base64 (with data) or url (with url)")
+    except BadRequest as refused:
+        raise _could_not(refused) from None
 
 
 def _user(items: list[str | ImagePart]) -> Message:
@@ -210,7 +220,11 @@ async def to_chat(route: Route, data: wire.PromptRequest, server: ServerConfig) 
             stop=data.stop_sequences,
         )
     reasoning = effort(data.thinking)
-    messages = await resolve_images(to_messages(data), server)
+    messages = to_messages(data)
+    try:
+        messages = await resolve_images(messages, server)
+    except BadRequest as refused:
+        raise _could_not(refused) from None
     return build_chat_request(route.model, messages, tools=tools, reasoning=reasoning, **sampling)
 
 

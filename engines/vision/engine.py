@@ -236,8 +236,8 @@ class VisionEngine:
         images = images_of(request)
         if images and self._plan.disabled:
             raise BadRequest(
-                f"{images[0].where or 'an image'}: model {self._config.id!r} has vision "
-                f"disabled ({self._plan.disabled}); it serves text only"
+                f"Could not process image: model {self._config.id!r} has vision disabled "
+                f"({self._plan.disabled}); it serves text only ({images[0].where or 'an image'})"
             )
         if request.raw_prompt is not None:
             text = request.raw_prompt

@@ -42,8 +42,9 @@ def _parts(message: Message) -> list[dict[str, Any]]:
 def decode_image(part: ImagePart):
     """The picture as RGB, EXIF orientation applied; a 400 naming the part if unreadable.
 
-    Pillow's decompression-bomb guard (set to `limits.max_image_pixels` by the gateway)
-    refuses an image that claims more pixels than that before decoding it.
+    Pillow's own decompression-bomb guard (its process-wide default) refuses an image that
+    claims more pixels than that before decoding it; the gateway has already measured each
+    image against `limits.max_image_pixels`.
     """
     from PIL import Image, ImageOps
 

@@ -65,17 +65,17 @@ GOOD = png()
 CASES = [
     # A text-only model refuses a good image in every protocol, naming the part.
     ("/v1/chat/completions", openai(f"data:image/png;base64,{GOOD}"),
-     "$.messages[0].content[0].image_url: model 'echo' reads text only"),
+     "reads text only; send images to a vision model ($.messages[0].content[0].image_url)"),
     ("/v1/responses", responses(f"data:image/png;base64,{GOOD}"),
-     "$.input[0].content[0].image_url: model 'echo' reads text only"),
+     "reads text only; send images to a vision model ($.input[0].content[0].image_url)"),
     ("/v1/messages", anthropic(b64_source(GOOD)),
-     "$.messages[0].content[0].source.data: model 'echo' reads text only"),
+     "reads text only; send images to a vision model ($.messages[0].content[0].source.data)"),
     ("/v1/messages/count_tokens", {**anthropic(b64_source(GOOD)), "max_tokens": None},
-     "reads text only"),
+     "Could not process image: model 'echo' reads text only"),
     ("/api/chat", {"model": "echo", "messages": [{"role": "user", "content": "x", "images": [GOOD]}]},
-     "$.messages[0].images[0]: model 'echo' reads text only"),
+     "reads text only; send images to a vision model ($.messages[0].images[0])"),
     ("/api/generate", {"model": "echo", "prompt": "x", "images": [GOOD]},
-     "$.images[0]: model 'echo' reads text only"),
+     "reads text only; send images to a vision model ($.images[0])"),
     # Remote images are not fetched unless server.fetch_images says so.
     ("/v1/chat/completions", openai("https://example.com/a.png"), "server.fetch_images is off"),
     ("/v1/responses", responses("http://example.com/a.png"), "server.fetch_images is off"),
