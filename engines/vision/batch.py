@@ -42,7 +42,9 @@ def drawn_by(sampler: Callable) -> Callable:
     import mlx.core as mx
 
     def process(tokens, logits):
-        choice = sampler(logits).reshape(-1, 1)
+        # mlx-lm's samplers read log-probabilities (top_p and min_p exponentiate them).
+        logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        choice = sampler(logprobs).reshape(-1, 1)
         only = mx.full(logits.shape, -mx.inf, dtype=logits.dtype)
         return mx.put_along_axis(only, choice, mx.array(0, dtype=logits.dtype), axis=-1)
 
@@ -79,10 +81,6 @@ class VisionBatch:
         from mlx_vlm.tokenizer_utils import make_streaming_detokenizer
 
         inputs, sampler, parser, max_tokens = self._engine.prepare(request)
-        if request.sampling.seed is not None:
-            import mlx.core as mx
-
-            mx.random.seed(request.sampling.seed)  # one RNG for the batch: exact when alone
         tensors = dict(inputs.tensors)
         ids = tensors.pop("input_ids")
         pixels = tensors.pop("pixel_values", None)

@@ -25,6 +25,7 @@ from engines.errors import BadRequest, ContextOverflow, SourceError
 from engines.mlx.context import size_context
 from engines.mlx.engine import FLOAT32_EXPANSION
 from engines.mlx.platform import PlatformPath
+from engines.mlx.sampling import make_request_sampler
 from engines.sources.resolve import check_source, resolve_source
 from engines.text.output import DEFAULT_TOOL_PARSER, OutputParser, load_tool_format
 from engines.text.reasoning import template_kwargs, thinking_markers
@@ -191,18 +192,12 @@ class VisionEngine:
 
     def prepare(self, request: ChatRequest) -> Prepared:
         """What one generation needs: inputs, sampler, output parser and token budget."""
-        from mlx_lm.sample_utils import make_sampler
-
         inputs = self._inputs(request)
         if len(inputs.ids) >= self._context:
             raise ContextOverflow(self._config.id, len(inputs.ids), self._context)
-        sampling = request.sampling
-        sampler = make_sampler(
-            temp=sampling.temperature,
-            top_p=sampling.top_p,
-            min_p=sampling.min_p,
-            top_k=sampling.top_k,
-        )
+        s = request.sampling
+        # A seeded request draws from its own key, never the generator its batch-mates share.
+        sampler = make_request_sampler(s.temperature, s.top_p, s.min_p, s.top_k, s.seed)
         tail = self._tokenizer.decode(inputs.ids[-8:])
         parser = OutputParser.for_request(request, self._tool_format, self._think, tail)
         budget = min(request.max_tokens, self._context - len(inputs.ids))
@@ -220,6 +215,12 @@ class VisionEngine:
 
     def embed(self, request: EmbedRequest) -> Embedded:
         raise BadRequest(f"model {self._config.id!r} is a chat model; it does not embed")
+
+    def trim(self) -> None:
+        """Free MLX's cache of buffers once the runner is idle (as the MLX engine does)."""
+        import mlx.core as mx
+
+        mx.clear_cache()
 
     def unload(self) -> None:
         import mlx.core as mx

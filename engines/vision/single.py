@@ -27,10 +27,8 @@ def generate_one(
     from mlx_vlm import stream_generate
 
     inputs, sampler, parser, max_tokens = prepared
-    sampling = request.sampling
     state, evicted = sessions.take(inputs.keys), False
     tensors = dict(inputs.tensors)
-    extra = {"seed": sampling.seed} if sampling.seed is not None else {}
     started = time.perf_counter()
     first_at = None
     new_tokens, stop_reason, reused, completed = 0, "stop", 0, False
@@ -45,7 +43,6 @@ def generate_one(
         sampler=sampler,
         prompt_cache_state=state,
         **tensors,
-        **extra,
     )
     try:
         for response in stream:

@@ -116,8 +116,7 @@ def ask_openai(client, image: bytes, **extra):
         model="vlm",
         messages=[{"role": "user", "content": content}],
         max_tokens=TOKENS,
-        temperature=0,
-        **extra,
+        **{"temperature": 0, **extra},
     )
 
 
@@ -404,3 +403,12 @@ def test_a_budget_that_cannot_fit_min_pixels_disables_vision_but_serves_text(
         )
         assert response.status_code == 400
         assert "vision disabled" in response.json()["error"]["message"]
+
+
+def test_a_seeded_sampled_answer_repeats(gateway):
+    client = gateway.openai()
+    answers = {
+        ask_openai(client, A, temperature=1.0, seed=7, top_p=0.9).parse().choices[0].message.content
+        for _ in range(2)
+    }
+    assert len(answers) == 1
