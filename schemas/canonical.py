@@ -112,6 +112,7 @@ class Finished(msgspec.Struct, frozen=True, kw_only=True, tag="finished"):
     decode_s: float
     reused_prefix_tokens: int = 0  # prompt tokens served from a parked KV cache
     session_evicted: bool = False  # parking this conversation evicted another one
+    replica: str | None = None  # the upstream replica that served it (engine upstream/process)
 
 
 class Embedded(msgspec.Struct, frozen=True, kw_only=True, tag="embedded"):
