@@ -215,7 +215,7 @@ class ProcessConfig(Strict):
     env: dict[str, str] = {}  # added to the gateway's environment ("${PORT}" works here too)
     cwd: str | None = None  # relative to the config file's directory
     memory: ByteSize = "0B"  # what it takes against server.memory_budget
-    model: str | None = None  # the `model` field its requests carry; absent: none sent
+    model: str | None = None  # the name its requests carry; absent: this model's id
     max_in_flight: PositiveInt = 4
     timeout: Duration = "60s"
     startup_timeout: Duration = "120s"  # from start until its health check answers 200

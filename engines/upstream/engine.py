@@ -39,7 +39,8 @@ class UpstreamEngine:
 
     def load(self, memory_left: int | None = None) -> LoadInfo:
         settings = self._settings
-        self._loop = LoopThread(f"upstream-{self._model.id}")
+        if self._loop is None:  # engine process has started its own, to start its server
+            self._loop = LoopThread(f"upstream-{self._model.id}")
         self._upstream = self._loop.call(self._open(settings))
         healthy = self._loop.call(self.check_all())
         self._watch = asyncio.run_coroutine_threadsafe(self._watch_health(), self._loop.loop)
