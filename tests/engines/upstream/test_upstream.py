@@ -173,6 +173,11 @@ def test_tool_calls_and_reasoning_cross_protocols(cluster):
     assert hidden.message.content == "42" and not hidden.message.thinking
 
 
+def test_count_tokens_is_the_replicas_own_count(cluster):
+    counted = cluster.front.anthropic().messages.count_tokens(model="far", messages=HELLO)
+    assert counted.input_tokens == chat(cluster, "far").json()["usage"]["prompt_tokens"] > 10
+
+
 def test_model_policies_apply_as_for_a_local_model(cluster):
     capped = chat(cluster, "capped", max_tokens=500).json()
     assert capped["choices"][0]["finish_reason"] == "length"  # guardrails.max_output_tokens
