@@ -293,3 +293,9 @@ def test_a_replica_killed_mid_traffic(cluster):
         assert chat(cluster, "far").status_code == 200
     served = [e["replica"] for e in front.events("generated", model="far")[-4:]]
     assert cluster.urls[0] in served and cluster.urls[1] in served
+    metrics = httpx.get(f"{front.url}/metrics").text
+    dead_url = cluster.urls[0]
+    assert f'gateway_replica_up{{model="far",replica="{dead_url}"}} 1.0' in metrics
+    assert 'gateway_replica_up{model="nowhere",replica=' in metrics
+    mid_stream = f'model="far-slow",phase="mid_stream",replica="{dead_url}"'
+    assert f"gateway_upstream_failures_total{{{mid_stream}}} 2.0" in metrics
