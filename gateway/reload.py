@@ -43,6 +43,8 @@ ENGINE_FIELDS = (
     "session_slots",
     "rate",
     "hf_token",
+    "upstream",  # engine upstream: its replicas, key, name there, timeouts
+    "process",  # engine process: the server program and how it runs
 )
 
 

@@ -146,8 +146,24 @@ def test_admin_unload_stops_the_server(gateway):
     assert not gateway.events("model_failed", model="child", exit_code=-signal.SIGTERM)
 
 
-def test_no_orphan_when_the_gateway_is_killed(gateway):
+def test_reload_with_a_changed_command_restarts_the_server(gateway):
     assert chat(gateway, "child").status_code == 200  # unloaded above: starts it again
+    old = list(server_of(gateway, "child"))
+    config = gateway_config(gateway)
+    config.write_text(config.read_text().replace("stop_grace: 5s", "stop_grace: 4s"))
+    answer = httpx.post(f"{gateway.url}/admin/reload", timeout=60)
+    assert answer.status_code == 200 and answer.json()["restarted"] == ["child"]
+    gateway.wait_event("model_detached", model="child", reason="changed", timeout=30)
+    wait_gone(old)
+    assert chat(gateway, "child").status_code == 200
+    assert server_of(gateway, "child")[0] not in old
+
+
+def gateway_config(gateway: GatewayProcess) -> Path:
+    return Path(gateway.process.args[gateway.process.args.index("--config") + 1])
+
+
+def test_no_orphan_when_the_gateway_is_killed(gateway):
     pids = list(server_of(gateway, "child"))
     gateway.process.send_signal(signal.SIGKILL)
     gateway.process.wait(10)

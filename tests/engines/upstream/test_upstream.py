@@ -24,6 +24,7 @@ models:
   - {id: medium, engine: scripted, concurrency: 8, script: {reply: "a b c d", token_delay: 0.2}}
   - {id: tools, engine: scripted, concurrency: 8, script: {reply: 'CALL'}}
   - {id: thinker, engine: scripted, concurrency: 8, script: {reply: "<think>pondering</think>42"}}
+  - {id: single, engine: scripted, script: {reply: "x y z", token_delay: 0.6}}
 """.replace("WORDS", WORDS).replace("CALL", CALL)
 HELLO = [{"role": "user", "content": "hello"}]
 TOOLS = [
@@ -70,6 +71,9 @@ models:
     queue: {{max_depth: 1}}
     script: {{reply: "a b c d", token_delay: 0.2}}
   - {{id: nowhere, engine: upstream, upstream: {{urls: [{nowhere}], timeout: 2s}}}}
+  - id: impatient
+    engine: upstream
+    upstream: {{urls: [{a}], model: single, timeout: 300ms, {fast}}}
 """
 
 
@@ -242,6 +246,41 @@ def test_errors_in_each_protocols_envelope(cluster):
     assert "no upstream replica" in ollama.json()["error"]
     down = front.events("replica_down", model="nowhere")
     assert down and down[0]["replica"].startswith("http://127.0.0.1:")
+
+
+def test_timeouts_are_504_before_the_first_byte_and_in_stream_after(cluster):
+    """The replica's `single` model takes one request at a time, 0.6 s between words; the
+    front waits 300 ms at most for a byte."""
+    front = cluster.front
+    body = {"model": "single", "messages": HELLO}
+    busy = threading.Thread(
+        target=httpx.post, args=(f"{cluster.urls[0]}/chat/completions",), kwargs={"json": body}
+    )
+    busy.start()
+    time.sleep(0.3)  # the replica's one slot is taken: the next request waits in its queue
+    queued = httpx.post(
+        f"{front.url}/v1/messages", json={**body, "model": "impatient", "max_tokens": 20}
+    )
+    assert queued.status_code == 504
+    assert queued.json()["error"]["type"] == "api_error"
+    assert "did not answer in time" in queued.json()["error"]["message"]
+    busy.join(10)
+    # Taken out of rotation by its timeout; probed back in once the cool-down is over.
+    deadline = time.monotonic() + 10
+    while len(front.events("replica_up", model="impatient")) < 2:
+        assert time.monotonic() < deadline, "the replica was not probed back in"
+        time.sleep(0.1)
+    lines: list = []
+    stream_lines(
+        f"{front.url}/v1/chat/completions", {**body, "model": "impatient", "stream": True}, lines
+    )
+    assert lines[0] == 200 and lines[-1] != "[DONE]"  # "x" came, then nothing for 300 ms
+    assert any('"content":"x"' in line for line in lines[1:])
+    error = json.loads(lines[-1])["error"]
+    assert "did not answer in time" in error["message"]
+    failures = front.events("upstream_failed", model="impatient")
+    assert [e["phase"] for e in failures] == ["before_first_byte", "mid_stream"]
+    assert not any(e["failover"] for e in failures)  # its only replica
 
 
 def test_a_replica_killed_mid_traffic(cluster):
