@@ -18,7 +18,7 @@ import httpx
 import msgspec
 
 from engines.base import LoadInfo
-from engines.errors import GatewayError
+from engines.errors import ModelUnavailable
 from engines.log import emit
 from engines.process.child import ServerProcess
 from engines.upstream.engine import UpstreamEngine
@@ -32,11 +32,8 @@ STEADY_S = 60.0  # a run this long resets the back-off
 POLL_S = 0.2  # how often a starting server's health is asked
 
 
-class ServerFailed(GatewayError):
+class ServerFailed(ModelUnavailable):
     """The server program would not start, or exited before it was healthy."""
-
-    status = 503
-    kind = "overloaded_error"
 
 
 def free_port() -> int:

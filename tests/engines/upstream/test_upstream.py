@@ -217,9 +217,14 @@ def test_fifo_and_429_as_for_a_local_model(cluster):
 
         threads = []
         for i in range(3):
+            queued = len(cluster.front.events("request_queued", model=model))
             threads.append(threading.Thread(target=one, args=(i,)))
             threads[-1].start()
-            time.sleep(0.15)  # arrival order is the order the threads start
+            if i < 2:  # in line (or running) before the next one is sent
+                deadline = time.monotonic() + 10
+                while len(cluster.front.events("request_queued", model=model)) == queued:
+                    assert time.monotonic() < deadline
+                    time.sleep(0.02)
         for thread in threads:
             thread.join(60)
         return outcomes
