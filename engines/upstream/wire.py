@@ -104,6 +104,7 @@ class StreamDecoder:
         self.prompt_tokens = 0
         self.new_tokens = 0
         self.cached_tokens = 0
+        self.tool_calls = 0
 
     def feed(self, chunk: Any) -> list[Output]:
         """Outputs for one decoded `data:` object; an error object raises `UpstreamError`."""
@@ -162,11 +163,14 @@ class StreamDecoder:
             for index, c in sorted(self._calls.items())
         ]
         self._calls.clear()
+        self.tool_calls += len(calls)
         return calls
 
     def finished(self, prefill_s: float, decode_s: float, replica: str) -> Finished:
         """The replica's own accounting of the answer, once it has said why it stopped."""
         reason = STOP_REASONS.get(self.stop_reason or "", "stop")
+        if reason == "stop" and self.tool_calls:  # some servers say "stop" after a call
+            reason = "tool_calls"
         return Finished(
             stop_reason=reason,
             prompt_tokens=self.prompt_tokens,
