@@ -223,7 +223,7 @@ def main() -> None:
         "clients on the same machine (they share the cores with every server). Added = the "
         "proxy's percentile minus the upstream's own at the same level. "
         + (
-            f"LiteLLM: {litellm_version}, `litellm --config` (one worker), log level ERROR."
+            f"{litellm_version}, `litellm --config` (one worker), log level ERROR."
             if args.litellm
             else "LiteLLM not run (no --litellm)."
         )

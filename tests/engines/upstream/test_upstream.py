@@ -62,6 +62,10 @@ models:
     system: "You are terse."
     guardrails: {{max_output_tokens: 3}}
     upstream: {{urls: [{a}], model: fast}}
+  - id: paced
+    engine: upstream
+    rate: {{max_tokens_per_sec: 5}}
+    upstream: {{urls: [{a}], model: fast}}
   - id: narrow
     engine: upstream
     queue: {{max_depth: 1}}
@@ -189,6 +193,11 @@ def test_model_policies_apply_as_for_a_local_model(cluster):
     plain = chat(cluster, "far").json()
     # The model's system prompt went upstream: the replica counted it in the prompt.
     assert capped["usage"]["prompt_tokens"] > plain["usage"]["prompt_tokens"] + 10
+    # rate.max_tokens_per_sec paces the four chunks of the reply (and its end) at 5 a second.
+    started = time.monotonic()
+    paced = chat(cluster, "paced").json()
+    assert paced["choices"][0]["message"]["content"] == "hello from the replica"
+    assert time.monotonic() - started >= 0.6
 
 
 def test_least_in_flight_spreads_concurrent_requests(cluster):
