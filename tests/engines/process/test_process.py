@@ -15,6 +15,8 @@ import httpx
 import pytest
 from conftest import REPO, GatewayProcess
 
+from engines.process.child import LogLimiter
+
 CHILD = """
 models:
   - {id: echo, engine: scripted, concurrency: 4, script: {reply: "hello from the child"}}
@@ -169,3 +171,9 @@ def test_no_orphan_when_the_gateway_is_killed(gateway):
     gateway.process.wait(10)
     wait_gone(pids, timeout=15)  # the keeper saw its lifeline close and stopped the group
     gateway.stop()
+
+
+def test_log_lines_pass_in_bursts_and_floods_are_counted():
+    limiter = LogLimiter(burst=3, rate=0.001)  # no refill within the test
+    assert [limiter.allow() for _ in range(5)] == [True, True, True, False, False]
+    assert limiter.dropped == 2  # said once, on the next line that passes
