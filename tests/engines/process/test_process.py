@@ -177,3 +177,23 @@ def test_log_lines_pass_in_bursts_and_floods_are_counted():
     limiter = LogLimiter(burst=3, rate=0.001)  # no refill within the test
     assert [limiter.allow() for _ in range(5)] == [True, True, True, False, False]
     assert limiter.dropped == 2  # said once, on the next line that passes
+
+
+def test_memory_counts_against_the_budget_and_evicts_the_idle_one(start_gateway, tmp_path):
+    (tmp_path / "child.yaml").write_text(CHILD)
+    command = f"[{sys.executable}, -m, gateway, serve, --config, {tmp_path / 'child.yaml'}, --port, '${{PORT}}']"
+    process = f"{{command: {command}, cwd: {REPO}, model: echo, memory: 1GiB}}"
+    gateway = start_gateway(
+        f"""
+        server: {{memory_budget: 1.5GiB}}
+        models:
+          - {{id: one, engine: process, residency: {{on_demand: true}}, process: {process}}}
+          - {{id: two, engine: process, residency: {{on_demand: true}}, process: {process}}}
+        """
+    )
+    assert chat(gateway, "one").status_code == 200
+    first = list(server_of(gateway, "one"))
+    assert chat(gateway, "two").status_code == 200  # 1 GiB more does not fit beside one
+    gateway.wait_event("model_detached", model="one", reason="evicted")
+    wait_gone(first)
+    assert gateway.events("model_attached", model="two")[0]["memory_bytes"] == 2**30
