@@ -214,6 +214,20 @@ def test_least_in_flight_spreads_concurrent_requests(cluster):
     assert sorted(served[-4:]) == sorted(cluster.urls * 2)
 
 
+def test_a_client_that_leaves_stops_the_replicas_generation(cluster):
+    body = {"model": "far-slow", "messages": HELLO, "stream": True}
+    with httpx.stream("POST", f"{cluster.front.url}/v1/chat/completions", json=body) as answer:
+        next(line for line in answer.iter_lines() if '"content":"w' in line)
+    # The front cancels its job and closes its stream to the replica, which stops too.
+    cluster.front.wait_event("generated", model="far-slow", stop_reason="cancelled")
+    deadline = time.monotonic() + 10
+    while not any(
+        r.events("generated", model="slow", stop_reason="cancelled") for r in cluster.replicas
+    ):
+        assert time.monotonic() < deadline, "the replica kept generating"
+        time.sleep(0.05)
+
+
 def test_fifo_and_429_as_for_a_local_model(cluster):
     def burst(model: str) -> list[tuple[int, float]]:
         outcomes: list[tuple[int, float]] = [(0, 0.0)] * 3
