@@ -177,7 +177,10 @@ class Upstream:
 
     def _none_left(self, last: Failure | None) -> GatewayError:
         if last is not None:
-            return last.public(self.model_id)
+            error = last.public(self.model_id)
+            if isinstance(error, UpstreamUnavailable) and error.retry_after is None:
+                error.retry_after = self.pool.retry_after()  # when a replica is next probed
+            return error
         return UpstreamUnavailable(
             f"model {self.model_id!r}: no upstream replica is healthy right now; retry",
             retry_after=self.pool.retry_after(),

@@ -331,6 +331,9 @@ def test_a_replica_killed_mid_traffic(cluster):
     dead.stop()
     # Not yet streaming: far-lazy's pool (no health checks) still thinks the replica is up.
     lazy = [chat(cluster, "far-lazy") for _ in range(4)]
+    # A model with no other replica: 503 with Retry-After (unreachable, or already out).
+    alone = chat(cluster, "far-tools", tools=TOOLS)
+    assert alone.status_code == 503 and int(alone.headers["retry-after"]) >= 1
     for thread in threads:
         thread.join(60)
     assert [r.status_code for r in lazy] == [200] * 4
