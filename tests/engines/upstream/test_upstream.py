@@ -369,3 +369,46 @@ def test_a_replica_killed_mid_traffic(cluster):
     assert 'gateway_replica_up{model="nowhere",replica=' in metrics
     mid_stream = f'model="far-slow",phase="mid_stream",replica="{dead_url}"'
     assert f"gateway_upstream_failures_total{{{mid_stream}}} 2.0" in metrics
+
+
+def test_keys_on_both_sides(start_gateway):
+    """The front's per-key auth applies before any upstream work; the front's key for the
+    replica opens it, a wrong one is the gateway's fault (502), and no key reaches a log."""
+    keys = {"REPLICA_KEY": "rk-upstream-secret-1", "K_FAR": "ck-far-only-2", "K_ALL": "ck-all-3"}
+    replica = start_gateway(
+        """
+        server: {api_keys: ["${REPLICA_KEY}"]}
+        models: [{id: fast, engine: scripted, script: {reply: "hello from the replica"}}]
+        """,
+        env=keys,
+    )
+    front = start_gateway(
+        f"""
+        server: {{api_keys: [{{key: "${{K_FAR}}", models: [far]}}, "${{K_ALL}}"]}}
+        models:
+          - id: far
+            engine: upstream
+            upstream: {{urls: ["{replica.url}/v1"], api_key: "${{REPLICA_KEY}}", model: fast}}
+          - id: wrong
+            engine: upstream
+            upstream: {{urls: ["{replica.url}/v1"], api_key: "not-the-key", model: fast}}
+        """,
+        env=keys,
+    )
+
+    def ask(model: str, key: str | None) -> httpx.Response:
+        headers = {"authorization": f"Bearer {key}"} if key else {}
+        body = {"model": model, "messages": HELLO}
+        return httpx.post(f"{front.url}/v1/chat/completions", json=body, headers=headers)
+
+    assert ask("far", None).status_code == 401
+    assert ask("wrong", keys["K_FAR"]).status_code == 403  # a key limited to `far`
+    answer = ask("far", keys["K_FAR"])
+    assert answer.status_code == 200
+    assert answer.json()["choices"][0]["message"]["content"] == "hello from the replica"
+    refused = ask("wrong", keys["K_ALL"])
+    assert refused.status_code == 502 and "answered 401" in refused.json()["error"]["message"]
+    failed = front.wait_event("upstream_failed", model="wrong")
+    assert failed["status"] == 401 and failed["replica"] == f"{replica.url}/v1"
+    for log in (front.log, replica.log):
+        assert not any(secret in log.read_text() for secret in keys.values())
