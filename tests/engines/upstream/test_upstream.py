@@ -179,6 +179,17 @@ def test_tool_calls_and_reasoning_cross_protocols(cluster):
     assert reply.message.thinking == "pondering" and reply.message.content == "42"
     hidden = front.ollama().chat(model="far-think", messages=HELLO, think=False)
     assert hidden.message.content == "42" and not hidden.message.thinking
+    called = front.ollama().chat(model="far-tools", messages=HELLO, tools=TOOLS)
+    function = called.message.tool_calls[0].function
+    assert function.name == "get_weather" and function.arguments == {"city": "Paris"}
+    thought = front.anthropic().messages.create(
+        model="far-think",
+        max_tokens=2048,
+        messages=HELLO,
+        thinking={"type": "enabled", "budget_tokens": 1024},
+    )
+    blocks = {b.type: b for b in thought.content}
+    assert blocks["thinking"].thinking == "pondering" and blocks["text"].text == "42"
 
 
 def test_count_tokens_is_the_replicas_own_count(cluster):
