@@ -191,6 +191,14 @@ def _check_remote(model: dict, path: KeyPath, src: Source) -> None:
                 key=True,
             )
     section = model.get(REMOTE[engine])
+    if engine == "process" and isinstance(section, dict):
+        texts = [*(section.get("command") or []), *(section.get("env") or {}).values()]
+        if not any(isinstance(t, str) and "${PORT}" in t for t in texts):
+            src.at(
+                (*path, "process", "command"),
+                f"model {mid!r}: the command (or env) must say ${{PORT}}, the port it is to "
+                "serve on (the gateway picks a free one at each start)",
+            )
     if "concurrency" not in model and isinstance(section, dict):
         urls = section.get("urls", [None]) if engine == "upstream" else [None]
         per_replica = section.get("max_in_flight", 4)

@@ -109,3 +109,21 @@ def test_port_is_left_for_the_process_engine_and_other_variables_are_read():
     process = config.models[0].process
     assert process.command == ["server", "--port", "${PORT}", "--key", "k1"]
     assert process.env == {"LISTEN": "127.0.0.1:${PORT}"}
+
+
+def test_a_process_command_must_name_its_port():
+    errors = errors_of(
+        """
+        models:
+          - {id: child, engine: process, process: {command: [server, --port, "8080"]}}
+        """
+    )
+    assert len(errors) == 1 and "must say ${PORT}" in errors[0]
+    assert "models[0].process.command" in errors[0]
+    via_env = parse(
+        """
+        models:
+          - {id: child, engine: process, process: {command: [server], env: {PORT: "${PORT}"}}}
+        """
+    )
+    assert via_env.models[0].process.env == {"PORT": "${PORT}"}
