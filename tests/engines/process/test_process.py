@@ -197,3 +197,38 @@ def test_memory_counts_against_the_budget_and_evicts_the_idle_one(start_gateway,
     gateway.wait_event("model_detached", model="one", reason="evicted")
     wait_gone(first)
     assert gateway.events("model_attached", model="two")[0]["memory_bytes"] == 2**30
+
+
+STUBBORN = """
+import http.server, signal, sys
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a server that will not stop when asked
+
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Health).serve_forever()
+"""
+
+
+def test_a_server_that_ignores_sigterm_is_killed_after_the_grace(start_gateway, tmp_path):
+    (tmp_path / "stubborn.py").write_text(STUBBORN)
+    gateway = start_gateway(
+        f"""
+        models:
+          - id: stubborn
+            engine: process
+            process:
+              command: [{sys.executable}, {tmp_path / "stubborn.py"}, "${{PORT}}"]
+              stop_grace: 1s
+        """
+    )
+    pids = list(server_of(gateway, "stubborn"))
+    started = time.monotonic()
+    assert httpx.post(f"{gateway.url}/admin/models/stubborn/unload", timeout=30).status_code == 200
+    wait_gone(pids, timeout=10)
+    assert time.monotonic() - started >= 1.0  # SIGTERM was ignored; SIGKILL after 1 s
