@@ -13,6 +13,10 @@ answer (`--tokens` words at 5 ms each, one chunk each) timed straight from the u
 through the gateway, alternating: chunks per second after the first tenth of the stream
 (the ratio of the medians).
 
+`--mlx-lm` adds the decode ratio on a real model: mlx-lm's own server on SmolLM2 (the
+float32 copy bench/concurrency.py makes) as the upstream, 64 tokens at temperature 0, the
+decode rate from its usage and the first and last chunk, straight and through the gateway.
+
 LiteLLM is installed in a virtual environment of its own (it pins huggingface_hub and rich
 to versions that mlx-lm's stack does not use): `python3 -m venv /tmp/litellm && \
 /tmp/litellm/bin/pip install 'litellm[proxy]'`, then `--litellm /tmp/litellm/bin/litellm`.
@@ -190,6 +194,43 @@ def decode_ratio(upstream: str, front: str, words: int, runs: int) -> tuple[str,
     )
 
 
+FRONT_MLX = """
+server: {host: 127.0.0.1}
+models:
+  - {id: smol, engine: upstream, upstream: {urls: ["URL"], model: default_model, timeout: 300s}}
+"""
+
+
+def mlx_lm_ratio(runs: int) -> tuple[str, float]:
+    """Decode tokens/s of mlx-lm's server on SmolLM2, straight and through the gateway."""
+    from common import MlxLmServer, stream_chat
+    from concurrency import float32_dir
+
+    question = [{"role": "user", "content": "Write a short story about a lighthouse keeper."}]
+    rates: dict[str, list[float]] = {"mlx-lm server": [], "through the gateway": []}
+    with (
+        MlxLmServer(float32_dir(), "mlx-lm-upstream") as server,
+        Gateway(FRONT_MLX.replace("URL", f"{server.url}/v1"), "front-mlx") as front,
+        httpx.Client(timeout=600) as client,
+    ):
+        paths = {
+            "mlx-lm server": (server.url, "default_model"),
+            "through the gateway": (front.url, "smol"),
+        }
+        stream_chat(client, server.url, chat_body("default_model", question, 8))  # warm-up
+        for _ in range(runs):
+            for name, (url, model) in paths.items():
+                timing = stream_chat(client, url, chat_body(model, question, 64))
+                rates[name].append(timing.decode_tps)
+    pairs = [
+        t / d for d, t in zip(rates["mlx-lm server"], rates["through the gateway"], strict=True)
+    ]
+    rows = [[name, len(r), fmt(median(r), 2)] for name, r in rates.items()]
+    spread = f"pairs' ratios {min(pairs):.3f}–{max(pairs):.3f}"
+    body = table(["path", "runs", "decode tokens/s (median)"], rows) + f"\n\n{spread}"
+    return body, median(pairs)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=400, help="per target and level")
@@ -197,6 +238,7 @@ def main() -> None:
     parser.add_argument("--litellm", help="LiteLLM's `litellm` command (its own venv)")
     parser.add_argument("--tokens", type=int, default=WORDS, help="words of the long answer")
     parser.add_argument("--runs", type=int, default=9, help="long answers per path")
+    parser.add_argument("--mlx-lm", action="store_true", help="also on mlx-lm's server")
     args = parser.parse_args()
     load_before = os.getloadavg()
     reply = " ".join(f"w{i}" for i in range(args.tokens))
@@ -216,6 +258,7 @@ def main() -> None:
                     litellm.stop()
             decode, ratio = decode_ratio(upstream.url, front.url, args.tokens, args.runs)
             platform_path = front.platform()
+    real = mlx_lm_ratio(max(3, args.runs // 2)) if args.mlx_lm else None
     per_round = max(1, args.requests // args.rounds)
     notes = (
         f"{args.rounds} rounds of {per_round} requests per target and level, interleaved; "
@@ -231,10 +274,16 @@ def main() -> None:
         f"(median of {args.runs} back-to-back pairs; target ≥ 0.98); {args.tokens} words at "
         "5 ms each, one chunk per word: far faster than a model decodes, so any per-chunk "
         "cost of the proxy shows."
+        + (
+            f"\n\nOn a real model (mlx-lm's server on SmolLM2, float32 copy, 64 tokens at "
+            f"temperature 0): decode ratio **{real[1]:.3f}** (median of pairs)."
+            if real
+            else ""
+        )
     )
     report(
         "Upstream overhead: engine upstream vs LiteLLM's proxy",
-        latency + "\n\n" + decode,
+        latency + "\n\n" + decode + (f"\n\n{real[0]}" if real else ""),
         platform_path=platform_path,
         load_before=load_before,
         notes=notes,
