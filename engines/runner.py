@@ -341,7 +341,10 @@ class Runner(ModelThread):
                     self._executor, self.engine.estimate_memory
                 )
                 left = await self._budget.make_room(self, needed)
-            info = await self._loop.run_in_executor(self._executor, self.engine.load, left)
+            # In (a copy of) the context the runner was bound in: an engine whose load starts
+            # threads of its own (engine upstream) emits its events to this app's listeners.
+            load = self._context.copy().run
+            info = await self._loop.run_in_executor(self._executor, load, self.engine.load, left)
         except Exception as error:  # any load failure is this model's alone
             if self._budget:
                 self._budget.release(self)  # the reservation, if it got one

@@ -10,6 +10,7 @@ a run has lasted a minute); meanwhile its requests get a 503 with Retry-After.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import socket
 import time
 from pathlib import Path
@@ -53,7 +54,7 @@ class ProcessEngine(UpstreamEngine):
             cwd = base_dir / cwd
         self._cwd = cwd
         self._server: ServerProcess | None = None
-        self._supervisor: asyncio.Future[None] | None = None
+        self._supervisor: concurrent.futures.Future[None] | None = None
         self._stopping = False
 
     def _upstream_settings(self) -> UpstreamConfig:
@@ -81,7 +82,7 @@ class ProcessEngine(UpstreamEngine):
         except BaseException:
             self.unload()
             raise
-        self._loop.loop.call_soon_threadsafe(self._supervise)
+        self._supervisor = self._loop.start(self._keep_running())
         return msgspec.structs.replace(
             info, memory_bytes=self.estimate_memory(), detail=self._detail()
         )
@@ -93,9 +94,6 @@ class ProcessEngine(UpstreamEngine):
             "port": str(self._port),
             "command": " ".join(self._process.command),
         }
-
-    def _supervise(self) -> None:
-        self._supervisor = asyncio.ensure_future(self._keep_running())
 
     async def _start(self) -> None:
         """Start the server and wait until its health check answers 200."""

@@ -9,6 +9,7 @@ the batch streams each admitted request from the least busy replica in rotation.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 from collections.abc import Callable, Iterator
 
@@ -32,7 +33,7 @@ class UpstreamEngine:
         self._health: str | None = None  # a fixed health path (engine process sets one)
         self._loop: LoopThread | None = None
         self._upstream: Upstream | None = None
-        self._watch: asyncio.Future[None] | None = None
+        self._watch: concurrent.futures.Future[None] | None = None
 
     def estimate_memory(self) -> int:
         return 0  # the weights live on the replicas
@@ -43,7 +44,7 @@ class UpstreamEngine:
             self._loop = LoopThread(f"upstream-{self._model.id}")
         self._upstream = self._loop.call(self._open(settings))
         healthy = self._loop.call(self.check_all())
-        self._watch = asyncio.run_coroutine_threadsafe(self._watch_health(), self._loop.loop)
+        self._watch = self._loop.start(self._watch_health())
         names = [r.name for r in self._upstream.pool.replicas]
         return LoadInfo(
             memory_bytes=0,

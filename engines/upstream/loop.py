@@ -18,7 +18,11 @@ T = TypeVar("T")
 
 
 class LoopThread:
+    """Work started here runs in a copy of the context the thread was made in (the app's, so
+    events reach its listeners), unless `spawn` is given a request's own."""
+
     def __init__(self, name: str) -> None:
+        self._context = contextvars.copy_context()
         self.loop = asyncio.new_event_loop()
         self._tasks: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -30,7 +34,12 @@ class LoopThread:
 
     def call(self, work: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run `work` on the loop and wait for its result (from any other thread)."""
-        return asyncio.run_coroutine_threadsafe(work, self.loop).result(timeout)
+        return self.start(work).result(timeout)
+
+    def start(self, work: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Start `work` on the loop; its future, to wait on or cancel from another thread."""
+        # The task takes the context current when it is scheduled: the thread's own.
+        return self._context.copy().run(asyncio.run_coroutine_threadsafe, work, self.loop)
 
     def spawn(
         self, work: Coroutine[Any, Any, None], context: contextvars.Context | None = None
@@ -42,7 +51,7 @@ class LoopThread:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-        self.loop.call_soon_threadsafe(start, context=context)
+        self.loop.call_soon_threadsafe(start, context=context or self._context.copy())
 
     def stop(self) -> None:
         """Cancel whatever still runs, then end the loop and its thread."""

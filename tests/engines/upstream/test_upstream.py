@@ -21,7 +21,7 @@ REPLICA = """
 models:
   - {id: fast, engine: scripted, concurrency: 8, script: {reply: "hello from the replica"}}
   - {id: slow, engine: scripted, concurrency: 8, script: {reply: "WORDS", token_delay: 0.25}}
-  - {id: medium, engine: scripted, concurrency: 8, script: {reply: "a b c d", token_delay: 0.2}}
+  - {id: medium, engine: scripted, concurrency: 8, script: {reply: "a b c d", token_delay: 0.5}}
   - {id: tools, engine: scripted, concurrency: 8, script: {reply: 'CALL'}}
   - {id: thinker, engine: scripted, concurrency: 8, script: {reply: "<think>pondering</think>42"}}
   - {id: single, engine: scripted, script: {reply: "x y z", token_delay: 0.6}}
@@ -73,7 +73,7 @@ models:
   - id: local-narrow
     engine: scripted
     queue: {{max_depth: 1}}
-    script: {{reply: "a b c d", token_delay: 0.2}}
+    script: {{reply: "a b c d", token_delay: 0.5}}
   - {{id: nowhere, engine: upstream, upstream: {{urls: [{nowhere}], timeout: 2s}}}}
   - id: impatient
     engine: upstream
