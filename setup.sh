@@ -11,7 +11,8 @@ if [ "$(uname -s)" = Linux ] && command -v apt-get >/dev/null; then
     packages="libopenblas0-pthread python3-venv"
     # The ops page is tested in a real headless browser: Debian's chromium, driven by
     # Playwright (which cannot download a browser build of its own here).
-    [ "${1:-}" = test ] && packages="$packages chromium"
+    # The load-balancer test runs gateways behind Debian's HAProxy.
+    [ "${1:-}" = test ] && packages="$packages chromium haproxy"
     # The real-client tests run Claude Code and the AI SDK: Node and npm, where missing.
     [ "${1:-}" = test ] && ! command -v npm >/dev/null && packages="$packages nodejs npm"
     missing=$(for p in $packages; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done)

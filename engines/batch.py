@@ -3,7 +3,9 @@
 A runner admits up to `concurrency` jobs into its engine's batch and calls `step()` until
 the batch is empty. The MLX engine batches for real (mlx-lm's `BatchGenerator`: one forward
 pass decodes every sequence); `SerialBatch` gives any engine with a `generate()` generator
-the same interface by stepping each request's generator in turn.
+the same interface by stepping each request's generator in turn. A batch whose `step()`
+waits on I/O (engine upstream's) also has a thread-safe `wake()`: the runner calls it from
+the event loop when it admits a job, so the job joins the batch at once.
 """
 
 from __future__ import annotations

@@ -20,6 +20,9 @@ and renders it in each protocol's envelope, in one place.
     ├── EngineFailed            the engine raised while generating (a batch step)
     ├── ToolCallRefused         the model's tool call failed its guardrails
     ├── DownloadFailed          a Hub download asked for now (a pull) failed
+    ├── UpstreamError           a model's upstream answered wrongly (engine upstream)
+    ├── UpstreamUnavailable     no replica of a model's upstream could take the request
+    ├── UpstreamTimeout         a model's upstream did not answer in time
     ├── ClientGone              the client left before its answer
     ├── ConfigInvalid           a config file that fails validation
     └── SourceError             a model source missing, unreadable or corrupt
@@ -174,3 +177,19 @@ class GGUFFormatError(SourceError):
     def __init__(self, reason: str) -> None:
         GatewayError.__init__(self, reason)
         self.model_id, self.path, self.reason = "", "", reason
+
+
+class UpstreamError(GatewayError):
+    """A model's upstream server answered wrongly: an error status, a broken stream."""
+
+
+class UpstreamUnavailable(GatewayError):
+    """No replica of a model's upstream could take the request (all down, or unreachable)."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class UpstreamTimeout(GatewayError):
+    """A model's upstream did not answer, or stopped answering, within `timeout`."""

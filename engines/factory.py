@@ -24,6 +24,14 @@ def make_engine(
 
         script = model.script or ScriptConfig()
         return ScriptedEngine(script, model.tool_parser, model.context.max, model.id)
+    if model.engine == "upstream":
+        from engines.upstream.engine import UpstreamEngine
+
+        return UpstreamEngine(model)
+    if model.engine == "process":
+        from engines.process.engine import ProcessEngine
+
+        return ProcessEngine(model, base_dir)
     if infer_task(model, base_dir) == "embed":
         from engines.embed.engine import EmbeddingEngine
 

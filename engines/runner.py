@@ -358,7 +358,10 @@ class Runner(ModelThread):
                     self._executor, self.engine.estimate_memory
                 )
                 left = await self._budget.make_room(self, needed)
-            info = await self._loop.run_in_executor(self._executor, self.engine.load, left)
+            # In (a copy of) the context the runner was bound in: an engine whose load starts
+            # threads of its own (engine upstream) emits its events to this app's listeners.
+            load = self._context.copy().run
+            info = await self._loop.run_in_executor(self._executor, load, self.engine.load, left)
         except Exception as error:  # any load failure is this model's alone
             if self._budget:
                 self._budget.release(self)  # the reservation, if it got one
@@ -432,6 +435,9 @@ class Runner(ModelThread):
             self._running += 1
             job.started_at = time.perf_counter()
             self._inbox.put(job)
+            # A batch whose step() blocks on I/O (engine upstream) is woken to take it now.
+            if (wake := getattr(self._batch, "wake", None)) is not None:
+                wake()
         if self._running and not self._serving:
             self._serving = True
             future = self._loop.run_in_executor(self._executor, self._serve)

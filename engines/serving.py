@@ -103,7 +103,8 @@ class ModelThread:
                 self._deliver(job, error)
             return
         try:
-            batch.add(job, job.request, job.is_cancelled)
+            # In the request's log context, so events an engine emits there carry its id.
+            job.context.copy().run(batch.add, job, job.request, job.is_cancelled)
             self._in_batch.add(job)
         except Exception as error:  # e.g. a prompt past the window: this request's alone
             self._deliver(job, error)
@@ -175,5 +176,6 @@ class ModelThread:
                 truncated_messages=getattr(job.request, "truncated_messages", 0),
                 images=done.images,
                 image_tokens=done.image_tokens,
+                replica=done.replica if isinstance(done, Finished) else None,
             )
         )

@@ -81,7 +81,7 @@ def summarize(config: GatewayConfig) -> list[str]:
         parts = [
             f"{m.id:<{width}}",
             f"engine={m.engine}",
-            f"source={m.source or '-'}",
+            _where(m),
             f"aliases={','.join(m.aliases) or '-'}",
             f"residency={residency}",
             f"context={m.context.max}",
@@ -98,6 +98,15 @@ def summarize(config: GatewayConfig) -> list[str]:
             parts.append(cache_status(m.id, m.source))
         lines.append("  ".join(parts))
     return lines
+
+
+def _where(model: ModelConfig) -> str:
+    """Where a model's answers come from: its source, its replicas, or its server program."""
+    if model.upstream:
+        return f"replicas={','.join(model.upstream.urls)}"
+    if model.process:
+        return f"command={model.process.command[0]}"
+    return f"source={model.source or '-'}"
 
 
 def _validate(doc: Any, src: Source) -> GatewayConfig | None:
@@ -119,7 +128,8 @@ def _validate(doc: Any, src: Source) -> GatewayConfig | None:
     merged = []
     for i, model in enumerate(models):
         if isinstance(model, dict) and isinstance(defaults, dict):
-            model = _merge_under(defaults, model, ("models", i), src)
+            model = _merge_under(_defaults_for(defaults, model), model, ("models", i), src)
+            _check_remote(model, ("models", i), src)
         merged.append(model)
         _check(model, ModelConfig, ("models", i), src)
     _check_references(server, merged, src)
@@ -132,6 +142,71 @@ def _validate(doc: Any, src: Source) -> GatewayConfig | None:
     except msgspec.ValidationError as exc:  # the checks above should have caught it
         _report(exc, (), GatewayConfig, src)
         return None
+
+
+# Settings that only mean something to a model whose weights the gateway holds itself. A
+# remote model (upstream or process) set with one is refused; `defaults:` skip it.
+LOCAL_ONLY = (
+    "source",
+    "context",
+    "kv_bits",
+    "draft",
+    "prefix_reuse",
+    "session_slots",
+    "tool_parser",
+    "script",
+    "task",
+    "hf_token",
+)
+REMOTE = {"upstream": "upstream", "process": "process"}  # engine -> its own section
+
+
+def _engine_of(model: dict, defaults: dict) -> Any:
+    return model.get("engine", defaults.get("engine", "mlx"))
+
+
+def _defaults_for(defaults: dict, model: dict) -> dict:
+    """`defaults:` as they apply to `model`: a remote model takes no local-only setting, and
+    no `concurrency` (its own comes from its replicas' capacity)."""
+    if _engine_of(model, defaults) not in REMOTE:
+        return defaults
+    return {k: v for k, v in defaults.items() if k not in (*LOCAL_ONLY, "concurrency")}
+
+
+def _check_remote(model: dict, path: KeyPath, src: Source) -> None:
+    """An engine's own section is there exactly when that engine is; a remote model refuses
+    local-only settings and, unless it sets `concurrency`, admits as many requests at once
+    as its replicas take (urls x max_in_flight)."""
+    engine, mid = model.get("engine", "mlx"), model.get("id")
+    for kind, section in REMOTE.items():
+        if engine == kind and section not in model:
+            src.at(path, f"model {mid!r}: engine {kind!r} needs a {section!r} section")
+        elif engine != kind and section in model:
+            src.at((*path, section), f"model {mid!r}: {section!r} applies to engine {kind!r} only")
+    if engine not in REMOTE:
+        return
+    for key in LOCAL_ONLY:
+        if key in model:
+            src.at(
+                (*path, key),
+                f"model {mid!r}: {key!r} does not apply to engine {engine!r} (the server "
+                "it reaches holds the weights, the window and the tool parser)",
+                key=True,
+            )
+    section = model.get(REMOTE[engine])
+    if engine == "process" and isinstance(section, dict):
+        texts = [*(section.get("command") or []), *(section.get("env") or {}).values()]
+        if not any(isinstance(t, str) and "${PORT}" in t for t in texts):
+            src.at(
+                (*path, "process", "command"),
+                f"model {mid!r}: the command (or env) must say ${{PORT}}, the port it is to "
+                "serve on (the gateway picks a free one at each start)",
+            )
+    if "concurrency" not in model and isinstance(section, dict):
+        urls = section.get("urls", [None]) if engine == "upstream" else [None]
+        per_replica = section.get("max_in_flight", 4)
+        if isinstance(urls, list) and urls and isinstance(per_replica, int) and per_replica > 0:
+            model["concurrency"] = len(urls) * per_replica
 
 
 def _merge_under(defaults: dict, model: dict, path: KeyPath, src: Source) -> dict:

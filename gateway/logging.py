@@ -88,13 +88,15 @@ class Redactor:
 
 
 def config_secrets(config: GatewayConfig, path: Path | None) -> set[str]:
-    """The API keys, admin key and Hugging Face tokens of `config`, the environment values its
-    file reads, and HF_TOKEN (which huggingface_hub reads by itself)."""
+    """The API keys, admin key, Hugging Face tokens and upstream keys of `config`, the
+    environment values its file reads, and HF_TOKEN (which huggingface_hub reads by itself)."""
     found = {k.key if isinstance(k, ApiKey) else k for k in config.server.api_keys}
     found.add(config.server.admin_key)
     found |= {m.hf_token for m in config.models} | {config.defaults.hf_token}
     if len(hf_token := os.environ.get("HF_TOKEN") or "") >= MIN_ENV_SECRET:
         found.add(hf_token)
+    # The keys the gateway itself sends to upstream replicas (engine upstream).
+    found |= {m.upstream.api_key for m in config.models if m.upstream}
     try:
         text = path.read_text(encoding="utf-8") if path else ""
     except OSError:

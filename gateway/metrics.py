@@ -18,6 +18,7 @@ from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     disable_created_metrics,
 )
@@ -36,8 +37,11 @@ from schemas.events import (
     ModelAttached,
     ModelDownloaded,
     ModelFailed,
+    ReplicaDown,
+    ReplicaUp,
     RequestFinished,
     RequestRouted,
+    UpstreamFailed,
 )
 
 # Engine states as ops name them: a model is "loaded" when it can serve.
@@ -85,6 +89,15 @@ class Metrics:
             "gateway_model_download_bytes", "Bytes fetched from the Hugging Face Hub",
             ["model"], **labelled,
         )  # fmt: skip
+        # engine upstream/process: fed by their events, like the counters above.
+        self.upstream_failures = Counter(
+            "gateway_upstream_failures", "Requests a replica failed, before or after output",
+            ["model", "replica", "phase"], **labelled,
+        )  # fmt: skip
+        self.replica_up = Gauge(
+            "gateway_replica_up", "1 while a replica is in rotation",
+            ["model", "replica"], **labelled,
+        )  # fmt: skip
         for result in ("ok", "rejected"):
             self.reloads.labels(result)
         self.prometheus.register(RunnerState(registry, admission))
@@ -118,6 +131,12 @@ class Metrics:
                 self.loads.labels(model, "failed").inc()
             case ModelDownloaded(model=model):
                 self.downloaded.labels(model).inc(event.bytes)
+            case UpstreamFailed(model=model, replica=replica, phase=phase):
+                self.upstream_failures.labels(model, replica, phase).inc()
+            case ReplicaUp(model=model, replica=replica):
+                self.replica_up.labels(model, replica).set(1)
+            case ReplicaDown(model=model, replica=replica):
+                self.replica_up.labels(model, replica).set(0)
 
     def tokens_per_s(self, model: str) -> float | None:
         """Decode speed over the model's recent generations (the last 5 minutes), or None."""

@@ -44,6 +44,8 @@ ENGINE_FIELDS = (
     "rate",
     "hf_token",
     "vision",
+    "upstream",  # engine upstream: its replicas, key, name there, timeouts
+    "process",  # engine process: the server program and how it runs
 )
 
 

@@ -18,6 +18,17 @@ from engines.errors import ConfigInvalid
 
 KeyPath = tuple[str | int, ...]
 
+# `${PORT}` in a process model's `command` and `env` is left for the engine to fill in.
+LATE_PORT = "PORT"
+
+
+def _starts_a_process(path: tuple) -> bool:
+    return any(
+        part == "process" and path[i + 1 : i + 2] in (("command",), ("env",))
+        for i, part in enumerate(path)
+    )
+
+
 ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 # In a flow sequence `[${KEY}]` YAML reads `{` as the start of a mapping, so before parsing
 # the braces of each reference become private-use characters of the same width (columns
@@ -119,6 +130,8 @@ class Walker:
 
         def lookup(match: re.Match[str]) -> str:
             name, default = match.groups()
+            if name == LATE_PORT and _starts_a_process(path):
+                return match.group(0)  # the port the process engine picks at each start
             value = self.src.environ.get(name) or None
             if value is not None:
                 self.src.secrets.add(value)

@@ -141,6 +141,7 @@ class Finished(msgspec.Struct, frozen=True, kw_only=True, tag="finished"):
     session_evicted: bool = False  # parking this conversation evicted another one
     images: int = 0  # images the prompt carried (vision models)
     image_tokens: int = 0  # prompt tokens that stand for those images (in prompt_tokens)
+    replica: str | None = None  # the upstream replica that served it (engine upstream/process)
 
 
 class Embedded(msgspec.Struct, frozen=True, kw_only=True, tag="embedded"):

@@ -197,7 +197,44 @@ class VisionSettings(Strict):
     min_pixels: PositiveInt | None = None
 
 
+HttpUrl = Annotated[
+    str,
+    Meta(
+        pattern=r"^https?://[^\s/]+(/\S*)?$",
+        description='An OpenAI-protocol base URL such as "http://10.0.0.5:8000/v1"',
+    ),
+]
+
+
+class UpstreamConfig(Strict):
+    """`engine: upstream`: OpenAI-protocol replicas of one model, served as one model."""
+
+    urls: Annotated[list[HttpUrl], Meta(min_length=1)]
+    api_key: str | None = None  # sent as `Authorization: Bearer`; never logged
+    model: str | None = None  # the model's name on the replicas; absent: this model's id
+    max_in_flight: PositiveInt = 4  # requests one replica serves at once
+    timeout: Duration = "60s"  # connect, first byte, and each next chunk
+    check_interval: Duration = "5s"  # active health checks (GET /health, else /v1/models)
+    cooldown: Duration = "10s"  # a failed replica rests this long before it is probed back
+
+
+class ProcessConfig(Strict):
+    """`engine: process`: a server program the gateway runs for this model, then proxies."""
+
+    command: Annotated[list[str], Meta(min_length=1)]  # "${PORT}" is the port it must serve on
+    health: str = "/health"  # the path answering 200 once it serves
+    env: dict[str, str] = {}  # added to the gateway's environment ("${PORT}" works here too)
+    cwd: str | None = None  # relative to the config file's directory
+    memory: ByteSize = "0B"  # what it takes against server.memory_budget
+    model: str | None = None  # the name its requests carry; absent: this model's id
+    max_in_flight: PositiveInt = 4
+    timeout: Duration = "60s"
+    startup_timeout: Duration = "120s"  # from start until its health check answers 200
+    stop_grace: Duration = "10s"  # after SIGTERM, before SIGKILL
+
+
 Residency = Literal["pinned"] | OnDemand
+EngineKind = Literal["mlx", "scripted", "upstream", "process"]
 # YAML 1.1 reads a bare `off` as false, so false stands for "off" too.
 ReasoningEffort = Literal["off", "low", "medium", "high"] | bool
 
@@ -205,7 +242,7 @@ ReasoningEffort = Literal["off", "low", "medium", "high"] | bool
 class ModelSettings(Strict):
     """Every per-model setting that `defaults:` may also carry."""
 
-    engine: Literal["mlx", "scripted"] | None = None
+    engine: EngineKind | None = None
     source: str | None = None
     aliases: list[Identifier] | None = None
     residency: Residency | None = None
@@ -226,13 +263,15 @@ class ModelSettings(Strict):
     script: ScriptConfig | None = None
     hf_token: str | None = None
     vision: VisionSettings | None = None
+    upstream: UpstreamConfig | None = None
+    process: ProcessConfig | None = None
 
 
 class ModelConfig(Strict):
     """One model, after `defaults:` has been merged under it."""
 
     id: Identifier
-    engine: Literal["mlx", "scripted"] = "mlx"
+    engine: EngineKind = "mlx"
     source: str | None = None
     aliases: list[Identifier] = []
     residency: Residency = "pinned"
@@ -255,6 +294,8 @@ class ModelConfig(Strict):
     # `${HF_TOKEN}`. Absent: huggingface_hub's own (HF_TOKEN, or `hf auth login`'s).
     hf_token: str | None = None
     vision: VisionSettings = VisionSettings()
+    upstream: UpstreamConfig | None = None
+    process: ProcessConfig | None = None
 
     @property
     def pinned(self) -> bool:

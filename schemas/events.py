@@ -42,6 +42,7 @@ class Generated(Event, tag="generated"):
     truncated_messages: int = 0  # oldest turns dropped to fit (context.overflow: truncate)
     images: int = 0  # images in the prompt (vision models)
     image_tokens: int = 0  # prompt tokens standing for them (counted in prompt_tokens)
+    replica: str | None = None  # engine upstream/process: the replica that served it
 
 
 class Guardrail(Event, tag="guardrail"):
@@ -118,6 +119,51 @@ class ModelDetached(Event, tag="model_detached"):
 class ModelFailed(Event, tag="model_failed"):
     model: str
     error: str
+    exit_code: int | None = None  # engine process: its server's exit status (-N: signal N)
+
+
+class ModelRestarting(Event, tag="model_restarting"):
+    """Engine process: its server exited on its own; it starts again after `delay_s`."""
+
+    model: str
+    attempt: int
+    delay_s: float
+
+
+class ModelLog(Event, tag="model_log"):
+    """Engine process: a line its server wrote (rate-limited; `dropped` lines were not)."""
+
+    model: str
+    stream: str  # stdout | stderr
+    line: str
+    dropped: int = 0
+
+
+class UpstreamFailed(Event, tag="upstream_failed"):
+    """A request's replica failed it: before its first output (`failover` says whether
+    another replica took it) or mid-stream (the client got the protocol's in-stream error)."""
+
+    model: str
+    replica: str
+    error: str
+    phase: str  # before_first_byte | mid_stream
+    failover: bool
+    status: int | None = None  # the replica's HTTP status, when it answered one
+
+
+class ReplicaDown(Event, tag="replica_down"):
+    """A replica taken out of rotation (failed health check or request); probed back later."""
+
+    model: str
+    replica: str
+    reason: str
+
+
+class ReplicaUp(Event, tag="replica_up"):
+    """A replica back in rotation: its health check passed (at load, or after a cool-down)."""
+
+    model: str
+    replica: str
 
 
 class BatchFailed(Event, tag="batch_failed"):

@@ -97,11 +97,12 @@ class GatewayProcess:
         log: Path,
         env: dict[str, str] | None = None,
         args: tuple[str, ...] = (),
+        port: int | None = None,
     ) -> None:
         secrets = tuple(v for k, v in (env or {}).items() if SECRET_NAME.search(k) and v)
         SESSION_LOGS.append((log, secrets))
         self.clients: list = []  # SDK clients made for this gateway, closed with it
-        self.port = free_port()
+        self.port = port or free_port()  # a fixed port: the same gateway started again
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
         self._out = log.open("w")
