@@ -24,18 +24,22 @@ _JSON_MEDIA = re.compile(r"application/([\w.-]+\+)?json")
 
 
 def require_json(request: Request) -> None:
-    """`UnsupportedMediaType` unless the body is declared JSON.
+    """`UnsupportedMediaType` when the body is declared as something other than JSON.
 
     A browser sends `text/plain`, a form or multipart to any site without asking first (a
     "simple" request); none of them is JSON, so no web page can post a body here unasked.
+    A body with no content-type at all is read as JSON, as Ollama reads it: a browser
+    always declares the type of a body it sends, and clients such as LiteLLM's Ollama
+    provider send none.
     """
-    declared = request.headers.get("content-type", "")
+    declared = request.headers.get("content-type")
+    if declared is None:
+        return
     media = declared.partition(";")[0].strip().lower()
     if not _JSON_MEDIA.fullmatch(media):
-        got = f"content-type {declared!r}" if declared else "no content-type"
         raise UnsupportedMediaType(
             f"the request body must be JSON sent as 'content-type: application/json' (got "
-            f"{got}; with curl, add -H 'content-type: application/json')"
+            f"content-type {declared!r}; with curl, add -H 'content-type: application/json')"
         )
 
 

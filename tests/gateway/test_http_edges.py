@@ -112,13 +112,17 @@ def test_cross_site_requests_and_bodies_that_are_not_json_are_refused(gateway, p
         "text/plain",
         "application/x-www-form-urlencoded",
         "multipart/form-data",
-        None,
     ):
-        headers = AUTH | ({"content-type": content_type} if content_type else {})
+        headers = AUTH | {"content-type": content_type}
         answer = httpx.post(url, content=body, headers=headers)
         assert_envelope(
             path, answer, 415, "invalid_request_error", "content-type: application/json"
         )
+    # No content-type at all (LiteLLM's Ollama provider; never a browser's body): JSON.
+    answer = httpx.post(url, content=body, headers=AUTH | {"content-type": ""})
+    assert answer.status_code == 415, (path, answer.text)
+    answer = httpx.post(url, content=body, headers=AUTH)  # bytes: httpx declares no type
+    assert answer.status_code not in (403, 415), (path, answer.text)
     # A listed origin, the gateway's own page, and plain clients are served.
     for extra in ({"origin": "https://chat.example.com"}, {"origin": gateway.url}, {}):
         headers = AUTH | extra | {"content-type": "application/json; charset=utf-8"}
