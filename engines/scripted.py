@@ -20,13 +20,32 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 from engines.base import LoadInfo
 from engines.batch import Batch, SerialBatch, Step
-from engines.errors import BadRequest, ContextOverflow
+from engines.errors import BadRequest, ContextOverflow, GatewayError
+from engines.text.constrain import ConstraintState, make_tokenizer, plan_for
 from engines.text.output import DEFAULT_TOOL_PARSER, OutputParser, load_tool_format
+from engines.text.reasoning import DEFAULT_THINK
 from engines.text.tools import template_messages
-from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Finished, Output
+from schemas.canonical import (
+    ChatRequest,
+    Embedded,
+    EmbedRequest,
+    Finished,
+    Logprobs,
+    Output,
+    TokenLogprob,
+    TopLogprob,
+)
 from schemas.config import ScriptConfig, size_bytes
 
 SCRIPTED_CONTEXT = 8192
+BYTE_VOCAB = 256
+END_OF_TEXT = "<|end|>"
+
+
+class ConstraintViolated(GatewayError):
+    """A scripted reply that the request's constraint forbids (a real model is masked)."""
+
+    status = 500
 
 
 def make_byte_tokenizer() -> Tokenizer:
@@ -64,6 +83,7 @@ class ScriptedEngine:
         self._replies = itertools.cycle(script.replies or [script.reply])
         self._turn = threading.Lock()
         self._steps = itertools.count(1)  # batch steps over the engine's life (`fail_step`)
+        self._grammar_tokenizer = None
 
     def estimate_memory(self) -> int:
         return size_bytes(self._script.memory)
@@ -77,6 +97,8 @@ class ScriptedEngine:
         return LoadInfo(memory_bytes=memory, context=self._context, detail={"engine": "scripted"})
 
     def count_prompt(self, request: ChatRequest) -> int:
+        if request.prompt_ids is not None:
+            return len(request.prompt_ids)
         return self._count(render_chatml(request))
 
     def generate(self, request: ChatRequest, cancelled: Callable[[], bool]) -> Iterator[Output]:
@@ -89,8 +111,11 @@ class ScriptedEngine:
         prefill_s = time.perf_counter() - start
         with self._turn:
             reply = next(self._replies)
+        self._check_constraint(request, reply)
         words = re.findall(r"\s*\S+", reply)
         parser = OutputParser.for_request(request, self._tool_format)
+        if request.logprobs and request.logprobs.prompt:
+            yield self._logprobs(render_chatml(request), prompt=True)
         emitted = ""
         stop_reason = "stop"
         for i, word in enumerate(words):
@@ -106,12 +131,14 @@ class ScriptedEngine:
             if i and self._script.token_delay:
                 time.sleep(self._script.token_delay)
             emitted += word
+            if request.logprobs:
+                yield self._logprobs(word, top=request.logprobs.top)
             yield from parser.feed(word)
             if parser.stopped:
                 stop_reason = "stop_string"
                 break
         yield from parser.finish()
-        if parser.tool_calls and stop_reason == "stop":
+        if parser.tool_calls and stop_reason in ("stop", "stop_string"):
             stop_reason = "tool_calls"
         yield Finished(
             stop_reason=stop_reason,
@@ -129,6 +156,47 @@ class ScriptedEngine:
 
     def unload(self) -> None:
         pass
+
+    def _check_constraint(self, request: ChatRequest, reply: str) -> None:
+        """A constrained request's reply must satisfy the constraint, as a real model's
+        masked output would: the same grammar checks it, token by token, after any think
+        block the reply opens with."""
+        fmt = self._tool_format
+        think_end = DEFAULT_THINK.end if reply.lstrip().startswith(DEFAULT_THINK.start) else None
+        plan = plan_for(request, fmt.parse.__module__, (fmt.start, fmt.end), think_end)
+        if plan is None:
+            return
+        if self._grammar_tokenizer is None:
+            tokenizer = make_byte_tokenizer()
+            tokenizer.add_special_tokens([END_OF_TEXT])  # llguidance needs an end token
+            vocab = BYTE_VOCAB + 1
+            self._grammar_tokenizer = make_tokenizer(tokenizer.to_str(), vocab, [BYTE_VOCAB])
+        state = ConstraintState(plan, self._grammar_tokenizer)
+        done = ""
+        for token in self._grammar_tokenizer.tokenize_str(reply):
+            if not state.advance(token):
+                raise ConstraintViolated(
+                    f"model {self._id!r}: the scripted reply breaks the request's constraint "
+                    f"after {done!r}: {state.error().splitlines()[0]}"
+                )
+            done += self._grammar_tokenizer.decode_str([token])
+        if not state.accepting():
+            raise ConstraintViolated(
+                f"model {self._id!r}: the scripted reply ends before the request's "
+                "constraint is satisfied"
+            )
+
+    def _logprobs(self, text: str, top: int = 0, prompt: bool = False) -> Logprobs:
+        """A script is certain of every token: log-probability 0 (the prompt's first: none)."""
+        ids = self._tokenizer.encode(text, add_special_tokens=False).ids
+        tokens = []
+        for i, token in enumerate(ids):
+            piece = self._tokenizer.decode([token])
+            raw = list(piece.encode())
+            logprob = None if prompt and i == 0 else 0.0
+            alternatives = [TopLogprob(token=piece, bytes=raw, logprob=0.0)] if top else []
+            tokens.append(TokenLogprob(token=piece, bytes=raw, logprob=logprob, top=alternatives))
+        return Logprobs(tokens=tokens, prompt=prompt)
 
     def _count(self, text: str) -> int:
         return len(self._tokenizer.encode(text, add_special_tokens=False).ids)

@@ -12,7 +12,8 @@ from engines.errors import BadRequest
 from engines.policy.answer import answer
 from gateway.anthropic_stream import NO_SIGNATURE, stop_of, stream_events, tool_input
 from gateway.body import decode_body
-from gateway.chat_request import build_chat_request
+from gateway.chat_request import OutputControls, build_chat_request
+from gateway.choices import refuse_set
 from gateway.images import image_part, message_with_parts, resolve_images
 from gateway.model_facts import task_of
 from gateway.registry import Generation, Route, announce
@@ -24,6 +25,7 @@ from schemas.canonical import (
     Finished,
     ImagePart,
     Message,
+    OutputFormat,
     Part,
     TextPart,
     ToolCall,
@@ -202,14 +204,7 @@ def _join(parts: str | list[str] | list[wire.TextBlock]) -> str:
 async def to_chat(route: Route, data: wire.PromptRequest, server: ServerConfig) -> ChatRequest:
     """The canonical request (remote images fetched where allowed); sampling fields only where
     the request is a messages request."""
-    tools = []
-    if not (data.tool_choice and data.tool_choice.type == "none"):
-        # Server tools (web search, ...) run at Anthropic; there is nothing here to run them.
-        tools = [
-            ToolSpec(name=t.name, description=t.description, parameters=t.input_schema)
-            for t in data.tools
-            if t.type in (None, "custom")
-        ]
+    tools, controls = _controls(data)
     sampling = {}
     if isinstance(data, wire.MessagesRequest):
         sampling = dict(
@@ -220,16 +215,71 @@ async def to_chat(route: Route, data: wire.PromptRequest, server: ServerConfig) 
             stop=data.stop_sequences,
         )
     reasoning = effort(data.thinking)
+    if reasoning is None and data.output_config and data.output_config.effort:
+        reasoning = BUDGET_EFFORTS_OF.get(data.output_config.effort, data.output_config.effort)
     messages = to_messages(data)
     try:
         messages = await resolve_images(messages, server)
     except BadRequest as refused:
         raise _could_not(refused) from None
-    return build_chat_request(route.model, messages, tools=tools, reasoning=reasoning, **sampling)
+    return build_chat_request(
+        route.model, messages, tools=tools, reasoning=reasoning, controls=controls, **sampling
+    )
+
+
+def _controls(data: wire.PromptRequest) -> tuple[list[ToolSpec], OutputControls]:
+    """Tools offered and output controls: `tool_choice` (`none` offers no tools, `any` forces
+    a call, `tool` names it, `disable_parallel_tool_use`), `strict` tools, and
+    `output_config.format`."""
+    choice = data.tool_choice or wire.ToolChoice(type="auto")
+    # Server tools (web search, ...) run at Anthropic; there is nothing here to run them.
+    tools = [
+        ToolSpec(name=t.name, description=t.description, parameters=t.input_schema)
+        for t in data.tools
+        if t.type in (None, "custom")
+    ]
+    forced = None
+    if choice.type == "none":
+        tools = []
+    elif choice.type == "tool":
+        if not choice.name or choice.name not in {t.name for t in tools}:
+            declared = ", ".join(sorted(t.name for t in tools)) or "none"
+            raise BadRequest(
+                f"tool_choice.name {choice.name!r} is not one of the tools (declared: {declared})"
+            )
+        forced = choice.name
+    fmt = None
+    if data.output_config and data.output_config.format:
+        schema = data.output_config.format.schema
+        fmt = OutputFormat(schema=schema, field="$.output_config.format.schema")
+    names = {t.name for t in tools}
+    return tools, OutputControls(
+        format=fmt,
+        tool_choice="required" if choice.type in ("any", "tool") else "auto",
+        forced_tool=forced,
+        strict_tools=[t.name for t in data.tools if t.strict and t.name in names],
+        parallel_tool_calls=not choice.disable_parallel_tool_use,
+    )
 
 
 # Anthropic's thinking budget read as an effort: below 4k tokens is low, below 16k medium.
 BUDGET_EFFORTS = ((4096, "low"), (16384, "medium"))
+# `output_config.effort` as the gateway's effort (it has no level above high).
+BUDGET_EFFORTS_OF = {"max": "high"}
+# Fields Anthropic defines that this gateway cannot honour: a 400 naming each when set.
+REFUSED = {
+    "container": lambda v: True,
+    "mcp_servers": bool,
+    # Clearing earlier thinking is what always happens here (it is never replayed to the
+    # model); clearing tool results server-side is not done, so that edit is refused.
+    "context_management": lambda v: (
+        not isinstance(v, dict)
+        or any(
+            not str(e.get("type", "")).startswith("clear_thinking") for e in v.get("edits") or []
+        )
+    ),
+    "service_tier": lambda v: v not in ("auto", "standard_only"),
+}
 
 
 def effort(thinking: wire.ThinkingConfig | None) -> Effort | None:
@@ -247,6 +297,7 @@ def effort(thinking: wire.ThinkingConfig | None) -> Effort | None:
 async def create_message(request: Request, generation: Generation) -> Response | ServerSentEvent:
     """A Messages API answer; `stream: true` answers as Anthropic's server-sent events."""
     data = await decode_body(request, wire.MessagesRequest)
+    refuse_set(data, REFUSED)
     route = resolve(generation, data.model)
     announce(route, stream=data.stream, protocol="anthropic")
     chat = await to_chat(route, data, generation.config.server)

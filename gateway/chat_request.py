@@ -11,10 +11,22 @@ applied in one place: request > model `sampling` > file `defaults` > built-in; t
 
 from __future__ import annotations
 
+import msgspec
+
 from engines.errors import BadRequest
 from engines.policy.guardrails import check_tools
+from engines.text.constrain import check_request
 from engines.text.reasoning import effort_of
-from schemas.canonical import ChatRequest, Effort, Message, Sampling, ToolSpec
+from schemas.canonical import (
+    ChatRequest,
+    Effort,
+    LogprobsRequest,
+    Message,
+    OutputFormat,
+    Sampling,
+    ToolChoice,
+    ToolSpec,
+)
 from schemas.config import ModelConfig
 
 DEFAULT_MAX_TOKENS = 512
@@ -34,13 +46,17 @@ def build_chat_request(
     stop: list[str] | None = None,
     tools: list[ToolSpec] | None = None,
     raw_prompt: str | None = None,
+    prompt_ids: list[int] | None = None,
     reasoning: Effort | None = None,
     window: int | None = None,
+    controls: OutputControls | None = None,
 ) -> ChatRequest:
     """The canonical request for `model`; `raw_prompt` (plain completions) skips the template.
 
     `reasoning` is the effort the request asked for in its protocol's own field, already
     read as off/low/medium/high by the adapter; None leaves the model's default.
+    `controls` are the output controls in canonical form; what the grammar engine cannot
+    enforce is refused here, before the request queues.
     """
     if not messages and raw_prompt is None:
         raise BadRequest("messages must hold at least one message")
@@ -61,18 +77,39 @@ def build_chat_request(
         min_p=_first(min_p, defaults.min_p, BUILTIN_SAMPLING.min_p),
         seed=_first(seed, defaults.seed, None),
     )
-    return ChatRequest(
+    controls = controls or OutputControls()
+    request = ChatRequest(
         messages=messages,
         max_tokens=min(wanted, cap) if cap else wanted,
         sampling=sampling,
         stop=stop or [],
         tools=tools or [],
         raw_prompt=raw_prompt,
+        prompt_ids=prompt_ids,
         reasoning=reasoning or effort_of(model.reasoning),
         tool_policy=model.guardrails.tool_calls,
         overflow=model.context.overflow,
         window=window,
+        format=controls.format,
+        tool_choice=controls.tool_choice,
+        forced_tool=controls.forced_tool,
+        strict_tools=controls.strict_tools,
+        parallel_tool_calls=controls.parallel_tool_calls,
+        logprobs=controls.logprobs,
     )
+    check_request(request)
+    return request
+
+
+class OutputControls(msgspec.Struct, frozen=True, kw_only=True):
+    """A request's output controls, as each adapter reads them from its protocol's fields."""
+
+    format: OutputFormat | None = None
+    tool_choice: ToolChoice = "auto"
+    forced_tool: str | None = None
+    strict_tools: list[str] = []
+    parallel_tool_calls: bool = True
+    logprobs: LogprobsRequest | None = None
 
 
 def _first(*values):

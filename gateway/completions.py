@@ -15,33 +15,74 @@ from msgspec import UNSET
 from engines.errors import BadRequest
 from engines.runner import Job, Runner
 from gateway.body import decode_body
-from gateway.chat_request import build_chat_request
+from gateway.chat_request import OutputControls, build_chat_request
+from gateway.choices import check_n, refuse_set, variants
 from gateway.errors import error_body, stream_failure
 from gateway.openai import FINISH_REASONS
 from gateway.registry import Generation, announce
 from gateway.streaming import Collected, collect, unless_client_leaves
 from schemas import openai_completions as wire
-from schemas.canonical import Finished, Output, TextDelta
+from schemas.canonical import (
+    Finished,
+    Logprobs,
+    LogprobsRequest,
+    Output,
+    TextDelta,
+    TokenLogprob,
+)
 from schemas.openai import Usage
 
 
-def _prompts(prompt: str | list[wire.PromptItem]) -> list[str]:
-    prompts = [prompt] if isinstance(prompt, str) else prompt
-    if not all(isinstance(p, str) for p in prompts):
-        raise BadRequest("token-id prompts are not supported: send the prompt as text ($.prompt)")
-    return prompts
+def _prompts(prompt: str | list[wire.PromptItem]) -> list[str | list[int]]:
+    """Each prompt as text or as token ids (one list of ids is one prompt)."""
+    if isinstance(prompt, str):
+        return [prompt]
+    if all(isinstance(p, int) for p in prompt):
+        return [list(prompt)]
+    if any(isinstance(p, int) for p in prompt):
+        raise BadRequest("$.prompt mixes token ids with texts or lists of ids")
+    if any(isinstance(p, list) and not p for p in prompt):
+        raise BadRequest("$.prompt: a token-id prompt needs at least one token")
+    return list(prompt)
 
 
 def _refuse_unsupported(data: wire.CompletionRequest) -> None:
     if data.suffix:
         raise BadRequest("suffix (insertion) is not supported ($.suffix)")
-    if data.logprobs is not None:
-        raise BadRequest("logprobs are not supported yet ($.logprobs)")
-    if data.n not in (None, 1) or data.best_of not in (None, 1):
+    if data.best_of not in (None, 1):
         raise BadRequest(
-            "n > 1 and best_of > 1 are not supported: send one request per completion "
-            "($.n, $.best_of)"
+            "$.best_of is not supported: ask for n completions and rank them yourself "
+            "(logprobs give each token's log-probability)"
         )
+    refuse_set(data, REFUSED)
+
+
+# Fields OpenAI defines that this gateway cannot honour: a 400 naming each when set.
+REFUSED = {
+    "presence_penalty": lambda v: v != 0,
+    "frequency_penalty": lambda v: v != 0,
+    "logit_bias": bool,
+}
+
+
+def _echoed(answer: Collected, echo: bool) -> str:
+    return "".join(t.token for t in answer.prompt_logprobs) if echo else ""
+
+
+def _logprobs(tokens: list[TokenLogprob], offset: int) -> wire.CompletionLogprobs:
+    """Legacy logprobs of `tokens`, whose text starts `offset` characters into the choice."""
+    offsets = []
+    for token in tokens:
+        offsets.append(offset)
+        offset += len(token.token)
+    return wire.CompletionLogprobs(
+        tokens=[t.token for t in tokens],
+        token_logprobs=[t.logprob for t in tokens],
+        top_logprobs=[
+            {a.token: a.logprob for a in t.top} if t.logprob is not None else None for t in tokens
+        ],
+        text_offset=offsets,
+    )
 
 
 def _usage(finished: list[Finished]) -> Usage:
@@ -57,12 +98,19 @@ async def completions(request: Request, generation: Generation) -> Response | Se
     prompts = _prompts(data.prompt)
     _refuse_unsupported(data)
     route = announce(generation.resolve(data.model), stream=data.stream, protocol="openai")
+    n = check_n(route.model, data.n)
     stop = [data.stop] if isinstance(data.stop, str) else data.stop
+    logprobs = None
+    if data.logprobs is not None:
+        logprobs = LogprobsRequest(top=data.logprobs, prompt=data.echo)
+    if data.echo and logprobs is None and any(isinstance(p, list) for p in prompts):
+        raise BadRequest("$.echo of a token-id prompt needs logprobs (its text comes from them)")
     chats = [
         build_chat_request(
             route.model,
             [],
-            raw_prompt=prompt,
+            raw_prompt=prompt if isinstance(prompt, str) else "",
+            prompt_ids=prompt if isinstance(prompt, list) else None,
             max_tokens=data.max_tokens,
             temperature=data.temperature,
             top_p=data.top_p,
@@ -70,15 +118,20 @@ async def completions(request: Request, generation: Generation) -> Response | Se
             min_p=data.min_p,
             seed=data.seed,
             stop=stop,
+            controls=OutputControls(logprobs=logprobs),
         )
         for prompt in prompts
     ]
+    # n completions of each prompt, in order: choice i*n + j is prompt i's j-th.
+    chats = [variant for chat in chats for variant in variants(chat, n)]
+    prompts = [prompt for prompt in prompts for _ in range(n)]
     # All prompts join the queue now, in order, so no other client's request slips between them.
     jobs = _submit_all(route.runner, chats)
     results = [route.runner.results(job) for job in jobs]
     completion_id = f"cmpl-{uuid.uuid4().hex[:24]}"
     created = int(time.time())
-    echoes = prompts if data.echo else [""] * len(prompts)
+    # A token-id prompt's echo is its tokens' text, from the prompt's logprobs.
+    echoes = [p if data.echo and isinstance(p, str) else "" for p in prompts]
     if not data.stream:
         answers = await unless_client_leaves(request, _collect_all(jobs, results))
         body = wire.Completion(
@@ -88,8 +141,11 @@ async def completions(request: Request, generation: Generation) -> Response | Se
             choices=[
                 wire.CompletionChoice(
                     index=i,
-                    text=echo + answer.text,
+                    text=(echo or _echoed(answer, data.echo)) + answer.text,
                     finish_reason=FINISH_REASONS[answer.finished.stop_reason],
+                    logprobs=_logprobs([*answer.prompt_logprobs, *answer.logprobs], 0)
+                    if logprobs
+                    else None,
                 )
                 for i, (echo, answer) in enumerate(zip(echoes, answers, strict=True))
             ],
@@ -146,11 +202,17 @@ class _Chunker:
         self.completion_id, self.created, self.model = completion_id, created, model
 
     def __call__(
-        self, index: int = 0, text: str = "", finish: str | None = None, usage=UNSET
+        self,
+        index: int = 0,
+        text: str = "",
+        finish: str | None = None,
+        usage=UNSET,
+        logprobs=None,
     ) -> str:
-        choices = (
-            [] if usage else [wire.CompletionChoice(index=index, text=text, finish_reason=finish)]
+        choice = wire.CompletionChoice(
+            index=index, text=text, finish_reason=finish, logprobs=logprobs
         )
+        choices = [] if usage else [choice]
         body = wire.Completion(
             id=self.completion_id,
             created=self.created,
@@ -183,8 +245,14 @@ async def _chunks(
         for index, echo in enumerate(echoes):
             if echo:
                 yield chunk(index, echo)
+            offset = len(echo) if echo else 0
             async for output in outputs(index):
-                if isinstance(output, TextDelta):
+                if isinstance(output, Logprobs):
+                    entries = _logprobs(output.tokens, 0 if output.prompt else offset)
+                    if not output.prompt:
+                        offset += sum(len(t.token) for t in output.tokens)
+                    yield chunk(index, logprobs=entries)
+                elif isinstance(output, TextDelta):
                     yield chunk(index, output.text)
                 elif isinstance(output, Finished):
                     finished.append(output)

@@ -20,6 +20,7 @@ from gateway.body import decode_body
 from gateway.chat_request import build_chat_request
 from gateway.errors import stream_failure
 from gateway.images import image_part, message_with_parts, resolve_images
+from gateway.ollama_controls import controls, wire_logprobs
 from gateway.ollama_models import json_reply, now, ollama_route
 from gateway.ollama_options import keep, options
 from gateway.registry import Generation, Route
@@ -29,6 +30,7 @@ from schemas.canonical import (
     ChatRequest,
     Effort,
     Finished,
+    Logprobs,
     Message,
     Output,
     Part,
@@ -48,15 +50,9 @@ Frame = Callable[[str, list[ToolCall], Finished | None, str], wire.Answer]
 
 
 def _refuse_unsupported(
-    format: Any,
     suffix: str | None = None,
     template: str | None = None,
-    logprobs: bool | None = None,
 ) -> None:
-    if logprobs:
-        raise BadRequest("logprobs are not supported yet ($.logprobs)")
-    if format not in (None, ""):
-        raise BadRequest("format (JSON mode and JSON schemas) is not supported yet")
     if suffix:
         raise BadRequest("suffix (fill-in-the-middle) is not supported")
     if template:
@@ -163,7 +159,9 @@ async def _answer(
     results = answer(route.runner, chat)
     if not stream:
         whole = await unless_client_leaves(request, collect(results))
-        return json_reply(frame(whole.text, whole.tool_calls, whole.finished, whole.reasoning))
+        reply = frame(whole.text, whole.tool_calls, whole.finished, whole.reasoning)
+        reply.logprobs = wire_logprobs(whole.logprobs)
+        return json_reply(reply)
     # Wait for the first output before answering, so queue and load errors keep their status.
     first = await unless_client_leaves(request, anext(results))
     return Stream(_lines(request, first, results, frame), media_type=NDJSON)
@@ -176,6 +174,9 @@ def _line(output: Output, frame: Frame) -> bytes:
         reply = frame("", [], None, output.text)
     elif isinstance(output, ToolCallOutput):
         reply = frame("", [output.call], None, "")
+    elif isinstance(output, Logprobs):
+        reply = frame("", [], None, "")
+        reply.logprobs = wire_logprobs(output.tokens)
     else:
         reply = frame("", [], output, "")
     return msgspec.json.encode(reply) + b"\n"
@@ -202,7 +203,7 @@ async def chat(request: Request, generation: Generation) -> Response | Stream:
     """Chat; an NDJSON stream unless `stream: false`. No messages: load the model."""
     started = time.perf_counter_ns()
     data = await decode_body(request, wire.ChatRequest)
-    _refuse_unsupported(data.format, logprobs=data.logprobs)
+    output = controls(data.format, data.logprobs, data.top_logprobs)
     route = ollama_route(generation, data.model, data.stream)
     keep(route.runner, data.keep_alive)
     served = route.served
@@ -246,6 +247,7 @@ async def chat(request: Request, generation: Generation) -> Response | Stream:
         messages,
         tools=tools,
         reasoning=effort(data.think),
+        controls=output,
         **options(data.options),
     )
     return await _answer(request, route, chat, data.stream, frame)
@@ -256,7 +258,8 @@ async def generate(request: Request, generation: Generation) -> Response | Strea
     """Completion of a prompt (templated unless `raw`); an empty prompt loads the model."""
     started = time.perf_counter_ns()
     data = await decode_body(request, wire.GenerateRequest)
-    _refuse_unsupported(data.format, data.suffix, data.template, data.logprobs)
+    _refuse_unsupported(data.suffix, data.template)
+    output = controls(data.format, data.logprobs, data.top_logprobs)
     route = ollama_route(generation, data.model, data.stream)
     keep(route.runner, data.keep_alive)
     served, model = route.served, route.model
@@ -283,13 +286,15 @@ async def generate(request: Request, generation: Generation) -> Response | Strea
     if data.raw:  # no template, and so no system prompt either
         if data.images:
             raise BadRequest("$.images: a raw prompt has no template to place images in")
-        chat = build_chat_request(model, [], raw_prompt=data.prompt, **options(data.options))
+        chat = build_chat_request(
+            model, [], raw_prompt=data.prompt, controls=output, **options(data.options)
+        )
     else:
         system = [Message(role="system", content=data.system)] if data.system else []
         user = with_images("user", data.prompt, data.images, "$.images")
         prompt = await resolve_images([*system, user], generation.config.server)
         chat = build_chat_request(
-            model, prompt, reasoning=effort(data.think), **options(data.options)
+            model, prompt, reasoning=effort(data.think), controls=output, **options(data.options)
         )
     return await _answer(request, route, chat, data.stream, frame)
 

@@ -12,19 +12,27 @@ from litestar.response import ServerSentEvent
 from msgspec import UNSET
 
 from engines.errors import BadRequest
-from engines.policy.answer import answer
 from gateway import model_cards
 from gateway.anthropic import model_page
 from gateway.body import decode_body
-from gateway.chat_request import build_chat_request
+from gateway.chat_request import OutputControls, build_chat_request
+from gateway.choices import answers, check_n, collect_all, merged, refuse_set, variants
 from gateway.errors import error_body, stream_failure
 from gateway.images import image_part, message_with_parts, resolve_images
+from gateway.openai_controls import (
+    controls,
+    logprobs_request,
+    output_format,
+    tool_choice,
+    wire_logprobs,
+)
 from gateway.registry import Generation, announce
-from gateway.streaming import collect, unless_client_leaves
+from gateway.streaming import Collected, unless_client_leaves
 from schemas import openai as wire
 from schemas.anthropic import ModelPage
 from schemas.canonical import (
     Finished,
+    Logprobs,
     Message,
     Output,
     Part,
@@ -98,11 +106,46 @@ def wire_tool_call(call: ToolCall) -> wire.ToolCall:
     )
 
 
-def _usage(finished: Finished) -> wire.Usage:
-    return wire.Usage(
-        prompt_tokens=finished.prompt_tokens,
-        completion_tokens=finished.new_tokens,
-        total_tokens=finished.prompt_tokens + finished.new_tokens,
+# Fields OpenAI defines that this gateway cannot honour: a 400 naming each when set to
+# anything but its no-op value. (Penalties of 0 change nothing; "text" is the only modality.)
+REFUSED = {
+    "presence_penalty": lambda v: v != 0,
+    "frequency_penalty": lambda v: v != 0,
+    "logit_bias": bool,
+    "prediction": lambda v: True,
+    "modalities": lambda v: v != ["text"],
+    "audio": lambda v: True,
+    "web_search_options": lambda v: True,
+    "functions": lambda v: True,
+    "function_call": lambda v: True,
+    "store": bool,
+    "service_tier": lambda v: v not in ("auto", "default"),
+    "verbosity": lambda v: v != "medium",
+}
+
+
+def chat_controls(data: wire.ChatCompletionRequest) -> tuple[list[ToolSpec], OutputControls]:
+    """The tools the model is offered and the request's output controls, canonical."""
+    asked = data.response_format
+    fmt = None
+    if asked is not None:
+        schema = asked.json_schema.schema if asked.json_schema else None
+        if asked.type == "json_schema" and asked.json_schema is None:
+            raise BadRequest("$.response_format.json_schema is required for type json_schema")
+        fmt = output_format(asked.type, schema, "$.response_format.json_schema")
+        if asked.type == "json_object":
+            fmt = output_format(asked.type, None, "$.response_format")
+    tools, choice, forced = tool_choice(data.tool_choice, to_tools(data.tools))
+    strict = [t.function.name for t in data.tools or [] if t.function.strict]
+    logprobs = logprobs_request(data.logprobs, data.top_logprobs, "$.top_logprobs")
+    return tools, controls(
+        format=fmt,
+        choice=choice,
+        forced=forced,
+        tools=tools,
+        strict=strict,
+        parallel=data.parallel_tool_calls,
+        logprobs=logprobs,
     )
 
 
@@ -110,13 +153,12 @@ def _usage(finished: Finished) -> wire.Usage:
 async def chat_completions(request: Request, generation: Generation) -> Response | ServerSentEvent:
     """Chat completions; `stream: true` answers as server-sent events."""
     data = await decode_body(request, wire.ChatCompletionRequest)
-    if data.n not in (None, 1):
-        raise BadRequest("n > 1 is not supported: send one request per completion ($.n)")
-    if data.logprobs or data.top_logprobs:
-        raise BadRequest("logprobs are not supported yet ($.logprobs, $.top_logprobs)")
+    refuse_set(data, REFUSED)
     route = announce(generation.resolve(data.model), stream=data.stream, protocol="openai")
+    n = check_n(route.model, data.n)
     stop = [data.stop] if isinstance(data.stop, str) else data.stop
     messages = await resolve_images(to_messages(data.messages), generation.config.server)
+    tools, output = chat_controls(data)
     chat = build_chat_request(
         route.model,
         messages,
@@ -127,88 +169,114 @@ async def chat_completions(request: Request, generation: Generation) -> Response
         min_p=data.min_p,
         seed=data.seed,
         stop=stop,
-        tools=to_tools(data.tools),
+        tools=tools,
         reasoning=effort(data.reasoning_effort),
+        controls=output,
     )
-    results = answer(route.runner, chat)
+    streams = answers(route.runner, variants(chat, n))
     completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
     created = int(time.time())
     if not data.stream:
-        whole = await unless_client_leaves(request, collect(results))
-        text, finished = whole.text, whole.finished
+        wholes = await unless_client_leaves(request, collect_all(streams))
         body = wire.ChatCompletion(
             id=completion_id,
             created=created,
             model=route.served,
-            choices=[
-                wire.Choice(
-                    message=wire.AssistantMessage(
-                        content=text if text or not whole.tool_calls else None,
-                        tool_calls=[wire_tool_call(c) for c in whole.tool_calls] or UNSET,
-                        reasoning_content=whole.reasoning or UNSET,
-                    ),
-                    finish_reason=FINISH_REASONS[finished.stop_reason],
-                )
-            ],
-            usage=_usage(finished),
+            choices=[_choice(i, whole, bool(chat.logprobs)) for i, whole in enumerate(wholes)],
+            usage=_usage_of([w.finished for w in wholes]),
         )
         return Response(body)
+    results = merged(streams)
     # Wait for the first output before answering, so queue and load errors keep their status.
     first = await unless_client_leaves(request, anext(results))
     include_usage = bool(data.stream_options and data.stream_options.include_usage)
-    chunks = _chunks(request, first, results, completion_id, created, route.served, include_usage)
+    chunks = _chunks(
+        request, first, results, n, completion_id, created, route.served, include_usage
+    )
     return ServerSentEvent(chunks)
+
+
+def _choice(index: int, whole: Collected, logprobs: bool) -> wire.Choice:
+    return wire.Choice(
+        index=index,
+        message=wire.AssistantMessage(
+            content=whole.text if whole.text or not whole.tool_calls else None,
+            tool_calls=[wire_tool_call(c) for c in whole.tool_calls] or UNSET,
+            reasoning_content=whole.reasoning or UNSET,
+        ),
+        finish_reason=FINISH_REASONS[whole.finished.stop_reason],
+        logprobs=wire.ChoiceLogprobs(content=wire_logprobs(whole.logprobs)) if logprobs else None,
+    )
+
+
+def _usage_of(finished: list[Finished]) -> wire.Usage:
+    # The prompt is counted once, as OpenAI counts it for n choices.
+    prompt = finished[0].prompt_tokens
+    new = sum(f.new_tokens for f in finished)
+    return wire.Usage(prompt_tokens=prompt, completion_tokens=new, total_tokens=prompt + new)
 
 
 async def _chunks(
     request: Request,
-    first: Output,
-    results: AsyncIterator[Output],
+    first: tuple[int, Output],
+    results: AsyncIterator[tuple[int, Output]],
+    n: int,
     completion_id: str,
     created: int,
     model: str,
     include_usage: bool,
 ) -> AsyncIterator[str]:
-    def chunk(delta: wire.Delta, finish: str | None = None, usage=UNSET, choices=True) -> str:
+    def chunk(
+        index: int = 0, delta: wire.Delta | None = None, finish=None, usage=UNSET, logprobs=None
+    ) -> str:
+        choice = wire.ChunkChoice(
+            index=index, delta=delta or wire.Delta(), finish_reason=finish, logprobs=logprobs
+        )
         body = wire.ChatCompletionChunk(
             id=completion_id,
             created=created,
             model=model,
             usage=usage,
-            choices=[wire.ChunkChoice(delta=delta, finish_reason=finish)] if choices else [],
+            choices=[] if usage else [choice],
         )
         return msgspec.json.encode(body).decode()
 
-    async def outputs() -> AsyncIterator[Output]:
+    async def outputs() -> AsyncIterator[tuple[int, Output]]:
         yield first
-        async for output in results:
-            yield output
+        async for item in results:
+            yield item
 
     try:
-        yield chunk(wire.Delta(role="assistant", content=""))
-        calls = 0
-        async for output in outputs():
+        for index in range(n):
+            yield chunk(index, wire.Delta(role="assistant", content=""))
+        calls = [0] * n
+        finished: list[Finished] = []
+        async for index, output in outputs():
             if isinstance(output, TextDelta):
-                yield chunk(wire.Delta(content=output.text))
+                yield chunk(index, wire.Delta(content=output.text))
             elif isinstance(output, ReasoningDelta):
-                yield chunk(wire.Delta(reasoning_content=output.text))
+                yield chunk(index, wire.Delta(reasoning_content=output.text))
+            elif isinstance(output, Logprobs):
+                content = wire.ChoiceLogprobs(content=wire_logprobs(output.tokens))
+                yield chunk(index, logprobs=content)
             elif isinstance(output, ToolCallOutput):
                 call = output.call
                 function = wire.FunctionCallDelta(name=call.name, arguments=call.arguments)
-                delta = wire.ToolCallDelta(index=calls, id=call.id, function=function)
-                yield chunk(wire.Delta(tool_calls=[delta]))
-                calls += 1
+                delta = wire.ToolCallDelta(index=calls[index], id=call.id, function=function)
+                yield chunk(index, wire.Delta(tool_calls=[delta]))
+                calls[index] += 1
             elif isinstance(output, Finished):
-                yield chunk(wire.Delta(), FINISH_REASONS[output.stop_reason])
-                if include_usage:
-                    yield chunk(wire.Delta(), usage=_usage(output), choices=False)
+                finished.append(output)
+                yield chunk(index, finish=FINISH_REASONS[output.stop_reason])
+        if include_usage:
+            yield chunk(usage=_usage_of(finished))
         yield "[DONE]"
     except Exception as error:
         # The 200 is out: OpenAI reports a failure mid-stream as a chunk holding `error`.
         status, message, kind = stream_failure(request, error)
         yield msgspec.json.encode(error_body("openai", status, message, kind)).decode()
     finally:
-        # The client went away (or the stream ended): stop the job within a token.
+        # The client went away (or the stream ended): stop the jobs within a token.
         await results.aclose()
 
 

@@ -19,20 +19,40 @@ from engines.policy.answer import answer
 from gateway import responses_stored
 from gateway.auth import presented_key
 from gateway.body import decode_body
-from gateway.chat_request import build_chat_request
+from gateway.chat_request import OutputControls, build_chat_request
+from gateway.choices import refuse_set
 from gateway.errors import stream_failure
 from gateway.images import image_part, message_with_parts, resolve_images
 from gateway.openai import effort
+from gateway.openai_controls import controls, output_format, tool_choice
 from gateway.registry import Generation, announce
 from gateway.responses_events import EventBuilder
 from gateway.responses_store import ResponseStore, owner_of
 from gateway.responses_stored import registry_server, store_of
 from gateway.streaming import unless_client_leaves
 from schemas import openai_responses as wire
-from schemas.canonical import ChatRequest, Message, Output, Part, TextPart, ToolCall, ToolSpec
+from schemas.canonical import (
+    ChatRequest,
+    LogprobsRequest,
+    Message,
+    Output,
+    Part,
+    TextPart,
+    ToolCall,
+    ToolSpec,
+)
 
 NO_CONVERSATIONS = "this gateway keeps no conversation objects: use previous_response_id"
 UNSUPPORTED_PARTS = {"input_file": "file", "input_audio": "audio"}
+INCLUDABLE = ("message.output_text.logprobs",)
+# Fields OpenAI defines that this gateway cannot honour: a 400 naming each when set to
+# anything but its no-op value.
+REFUSED = {
+    "truncation": lambda v: v != "disabled",
+    "max_tool_calls": lambda v: True,
+    "service_tier": lambda v: v not in ("auto", "default"),
+    "stream_options": lambda v: bool(v),
+}
 
 
 def _refuse_unsupported(data: wire.ResponseRequest) -> None:
@@ -42,20 +62,48 @@ def _refuse_unsupported(data: wire.ResponseRequest) -> None:
         raise BadRequest("background responses are not supported: there is no stored state")
     if data.prompt is not None:
         raise BadRequest("stored prompts ($.prompt) are not supported: send input")
-    if data.text is not None and data.text.format.type != "text":
-        raise BadRequest(
-            f"text.format {data.text.format.type!r} (structured output) is not supported yet"
-        )
-    if data.top_logprobs:
-        raise BadRequest("logprobs ($.top_logprobs) are not supported yet")
+    refuse_set(data, REFUSED)
+    if data.text is not None and data.text.verbosity not in (None, "medium"):
+        raise BadRequest("$.text.verbosity is not supported by this gateway")
+    for item in data.include or []:
+        if item not in INCLUDABLE:
+            raise BadRequest(f"$.include: {item!r} is not supported (only {INCLUDABLE[0]!r})")
     for i, tool in enumerate(data.tools):
         if tool.type != "function":
             raise BadRequest(f"tools of type {tool.type!r} are not supported ($.tools[{i}].type)")
         if not tool.name:
             raise BadRequest(f"a function tool needs a name ($.tools[{i}].name)")
+    if data.n not in (None, 1):
+        raise BadRequest("$.n: the Responses API has one output per response; send n requests")
+
+
+def response_controls(data: wire.ResponseRequest) -> tuple[list[ToolSpec], OutputControls]:
+    """The tools offered and the output controls: `text.format`, `tool_choice`,
+    `parallel_tool_calls`, strict tools, and logprobs when `include` asks for them."""
+    fmt = None
+    if data.text is not None:
+        asked = data.text.format
+        fmt = output_format(asked.type, asked.schema, "$.text.format")
     choice = data.tool_choice
-    if choice not in ("auto", "none"):
-        raise BadRequest("tool_choice may be 'auto' or 'none': forcing a tool is not supported")
+    if isinstance(choice, wire.ToolChoiceObject) and choice.type != "function":
+        raise BadRequest(f"$.tool_choice.type {choice.type!r} is not supported (only function)")
+    if isinstance(choice, str) and choice not in ("none", "auto", "required"):
+        raise BadRequest(f"$.tool_choice {choice!r} is not one of none, auto, required")
+    tools, kind, forced = tool_choice(choice, to_tools(data))
+    strict = [t.name or "" for t in data.tools if t.strict]
+    asked = INCLUDABLE[0] in (data.include or [])
+    if data.top_logprobs and not asked:
+        raise BadRequest(f"$.top_logprobs needs include: [{INCLUDABLE[0]!r}]")
+    logprobs = LogprobsRequest(top=data.top_logprobs or 0) if asked else None
+    return tools, controls(
+        format=fmt,
+        choice=kind,
+        forced=forced,
+        tools=tools,
+        strict=strict,
+        parallel=data.parallel_tool_calls,
+        logprobs=logprobs,
+    )
 
 
 def own_items(data: wire.ResponseRequest, store: ResponseStore, owner: str) -> list[dict]:
@@ -176,8 +224,6 @@ def to_messages(instructions: str | None, items: list[dict[str, Any]]) -> list[M
 
 
 def to_tools(data: wire.ResponseRequest) -> list[ToolSpec]:
-    if data.tool_choice == "none":
-        return []  # the model is not to call any: it need not hear of them
     return [
         ToolSpec(name=t.name or "", description=t.description or "", parameters=t.parameters or {})
         for t in data.tools
@@ -197,6 +243,7 @@ def _skeleton(data: wire.ResponseRequest, chat: ChatRequest, model: str) -> wire
         temperature=chat.sampling.temperature,
         top_p=chat.sampling.top_p,
         tool_choice=data.tool_choice,
+        text=data.text or wire.TextConfig(),
         tools=[
             wire.FunctionTool(
                 name=t.name or "",
@@ -224,14 +271,16 @@ async def responses(request: Request, generation: Generation) -> Response | Serv
     messages = to_messages(data.instructions, [*earlier, *own])
     messages = await resolve_images(messages, generation.config.server)
     route = announce(generation.resolve(data.model), stream=data.stream, protocol="openai")
+    tools, output = response_controls(data)
     chat = build_chat_request(
         route.model,
         messages,
         max_tokens=data.max_output_tokens,
         temperature=data.temperature,
         top_p=data.top_p,
-        tools=to_tools(data),
+        tools=tools,
         reasoning=effort(data.reasoning.effort if data.reasoning else None),
+        controls=output,
     )
     skeleton = _skeleton(data, chat, route.served)
     results = answer(route.runner, chat)

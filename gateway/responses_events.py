@@ -10,8 +10,16 @@ import uuid
 
 from msgspec.structs import replace
 
+from gateway.openai_controls import wire_logprobs
 from schemas import openai_responses as wire
-from schemas.canonical import Finished, Output, ReasoningDelta, TextDelta, ToolCallOutput
+from schemas.canonical import (
+    Finished,
+    Logprobs,
+    Output,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallOutput,
+)
 
 
 class EventBuilder:
@@ -27,6 +35,8 @@ class EventBuilder:
         self._text: list[str] = []
         self._thinking: wire.OutputReasoning | None = None  # the reasoning item streaming
         self._thoughts: list[str] = []
+        self._pending: list = []  # logprobs of tokens whose text has not come out yet
+        self._logprobs: list = []  # of the open message's text
 
     def start(self) -> list[wire.Event]:
         """`response.created` and `response.in_progress`."""
@@ -37,7 +47,11 @@ class EventBuilder:
 
     def feed(self, output: Output) -> list[wire.Event]:
         """The events one canonical output makes; `Finished` completes the response."""
+        if isinstance(output, Logprobs):
+            self._pending += wire_logprobs(output.tokens)
+            return []
         if isinstance(output, ReasoningDelta):
+            self._pending = []  # the reasoning's tokens: not the answer text's
             return self._reasoning_delta(output.text)
         events = self._close_reasoning()  # thinking ends where anything else begins
         if isinstance(output, TextDelta):
@@ -120,6 +134,8 @@ class EventBuilder:
         events = [] if self._open else self._open_message()
         self._text.append(text)
         index = len(self.response.output)
+        logprobs, self._pending = self._pending, []
+        self._logprobs += logprobs
         events.append(
             self._event(
                 wire.OutputTextDelta,
@@ -127,6 +143,7 @@ class EventBuilder:
                 output_index=index,
                 content_index=0,
                 delta=text,
+                logprobs=logprobs,
             )
         )
         return events
@@ -136,6 +153,7 @@ class EventBuilder:
             id=f"msg_{uuid.uuid4().hex}", status="in_progress", content=[]
         )
         self._text = []
+        self._logprobs = []
         index = len(self.response.output)
         return [
             self._event(wire.OutputItemAdded, output_index=index, item=self._open),
@@ -152,7 +170,7 @@ class EventBuilder:
         if self._open is None:
             return []
         text = "".join(self._text)
-        part = wire.OutputText(text=text)
+        part = wire.OutputText(text=text, logprobs=self._logprobs)
         item = replace(self._open, status=status, content=[part])
         index = len(self.response.output)
         events = [
@@ -162,6 +180,7 @@ class EventBuilder:
                 output_index=index,
                 content_index=0,
                 text=text,
+                logprobs=self._logprobs,
             ),
             self._event(
                 wire.ContentPartDone,

@@ -10,7 +10,16 @@ import msgspec
 from litestar import Request
 
 from engines.errors import ClientGone
-from schemas.canonical import Finished, Output, ReasoningDelta, TextDelta, ToolCall, ToolCallOutput
+from schemas.canonical import (
+    Finished,
+    Logprobs,
+    Output,
+    ReasoningDelta,
+    TextDelta,
+    TokenLogprob,
+    ToolCall,
+    ToolCallOutput,
+)
 
 T = TypeVar("T")
 
@@ -46,6 +55,8 @@ class Collected(msgspec.Struct, frozen=True, kw_only=True):
     tool_calls: list[ToolCall]
     finished: Finished
     reasoning: str = ""  # the model's thinking, when the request asked to see it
+    logprobs: list[TokenLogprob] = []  # of the generated tokens, when asked for
+    prompt_logprobs: list[TokenLogprob] = []  # of the prompt's tokens (completions' echo)
 
 
 async def collect(results: AsyncIterator[Output]) -> Collected:
@@ -53,8 +64,11 @@ async def collect(results: AsyncIterator[Output]) -> Collected:
     parts: list[str] = []
     thoughts: list[str] = []
     calls: list[ToolCall] = []
+    logprobs: dict[bool, list[TokenLogprob]] = {False: [], True: []}
     async for output in results:
-        if isinstance(output, TextDelta):
+        if isinstance(output, Logprobs):
+            logprobs[output.prompt] += output.tokens
+        elif isinstance(output, TextDelta):
             parts.append(output.text)
         elif isinstance(output, ReasoningDelta):
             thoughts.append(output.text)
@@ -62,5 +76,12 @@ async def collect(results: AsyncIterator[Output]) -> Collected:
             calls.append(output.call)
         elif isinstance(output, Finished):
             text, reasoning = "".join(parts), "".join(thoughts)
-            return Collected(text=text, tool_calls=calls, finished=output, reasoning=reasoning)
+            return Collected(
+                text=text,
+                tool_calls=calls,
+                finished=output,
+                reasoning=reasoning,
+                logprobs=logprobs[False],
+                prompt_logprobs=logprobs[True],
+            )
     raise RuntimeError("engine ended without a Finished output")

@@ -73,6 +73,19 @@ class Tool(Wire, kw_only=True):
     name: Annotated[str, Meta(min_length=1)]
     description: str = ""
     input_schema: dict[str, Any] = {}
+    strict: bool | None = None  # true: the call's input is decoded under `input_schema`
+
+
+class JsonOutputFormat(Wire, kw_only=True):
+    type: Literal["json_schema"]
+    schema: dict[str, Any]
+
+
+class OutputConfig(Wire, kw_only=True):
+    """`format`: the answer as JSON under a schema; `effort`: how hard to think."""
+
+    format: JsonOutputFormat | None = None
+    effort: Literal["low", "medium", "high", "max"] | None = None
 
 
 class ThinkingConfig(Wire, kw_only=True):
@@ -97,6 +110,7 @@ class PromptRequest(Wire, kw_only=True):
     tools: list[Tool] = []
     tool_choice: ToolChoice | None = None
     thinking: ThinkingConfig | None = None
+    output_config: OutputConfig | None = None
 
 
 class MessagesRequest(PromptRequest, kw_only=True):
@@ -106,7 +120,13 @@ class MessagesRequest(PromptRequest, kw_only=True):
     temperature: Annotated[float, Meta(ge=0, le=1)] | None = None
     top_p: Annotated[float, Meta(gt=0, le=1)] | None = None
     top_k: Annotated[int, Meta(ge=0)] | None = None
-    metadata: Any = None  # accepted and ignored
+    # Defined by Anthropic and refused by name when set (see gateway/anthropic.py: REFUSED).
+    container: Any = None
+    mcp_servers: list[Any] | None = None
+    context_management: Any = None
+    service_tier: str | None = None
+    # Informational: it labels the request (`user_id`) and changes no output.
+    metadata: Any = None
 
 
 class CountTokensRequest(PromptRequest, kw_only=True):

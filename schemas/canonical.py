@@ -66,7 +66,26 @@ class Sampling(msgspec.Struct, frozen=True, kw_only=True):
     seed: int | None = None
 
 
+class OutputFormat(msgspec.Struct, frozen=True, kw_only=True):
+    """The answer must be JSON: any object (`schema` None) or a value valid against `schema`.
+
+    `field` is the request field that asked (`$.response_format`, `$.format`, ...), so a
+    schema the grammar engine cannot enforce is refused naming it.
+    """
+
+    schema: dict[str, Any] | None = None
+    field: str = "$.response_format"
+
+
+class LogprobsRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """Log-probabilities to report: of each chosen token, with its `top` alternatives."""
+
+    top: int = 0
+    prompt: bool = False  # the prompt's own tokens too (completions' `echo`)
+
+
 Effort = Literal["off", "low", "medium", "high"]
+ToolChoice = Literal["auto", "required"]
 ToolPolicy = Literal["repair", "strict", "off"]
 OverflowPolicy = Literal["reject", "truncate"]
 
@@ -79,6 +98,9 @@ class ChatRequest(msgspec.Struct, frozen=True, kw_only=True):
     tools: list[ToolSpec] = []
     # Set for plain completions: the text is the prompt as is, no chat template.
     raw_prompt: str | None = None
+    # A plain completion's prompt as token ids (evaluation harnesses send these); with it,
+    # `raw_prompt` is "" and the ids are the prompt.
+    prompt_ids: list[int] | None = None
     # The model's policies, resolved once by gateway/chat_request.py for every protocol.
     reasoning: Effort = "off"
     tool_policy: ToolPolicy = "off"
@@ -92,6 +114,16 @@ class ChatRequest(msgspec.Struct, frozen=True, kw_only=True):
     def window_of(self, model_window: int) -> int:
         """The window this request runs in: its own, never wider than the model's."""
         return min(self.window, model_window) if self.window else model_window
+
+    # Output controls (engines/text/constrain.py): the answer's JSON format; a tool call
+    # forced (`required`, or the one `forced_tool`); tools whose arguments are constrained
+    # to their schema even under `auto`; at most one call when `parallel_tool_calls` is off.
+    format: OutputFormat | None = None
+    tool_choice: ToolChoice = "auto"
+    forced_tool: str | None = None
+    strict_tools: list[str] = []
+    parallel_tool_calls: bool = True
+    logprobs: LogprobsRequest | None = None
 
 
 def request_images(request: ChatRequest) -> list[ImagePart]:
@@ -129,6 +161,28 @@ class MalformedToolCall(msgspec.Struct, frozen=True, kw_only=True, tag="malforme
     raw: str  # as the model wrote it, markers included
 
 
+class TopLogprob(msgspec.Struct, frozen=True, kw_only=True):
+    token: str
+    bytes: list[int]
+    logprob: float
+
+
+class TokenLogprob(msgspec.Struct, frozen=True, kw_only=True):
+    """One token and the model's log-probability of it (None: the prompt's first token)."""
+
+    token: str
+    bytes: list[int]
+    logprob: float | None
+    top: list[TopLogprob] = []
+
+
+class Logprobs(msgspec.Struct, frozen=True, kw_only=True, tag="logprobs"):
+    """Log-probabilities of generated tokens (or, with `prompt`, of the prompt's tokens)."""
+
+    tokens: list[TokenLogprob]
+    prompt: bool = False
+
+
 class Finished(msgspec.Struct, frozen=True, kw_only=True, tag="finished"):
     """The engine's own accounting of one generation."""
 
@@ -150,4 +204,6 @@ class Embedded(msgspec.Struct, frozen=True, kw_only=True, tag="embedded"):
     seconds: float
 
 
-Output = TextDelta | ReasoningDelta | ToolCallOutput | MalformedToolCall | Finished | Embedded
+Output = (
+    TextDelta | ReasoningDelta | ToolCallOutput | MalformedToolCall | Logprobs | Finished | Embedded
+)

@@ -141,6 +141,7 @@ class QueueConfig(Strict):
 class GuardrailsConfig(Strict):
     tool_calls: Literal["repair", "strict", "off"] = "repair"
     max_output_tokens: PositiveInt | None = None
+    max_n: PositiveInt = 8  # choices one request may ask for (`n`), generated as one batch
 
 
 class OnDemand(Strict):

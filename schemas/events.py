@@ -51,7 +51,7 @@ class Guardrail(Event, tag="guardrail"):
     model: str
     tool: str | None  # None when the call was too broken to name one
     problem: str
-    action: str  # repaired | reasked | refused | passed
+    action: str  # repaired | reasked | refused | passed | constrained
 
 
 class RequestFinished(Event, tag="request_finished"):

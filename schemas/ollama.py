@@ -158,12 +158,26 @@ class ReplyMessage(Reply, kw_only=True):
     tool_calls: list[ReplyToolCall] | None = None
 
 
+class TopLogprob(Reply, kw_only=True):
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+
+
+class Logprob(Reply, kw_only=True):
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+    top_logprobs: list[TopLogprob] | None = None
+
+
 class Answer(Reply, kw_only=True):
     """What every `/api/chat` and `/api/generate` object carries; counts on the final one."""
 
     model: str
     created_at: str  # RFC 3339
     done: bool
+    logprobs: list[Logprob] | None = None  # of this object's tokens, when asked for
     done_reason: str | None = None
     # Durations are nanoseconds, as in Ollama.
     total_duration: int | None = None

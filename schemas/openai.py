@@ -48,6 +48,33 @@ class FunctionSpec(Wire, kw_only=True):
     name: Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")]
     description: str = ""
     parameters: dict[str, Any] = {}
+    strict: bool | None = None  # true: the call's arguments are decoded under `parameters`
+
+
+class JsonSchemaFormat(Wire, kw_only=True):
+    name: Annotated[str, Meta(min_length=1, max_length=64)]
+    description: str | None = None
+    schema: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ResponseFormat(Wire, kw_only=True):
+    """`text`, `json_object` (any JSON object) or `json_schema` (`json_schema.schema`)."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
+class NamedFunction(Wire, kw_only=True):
+    name: Annotated[str, Meta(min_length=1)]
+
+
+class NamedToolChoice(Wire, kw_only=True):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
 
 
 class Tool(Wire, kw_only=True):
@@ -72,15 +99,32 @@ class ChatCompletionRequest(Wire, kw_only=True):
     min_p: Annotated[float, Meta(ge=0, le=1)] | None = None
     stop: str | Annotated[list[str], Meta(max_length=16)] | None = None
     seed: int | None = None
-    n: Annotated[int, Meta(ge=1)] | None = None
+    n: Annotated[int, Meta(ge=1, le=128)] | None = None
     logprobs: bool | None = None
     top_logprobs: Annotated[int, Meta(ge=0, le=20)] | None = None
     reasoning_effort: ReasoningEffort | None = None
     tools: Annotated[list[Tool], Meta(max_length=128)] | None = None
-    tool_choice: Any = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: ResponseFormat | None = None
     presence_penalty: Annotated[float, Meta(ge=-2, le=2)] | None = None
     frequency_penalty: Annotated[float, Meta(ge=-2, le=2)] | None = None
+    # Defined by OpenAI and refused by name when set (see gateway/openai.py: REFUSED).
+    logit_bias: dict[str, float] | None = None
+    prediction: Any = None
+    modalities: list[str] | None = None
+    audio: Any = None
+    web_search_options: Any = None
+    functions: Any = None
+    function_call: Any = None
+    store: bool | None = None
+    service_tier: str | None = None
+    verbosity: str | None = None
+    # Informational: they identify the caller or label the request, and change no output.
     user: str | None = None
+    metadata: dict[str, str] | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
 
 
 class Usage(Wire, kw_only=True):
@@ -99,11 +143,29 @@ class AssistantMessage(Wire, kw_only=True):
     reasoning_content: str | UnsetType = UNSET
 
 
+class TopLogprob(Wire, kw_only=True):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+
+
+class TokenLogprob(Wire, kw_only=True):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+    top_logprobs: list[TopLogprob]
+
+
+class ChoiceLogprobs(Wire, kw_only=True):
+    content: list[TokenLogprob] | None
+    refusal: None = None
+
+
 class Choice(Wire, kw_only=True):
     index: int = 0
     message: AssistantMessage
     finish_reason: str | None
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
 
 
 class ChatCompletion(Wire, kw_only=True):
@@ -138,7 +200,7 @@ class ChunkChoice(Wire, kw_only=True):
     index: int = 0
     delta: Delta
     finish_reason: str | None = None
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
 
 
 class ChatCompletionChunk(Wire, kw_only=True):

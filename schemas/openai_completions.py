@@ -29,18 +29,28 @@ class CompletionRequest(Wire, kw_only=True):
     echo: bool = False
     suffix: str | None = None
     logprobs: Annotated[int, Meta(ge=0, le=5)] | None = None
-    n: Annotated[int, Meta(ge=1)] | None = None
+    n: Annotated[int, Meta(ge=1, le=128)] | None = None
     best_of: Annotated[int, Meta(ge=1)] | None = None
     presence_penalty: Annotated[float, Meta(ge=-2, le=2)] | None = None
     frequency_penalty: Annotated[float, Meta(ge=-2, le=2)] | None = None
-    user: str | None = None
+    logit_bias: dict[str, float] | None = None  # refused by name when set
+    user: str | None = None  # informational: identifies the caller, changes no output
+
+
+class CompletionLogprobs(Wire, kw_only=True):
+    """The legacy shape: parallel lists, one entry per token (the prompt's first has None)."""
+
+    tokens: list[str]
+    token_logprobs: list[float | None]
+    top_logprobs: list[dict[str, float] | None]
+    text_offset: list[int]
 
 
 class CompletionChoice(Wire, kw_only=True):
     index: int
     text: str
     finish_reason: str | None
-    logprobs: None = None
+    logprobs: CompletionLogprobs | None = None
 
 
 class Completion(Wire, kw_only=True):

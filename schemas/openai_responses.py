@@ -68,12 +68,19 @@ class ToolChoiceObject(Wire, kw_only=True):
     name: str | None = None
 
 
-class TextFormat(Wire, kw_only=True):
-    type: str = "text"
+class TextFormat(Wire, kw_only=True, omit_defaults=True):
+    """`text`, `json_object`, or `json_schema` with its `name`, `schema` and `strict`."""
+
+    type: Literal["text", "json_object", "json_schema"] = "text"
+    name: str | None = None
+    schema: dict[str, Any] | None = None
+    description: str | None = None
+    strict: bool | None = None
 
 
 class TextConfig(Wire, kw_only=True):
     format: TextFormat = field(default_factory=TextFormat)
+    verbosity: str | None = None
 
 
 class ReasoningConfig(Wire, kw_only=True):
@@ -104,8 +111,18 @@ class ResponseRequest(Wire, kw_only=True):
     text: TextConfig | None = None
     reasoning: ReasoningConfig | None = None
     top_logprobs: Annotated[int, Meta(ge=0, le=20)] | None = None
+    include: list[str] | None = None
+    n: Annotated[int, Meta(ge=1)] | None = None  # not OpenAI's: refused by name when > 1
+    # Defined by OpenAI and refused by name when set (see gateway/responses.py: REFUSED).
+    truncation: str | None = None
+    max_tool_calls: Annotated[int, Meta(ge=1)] | None = None
+    service_tier: str | None = None
+    stream_options: dict[str, Any] | None = None
+    # Informational: they identify the caller or label the request, and change no output.
     metadata: dict[str, str] | None = None
     user: str | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
 
 
 # --- the response object -----------------------------------------------------------------

@@ -18,6 +18,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 from engines.batch import Step
+from engines.mlx.logprobs import logprobs_of
 from engines.mlx.single import Solo
 from schemas.canonical import ChatRequest, Finished
 from schemas.config import ModelConfig
@@ -56,6 +57,7 @@ class Sequence:
     first_at: float | None = None
     new_tokens: int = 0
     outputs: list = field(default_factory=list)
+    job: object = None
 
 
 @dataclass
@@ -104,6 +106,7 @@ class MLXBatch:
         job = self._engine.prepare(request)  # a seeded request's sampler has its own key
         cache, rest = self._nearest_cache(job.prompt)
         reused = len(job.prompt) - len(rest)
+        echoed = self._engine.prompt_logprobs(request, job.prompt)  # echo's prompt logprobs
         seq = Sequence(
             uid=SOLO,
             parser=job.parser,
@@ -113,9 +116,12 @@ class MLXBatch:
             reused=reused,
             evicted=False,
             started=time.perf_counter(),
+            outputs=[echoed] if echoed is not None else [],
+            job=job,
         )
         admitted = Admitted(rest, cache, job.prompt[:reused], job)
-        if not self._sequences:  # alone: the single-sequence path
+        # Alone: the single-sequence path (which reads no logprobs: those go to the batch).
+        if not self._sequences and job.logprobs is None:
             self._solo_start = admitted
             self._sequences[SOLO] = (key, seq)
             return
@@ -126,6 +132,10 @@ class MLXBatch:
 
     def step(self) -> list[Step]:
         out, self._pending = self._pending, []
+        for key, seq in self._sequences.values():
+            if seq.outputs:  # the prompt's logprobs (echo), before the first token
+                out += [(key, o) for o in seq.outputs]
+                seq.outputs = []
         gone = [uid for uid, (_, seq) in self._sequences.items() if seq.cancelled()]
         if gone:
             if SOLO in gone:
@@ -146,6 +156,7 @@ class MLXBatch:
                 response.token,
                 response.finish_reason,
                 lambda r=response: (r.all_tokens, r.prompt_cache),
+                response.logprobs,
             )
         return out
 
@@ -209,17 +220,24 @@ class MLXBatch:
         )
         return uid
 
-    def _emit(self, uid: int, token: int, finish_reason: str | None, parked) -> list[Step]:
+    def _emit(
+        self, uid: int, token: int, finish_reason: str | None, parked, row=None
+    ) -> list[Step]:
         """One token of one sequence through its detokenizer and parser; its end if it ends.
 
-        `parked()` gives the tokens and cache to park for prefix reuse when it ends.
+        `parked()` gives the tokens and cache to park for prefix reuse when it ends; `row`
+        is the step's log-softmax, for a request that asked for logprobs.
         """
         key, seq = self._sequences[uid]
         seq.first_at = seq.first_at or time.perf_counter()
         ended = finish_reason is not None
+        lead = []
         if token not in self._eos:
             seq.new_tokens += 1
             seq.detokenizer.add_token(token)
+            job = seq.job
+            if job is not None and job.logprobs is not None and row is not None:
+                lead.append((key, logprobs_of(row, token, job.logprobs, job.piece)))
         if ended:
             seq.detokenizer.finalize()
         outputs = seq.parser.feed(seq.detokenizer.last_segment)
@@ -231,7 +249,7 @@ class MLXBatch:
         elif ended:
             reason = finish_reason
             self._park(*parked(), seq)
-        out = [(key, o) for o in outputs]
+        out = lead + [(key, o) for o in outputs]
         if reason:
             del self._sequences[uid]
             out += [(key, o) for o in self._finish(seq, reason)]
@@ -239,7 +257,7 @@ class MLXBatch:
 
     def _finish(self, seq: Sequence, reason: str) -> list:
         outputs = seq.parser.finish()
-        if seq.parser.tool_calls and reason == "stop":
+        if seq.parser.tool_calls and reason in ("stop", "stop_string"):
             reason = "tool_calls"
         ended = time.perf_counter()
         first = seq.first_at or ended

@@ -10,8 +10,10 @@ from typing import NamedTuple
 from engines.base import LoadInfo
 from engines.batch import Batch, SerialBatch
 from engines.errors import BadRequest, ContextOverflow, SourceError
+from engines.mlx.constrain import Grammar
 from engines.mlx.context import size_context
 from engines.mlx.facts import source_chat_template
+from engines.mlx.logprobs import logprobs_of
 from engines.mlx.platform import PlatformPath
 from engines.mlx.sampling import make_request_sampler
 from engines.residency import describe
@@ -24,7 +26,14 @@ from engines.text.tools import (
     template_messages,
     tool_specs,
 )
-from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Finished, Output
+from schemas.canonical import (
+    ChatRequest,
+    Embedded,
+    EmbedRequest,
+    Finished,
+    Logprobs,
+    Output,
+)
 from schemas.config import ModelConfig
 
 # 4-bit weights (plus scales) grow about this much when expanded to float32.
@@ -39,6 +48,9 @@ class Prepared(NamedTuple):
     seed: int | None
     # Applied to each step's logits before sampling, on every decoding path.
     logits_processors: tuple[Callable, ...] = ()
+    # The request's logprobs: top alternatives per token (None: none asked), a token's bytes.
+    logprobs: int | None = None
+    piece: Callable[[int], bytes] | None = None
 
 
 class MLXEngine:
@@ -59,6 +71,7 @@ class MLXEngine:
         self._context = 0
         self.parked_bytes = 0  # the byte limit of the parked sessions' KV caches
         self._tool_format: ToolFormat | None = None
+        self._grammar = None  # the model's grammar tools (engines/mlx/constrain.py)
 
     def reasons(self) -> bool:
         """Whether the model thinks before it answers: its chat template says so (read from
@@ -106,6 +119,7 @@ class MLXEngine:
         self._eos_ids = set(tokenizer.eos_token_ids)
         self._tool_format = self._pick_tool_format(tokenizer)
         self._think = thinking_markers(tokenizer)
+        self._grammar = Grammar(model, tokenizer, self._think, self._tool_format)
         if self._draft_config is not None:
             self._draft = self._load_draft()
         return LoadInfo(
@@ -133,9 +147,12 @@ class MLXEngine:
         tail = self._tokenizer.decode(prompt[-8:])  # has the template opened a think block?
         parser = OutputParser.for_request(request, self._tool_format, self._think, tail)
         max_tokens = min(request.max_tokens, window - len(prompt))
-        return Prepared(
-            prompt, max_tokens, sampler, parser, request.sampling.seed, tuple(processors)
-        )
+        # The grammar's mask (engines/mlx/constrain.py) joins the request's processors.
+        processors = [*processors, *self._grammar.processors(request, tail)]
+        top = request.logprobs.top if request.logprobs else None
+        piece = self._grammar.piece if request.logprobs else None
+        seed = request.sampling.seed
+        return Prepared(prompt, max_tokens, sampler, parser, seed, tuple(processors), top, piece)
 
     def decoding(self, request: ChatRequest) -> tuple[Callable, list[Callable]]:
         """The request's sampler and logits processors: every decoding path takes these."""
@@ -144,6 +161,15 @@ class MLXEngine:
             sampling.temperature, sampling.top_p, sampling.min_p, sampling.top_k, sampling.seed
         )
         return sampler, []
+
+    def prompt_logprobs(self, request: ChatRequest, prompt: list[int]) -> Logprobs | None:
+        """The prompt's own token logprobs, when the request asked for them (echo)."""
+        if not (request.logprobs and request.logprobs.prompt):
+            return None
+        from engines.mlx.logprobs import prompt_logprobs
+
+        tokens = prompt_logprobs(self._model, prompt, request.logprobs.top, self._grammar.piece)
+        return Logprobs(tokens=tokens, prompt=True)
 
     def open_batch(self) -> Batch:
         """Continuous batching through mlx-lm, unless a setting needs the single-stream path.
@@ -170,6 +196,9 @@ class MLXEngine:
             extra |= {"draft_model": self._draft, "num_draft_tokens": self._config.draft.tokens}
         parser = job.parser
         started = time.perf_counter()
+        echoed = self.prompt_logprobs(request, job.prompt)
+        if echoed is not None:
+            yield echoed
         first_at = None
         new_tokens, stop_reason = 0, "stop"
         for response in stream_generate(
@@ -185,6 +214,8 @@ class MLXEngine:
             # Counted as the batch path counts: the end-of-sequence token is not output.
             eos = response.finish_reason == "stop" and response.token in self._eos_ids
             new_tokens = response.generation_tokens - eos
+            if job.logprobs is not None and not eos:
+                yield logprobs_of(response.logprobs, response.token, job.logprobs, job.piece)
             yield from parser.feed(response.text)
             if parser.stopped:
                 stop_reason = "stop_string"
@@ -195,7 +226,7 @@ class MLXEngine:
                 stop_reason = "cancelled"
                 break
         yield from parser.finish()
-        if parser.tool_calls and stop_reason == "stop":
+        if parser.tool_calls and stop_reason in ("stop", "stop_string"):
             stop_reason = "tool_calls"
         ended = time.perf_counter()
         first_at = first_at or ended
@@ -276,6 +307,11 @@ class MLXEngine:
         return load_tool_format(DEFAULT_TOOL_PARSER)
 
     def _encode(self, request: ChatRequest) -> list[int]:
+        if request.prompt_ids is not None:
+            vocab = self._model.args.vocab_size
+            if any(not 0 <= t < vocab for t in request.prompt_ids):
+                raise BadRequest(f"$.prompt: token ids must be in [0, {vocab})")
+            return list(request.prompt_ids)
         if request.raw_prompt is not None:
             return self._tokenizer.encode(request.raw_prompt)
         knows_tools = template_knows_tools(self._tokenizer.chat_template)

@@ -30,6 +30,7 @@ from engines.policy.guardrails import CallChecker, Verdict, reask_message
 from engines.policy.overflow import explain
 from engines.policy.truncation import fit_messages
 from engines.runner import Runner
+from engines.text.constrain import constrained_calls
 from schemas.canonical import (
     ChatRequest,
     Finished,
@@ -58,7 +59,7 @@ async def answer(runner: Runner, request: ChatRequest) -> AsyncIterator[Output]:
 async def _answer(runner: Runner, request: ChatRequest) -> AsyncIterator[Output]:
     request = await _fit(runner, request)
     checker = CallChecker(request.tools, request.tool_policy) if request.tools else None
-    guard = _Guard(runner.model.id, checker)
+    guard = _Guard(runner.model.id, checker, constrained_calls(request))
     first: Finished | None = None  # the first answer's accounting, once it is re-asked
     attempt = request
     while True:
@@ -111,9 +112,12 @@ async def _fit(runner: Runner, request: ChatRequest) -> ChatRequest:
 class _Guard:
     """The tool-call verdicts of one request, across its first answer and one re-ask."""
 
-    def __init__(self, model_id: str, checker: CallChecker | None) -> None:
+    def __init__(
+        self, model_id: str, checker: CallChecker | None, constrained: set[str] = frozenset()
+    ) -> None:
         self._model = model_id
         self._checker = checker
+        self._constrained = constrained  # tools whose calls were decoded under their schema
         self.said: list[str] = []  # the first answer's text, for the re-ask's assistant turn
         self.bad: list[tuple[ToolCall | MalformedToolCall, Verdict]] = []
 
@@ -125,6 +129,8 @@ class _Guard:
         verdict = self._checker.check(call)
         policy = self._checker.policy
         if verdict.problem is None:
+            if verdict.tool in self._constrained:  # valid by construction: nothing to repair
+                self._event(verdict, "constrained")
             return ToolCallOutput(verdict.call)
         if policy == "off":
             self._event(verdict, "passed")

@@ -63,6 +63,7 @@ class OutputParser:
         reasoning: ReasoningSplitter | None = None,
         show_reasoning: bool = True,
         check_calls: bool = False,
+        single_call: bool = False,
     ) -> None:
         self._stops = StopMatcher(stops)
         self._format = tool_format
@@ -72,6 +73,7 @@ class OutputParser:
         self._check_calls = check_calls
         self._text = ""  # answer text not yet passed on (could begin a tool-call marker)
         self._call: str | None = None  # inside a tool call: its text so far
+        self._single_call = single_call  # parallel_tool_calls off: the first call ends it
         self.tool_calls = 0
 
     @classmethod
@@ -98,11 +100,12 @@ class OutputParser:
             reasoning=splitter,
             show_reasoning=request.reasoning != "off",
             check_calls=request.tool_policy != "off",
+            single_call=not request.parallel_tool_calls,
         )
 
     @property
     def stopped(self) -> bool:
-        return self._stops.stopped
+        return self._stops.stopped or bool(self._single_call and self.tool_calls)
 
     def feed(self, text: str) -> list[Output]:
         """Outputs for the next piece of raw text."""
@@ -162,7 +165,7 @@ class OutputParser:
         if self._text and not self.stopped:
             outputs += self._answer(self._text)
             self._text = ""
-        tail = self._stops.flush()
+        tail = "" if self.stopped else self._stops.flush()
         if tail:
             outputs.append(TextDelta(tail))
         return outputs
@@ -183,7 +186,7 @@ class OutputParser:
                 return [MalformedToolCall(body=body, raw=raw)]
             return self._answer(raw)  # not a call after all: the client sees what was said
         outputs: list[Output] = []
-        for call in calls:
+        for call in calls[:1] if self._single_call else calls:
             arguments = call.get("arguments", {})
             if not isinstance(arguments, str):
                 arguments = json.dumps(arguments, ensure_ascii=False)

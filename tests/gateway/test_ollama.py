@@ -264,13 +264,13 @@ def test_unknown_model_is_404_in_ollama_shape(gateway, ollama_client):
         ),
         (
             "/api/chat",
-            b'{"model": "echo", "messages": [{"role": "user", "content": "x"}], "format": "json"}',
-            "format",
+            b'{"model": "echo", "messages": [{"role": "user", "content": "x"}], "format": "yaml"}',
+            "$.format",
         ),
         (
             "/api/generate",
-            b'{"model": "echo", "prompt": "x", "format": {"type": "object"}}',
-            "format",
+            b'{"model": "echo", "prompt": "x", "format": {"type": "object", "$dynamicRef": "#a"}}',
+            "$dynamicRef",
         ),
         ("/api/generate", b'{"model": "echo", "prompt": "x", "suffix": "y"}', "suffix"),
         ("/api/generate", b'{"model": "echo", "prompt": "x", "images": ["aGk="]}', "images"),

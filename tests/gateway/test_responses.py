@@ -264,9 +264,9 @@ def test_tool_choice_none_hides_the_tools(openai_client):
         ({"conversation": "conv_1"}, "keeps no conversation objects"),
         ({"background": True}, "background responses are not supported"),
         ({"tools": [{"type": "web_search"}]}, "'web_search' are not supported ($.tools[0].type)"),
-        ({"tools": [TOOL], "tool_choice": "required"}, "tool_choice"),
-        ({"text": {"format": {"type": "json_schema", "name": "x"}}}, "structured output"),
-        ({"top_logprobs": 2}, "logprobs"),
+        ({"tools": [TOOL], "tool_choice": {"type": "function", "name": "f"}}, "'f'"),
+        ({"text": {"format": {"type": "json_schema", "name": "x"}}}, "needs its schema"),
+        ({"top_logprobs": 2}, "include"),
         (
             {
                 "input": [

@@ -1,0 +1,192 @@
+"""Constrained decoding on the scripted engine: its reply is checked against the same
+grammar a real model is masked with, so every mapping is testable deterministically."""
+
+from __future__ import annotations
+
+import json
+
+import msgspec
+import pytest
+
+from engines.errors import BadRequest
+from engines.scripted import ConstraintViolated, ScriptedEngine
+from engines.text.constrain import check_request, plan_for
+from schemas.canonical import (
+    ChatRequest,
+    Finished,
+    Logprobs,
+    Message,
+    OutputFormat,
+    TextDelta,
+    ToolCallOutput,
+    ToolSpec,
+)
+from schemas.config import ScriptConfig
+
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "age": {"type": "integer", "minimum": 0, "maximum": 130},
+        "mood": {"enum": ["happy", "sad"]},
+    },
+    "required": ["name", "age", "mood"],
+    "additionalProperties": False,
+}
+WEATHER = ToolSpec(
+    name="get_weather",
+    parameters={
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+        "additionalProperties": False,
+    },
+)
+HI = [Message(role="user", content="hi")]
+
+
+def run(reply: str, **fields) -> list:
+    engine = ScriptedEngine(ScriptConfig(reply=reply))
+    request = ChatRequest(messages=HI, max_tokens=200, **fields)
+    check_request(request)
+    return list(engine.generate(request, lambda: False))
+
+
+def text_of(outputs: list) -> str:
+    return "".join(o.text for o in outputs if isinstance(o, TextDelta))
+
+
+def test_a_reply_that_satisfies_the_schema_goes_out():
+    reply = '{"name": "Ada", "age": 36, "mood": "happy"}'
+    outputs = run(reply, format=OutputFormat(schema=PERSON))
+    assert json.loads(text_of(outputs)) == {"name": "Ada", "age": 36, "mood": "happy"}
+
+
+@pytest.mark.parametrize(
+    "reply, where",
+    [
+        ('{"name": "Ada", "age": 200, "mood": "happy"}', '"age": 2'),  # past the maximum
+        ('{"name": "Ada", "age": 3, "mood": "meh"}', '"mood": "'),  # not in the enum
+        ("Sure! Here it is", ""),  # not JSON at all
+    ],
+)
+def test_a_reply_the_schema_forbids_is_refused_where_it_breaks(reply, where):
+    with pytest.raises(ConstraintViolated, match="breaks the request's constraint") as error:
+        run(reply, format=OutputFormat(schema=PERSON))
+    assert f"after {where!r}" in error.value.message or where in error.value.message
+
+
+def test_a_reply_cut_short_of_the_schema_is_refused():
+    with pytest.raises(ConstraintViolated, match="ends before"):
+        run('{"name": "Ada"', format=OutputFormat(schema=PERSON))
+
+
+def test_json_object_mode_takes_any_object_and_no_array():
+    assert text_of(run('{"a": [1, 2]}', format=OutputFormat()))
+    with pytest.raises(ConstraintViolated):
+        run("[1, 2]", format=OutputFormat())
+
+
+def test_the_reasoning_before_the_answer_is_not_constrained():
+    reply = '<think>Let me think... free text!</think>{"name": "Ada", "age": 1, "mood": "sad"}'
+    outputs = run(reply, format=OutputFormat(schema=PERSON), reasoning="low")
+    assert json.loads(text_of(outputs))["mood"] == "sad"
+
+
+def test_a_forced_call_must_be_a_call_with_valid_arguments():
+    call = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+    outputs = run(call, tools=[WEATHER], tool_choice="required")
+    (made,) = [o.call for o in outputs if isinstance(o, ToolCallOutput)]
+    assert (made.name, json.loads(made.arguments)) == ("get_weather", {"city": "Paris"})
+    assert [o for o in outputs if isinstance(o, Finished)][0].stop_reason == "tool_calls"
+    with pytest.raises(ConstraintViolated):
+        run("It is sunny.", tools=[WEATHER], tool_choice="required")
+    bad = '<tool_call>{"name": "get_weather", "arguments": {"town": "Paris"}}</tool_call>'
+    with pytest.raises(ConstraintViolated):
+        run(bad, tools=[WEATHER], forced_tool="get_weather")
+
+
+def test_a_named_tool_must_be_that_tool():
+    other = ToolSpec(name="get_time", parameters={"type": "object"})
+    call = '<tool_call>{"name": "get_time", "arguments": {}}</tool_call>'
+    assert run(call, tools=[WEATHER, other], forced_tool="get_time")
+    with pytest.raises(ConstraintViolated):
+        run(call, tools=[WEATHER, other], forced_tool="get_weather")
+
+
+def test_strict_tools_under_auto_leave_text_free_and_hold_calls_to_the_schema():
+    assert text_of(run("No call needed.", tools=[WEATHER], strict_tools=["get_weather"]))
+    call = 'Checking. <tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>'
+    assert run(call, tools=[WEATHER], strict_tools=["get_weather"])
+    bad = 'Checking. <tool_call>{"name": "get_weather", "arguments": {"city": 3}}</tool_call>'
+    with pytest.raises(ConstraintViolated):
+        run(bad, tools=[WEATHER], strict_tools=["get_weather"])
+
+
+def test_parallel_tool_calls_off_keeps_one_call():
+    one = '<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>'
+    outputs = run(one + "\n" + one, tools=[WEATHER], parallel_tool_calls=False)
+    assert len([o for o in outputs if isinstance(o, ToolCallOutput)]) == 1
+    with pytest.raises(ConstraintViolated):  # forced and single: a second call breaks it
+        run(one + "\n" + one, tools=[WEATHER], tool_choice="required", parallel_tool_calls=False)
+    assert run(one + "\n" + one, tools=[WEATHER], tool_choice="required")
+
+
+@pytest.mark.parametrize(
+    "schema, feature",
+    [
+        ({"type": "object", "$dynamicRef": "#x"}, "$dynamicRef"),
+        ({"type": "string", "format": "ipv9"}, "ipv9"),
+    ],
+)
+def test_a_schema_feature_the_engine_cannot_enforce_is_a_400_naming_it(schema, feature):
+    request = ChatRequest(messages=HI, max_tokens=5, format=OutputFormat(schema=schema))
+    with pytest.raises(BadRequest, match="response_format") as error:
+        check_request(request)
+    assert feature in error.value.message
+
+
+def test_a_forced_tool_that_is_not_declared_is_a_400_naming_it():
+    request = ChatRequest(messages=HI, max_tokens=5, tools=[WEATHER], forced_tool="nope")
+    with pytest.raises(BadRequest, match="'nope'.*get_weather"):
+        check_request(request)
+
+
+def test_a_tool_format_without_a_grammar_refuses_a_forced_call():
+    request = ChatRequest(messages=HI, max_tokens=5, tools=[WEATHER], tool_choice="required")
+    with pytest.raises(BadRequest, match="qwen3_coder"):
+        plan_for(request, "mlx_lm.tool_parsers.qwen3_coder", ("<tool_call>", "</tool_call>"), None)
+
+
+def test_the_scripted_engine_reports_logprobs_of_certainty():
+    from schemas.canonical import LogprobsRequest
+
+    outputs = run("hello world", logprobs=LogprobsRequest(top=2, prompt=True))
+    prompt, *generated = [o for o in outputs if isinstance(o, Logprobs)]
+    assert prompt.prompt and prompt.tokens[0].logprob is None
+    tokens = [t for o in generated for t in o.tokens]
+    assert "".join(t.token for t in tokens) == "hello world"
+    assert all(t.logprob == 0.0 and len(t.top) == 1 for t in tokens)
+    assert msgspec.json.encode(tokens[0])
+
+
+def test_a_model_that_opens_its_own_think_block_thinks_freely_first():
+    from engines.scripted import make_byte_tokenizer
+    from engines.text.constrain import ConstraintState, make_tokenizer
+
+    byte_tokenizer = make_byte_tokenizer()
+    byte_tokenizer.add_special_tokens(["<|end|>", "<think>"])
+    tokenizer = make_tokenizer(byte_tokenizer.to_str(), 258, [256])
+    request = ChatRequest(messages=HI, max_tokens=99, format=OutputFormat(schema=PERSON))
+    plan = plan_for(request, None, None, None)
+
+    def feed(state, text: str) -> bool:
+        return all(state.advance(t) for t in tokenizer.tokenize_str(text))
+
+    state = ConstraintState(plan, tokenizer, may_think=(257, b"</think>"))
+    assert state.extra_token == 257
+    assert state.advance(257) and state.extra_token is None  # it thinks: free until the end
+    assert feed(state, "any words { at all</think>")
+    assert feed(state, '{"name": "Ada", "age": 3, "mood": "sad"}') and state.accepting()
+    state = ConstraintState(plan, tokenizer, may_think=(257, b"</think>"))
+    assert not feed(state, "no thinking, no JSON")  # without the think token: the grammar
