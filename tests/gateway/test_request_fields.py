@@ -116,8 +116,9 @@ RESPONSES = {
     "tool_choice": honoured("none", RESPONSES_FILE, "tool_choice_none_hides"),
     "parallel_tool_calls": honoured(True, CONTROLS, "parallel_tool_calls_off"),
     "stream": honoured(True, RESPONSES_FILE, "raw_event_stream_in_order"),
-    "store": informational(False),  # nothing is stored; stored state is refused below
-    "previous_response_id": refused("resp_1"),
+    "store": honoured(False, "gateway/test_responses_store.py", "previous_response_id_continues"),
+    # An unknown id: refused by name (404 is the store's answer; this walk wants the name).
+    "previous_response_id": ("found", "resp_1", None),
     "conversation": refused("conv_1"),
     "background": refused(True),
     "prompt": refused({"id": "pmpt_1"}),
@@ -205,7 +206,32 @@ OLLAMA_OPTIONS = {
         "stop": ["x"],
         "seed": 7,
     }.items()
-} | {"num_ctx": informational(2048)}  # the model's context.max rules; documented
+} | {"num_ctx": honoured(2048, "gateway/test_ollama_options.py", "num_ctx_is_the_requests_own")}
+# Ollama's options nothing here implements: each refused by name when set.
+OLLAMA_OPTIONS |= {
+    name: refused(1)
+    for name in [
+        "num_keep",
+        "typical_p",
+        "repeat_last_n",
+        "repeat_penalty",
+        "presence_penalty",
+        "frequency_penalty",
+        "penalize_newline",
+        "mirostat",
+        "mirostat_tau",
+        "mirostat_eta",
+        "tfs_z",
+        "num_batch",
+        "num_gpu",
+        "main_gpu",
+        "low_vram",
+        "use_mmap",
+        "use_mlock",
+        "num_thread",
+        "numa",
+    ]
+}
 
 SCHEMAS = {
     "chat": (openai.ChatCompletionRequest, "/v1/chat/completions", {"messages": HI}, CHAT),
@@ -273,6 +299,9 @@ def test_each_field_is_honoured_or_refused_by_name(gateway, schema, field):
     else:
         body = {"model": "echo", **base, field: sample}
     response = httpx.post(gateway.url + path, json=body, timeout=30)
+    if verdict == "found":  # a reference to stored state that does not exist: named in a 404
+        assert response.status_code == 404 and field.split("_")[0] in response.text
+        return
     if verdict == "refused":
         assert response.status_code == 400, response.text
         assert re.search(rf"\b{re.escape(field)}\b", response.text), response.text
