@@ -104,6 +104,12 @@ def check_request(request: ChatRequest) -> None:
         format_grammar(OutputFormat(schema=tool.parameters or ANY_OBJECT, field=field))
 
 
+def plan_needed(request: ChatRequest) -> bool:
+    """Whether the request asks the engine for a grammar or for logprobs."""
+    forced = request.forced_tool is not None or request.tool_choice == "required"
+    return bool(request.format or forced or request.strict_tools or request.logprobs)
+
+
 def constrained_calls(request: ChatRequest) -> set[str]:
     """The tools whose calls this request decodes under their schema."""
     return {t.name for t in _constrained_tools(request)}

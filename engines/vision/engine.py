@@ -27,6 +27,7 @@ from engines.mlx.engine import FLOAT32_EXPANSION
 from engines.mlx.platform import PlatformPath
 from engines.mlx.sampling import make_request_sampler
 from engines.sources.resolve import check_source, resolve_source
+from engines.text.constrain import plan_needed
 from engines.text.output import DEFAULT_TOOL_PARSER, OutputParser, load_tool_format
 from engines.text.reasoning import template_kwargs, thinking_markers
 from engines.text.tools import template_knows_tools, tool_specs
@@ -192,6 +193,12 @@ class VisionEngine:
 
     def prepare(self, request: ChatRequest) -> Prepared:
         """What one generation needs: inputs, sampler, output parser and token budget."""
+        if plan_needed(request):  # honour or refuse: mlx-vlm's path has no grammar mask yet
+            raise BadRequest(
+                f"model {self._config.id!r} (a vision model on mlx-vlm) cannot constrain its "
+                "output or report logprobs yet: drop the JSON format, forced or strict tool "
+                "calls and logprobs, or use a text model"
+            )
         inputs = self._inputs(request)
         if len(inputs.ids) >= self._context:
             raise ContextOverflow(self._config.id, len(inputs.ids), self._context)
