@@ -34,7 +34,10 @@ def haproxy_config(front: int, backends: list[int]) -> str:
     text = text.replace("0.0.0.0:8000", f"127.0.0.1:{front}")
     for i, port in enumerate(backends, start=1):
         text = text.replace(f"10.0.0.{i}:8000", f"127.0.0.1:{port}")
-    return text
+    # HAProxy asks for 2 file descriptors per connection of maxconn and refuses to start
+    # when the soft limit is lower; the test process's can be 2,048 (mlx-lm's import sets
+    # it), which the example's 4096 would exceed. The test needs a handful.
+    return text.replace("maxconn 4096", "maxconn 256")
 
 
 class Fleet:
@@ -44,13 +47,25 @@ class Fleet:
         self.ports = [free_port(), free_port()]
         self.starts = 0
         self.gateways = [self.start(i) for i in (0, 1)]
+        try:
+            self._start_balancer()
+        except BaseException:  # leave nothing running behind a failed start
+            if hasattr(self, "haproxy"):
+                self.haproxy.kill()
+                self.haproxy.wait(10)
+                self._log.close()
+            for gateway in self.gateways:
+                gateway.stop()
+            raise
+
+    def _start_balancer(self) -> None:
         for gateway in self.gateways:
             gateway.wait_ready()
         self.front = free_port()
-        cfg = directory / "haproxy.cfg"
+        cfg = self.dir / "haproxy.cfg"
         cfg.write_text(haproxy_config(self.front, self.ports))
         subprocess.run(["haproxy", "-c", "-q", "-f", str(cfg)], check=True)
-        self._log = (directory / "haproxy.log").open("w")
+        self._log = (self.dir / "haproxy.log").open("w")
         self.haproxy = subprocess.Popen(
             ["haproxy", "-db", "-f", str(cfg)], stdout=subprocess.DEVNULL, stderr=self._log
         )
