@@ -137,6 +137,7 @@ class GatewayProcess:
         raise TimeoutError(f"gateway not ready after {timeout}s:\n{self.log.read_text()}")
 
     def events(self, name: str | None = None, **match) -> list[dict]:
+        self._settle()
         lines = []
         for line in self.log.read_text().splitlines():
             if not line.startswith("{"):
@@ -147,6 +148,18 @@ class GatewayProcess:
             if all(event.get(k) == v for k, v in match.items()):
                 lines.append(event)
         return lines
+
+    def _settle(self, limit: float = 1.0) -> None:
+        """The gateway writes its log from a thread of its own, a moment after the answer
+        that caused a line went out: wait until the log stops growing (at most `limit`)."""
+        deadline = time.monotonic() + limit
+        size = -1
+        while time.monotonic() < deadline:
+            now = self.log.stat().st_size if self.log.exists() else 0
+            if now == size:
+                return
+            size = now
+            time.sleep(0.03)
 
     def wait_event(self, name: str, timeout: float = 10, **match) -> dict:
         deadline = time.monotonic() + timeout
