@@ -138,8 +138,7 @@ class ScriptedEngine:
                 stop_reason = "stop_string"
                 break
         yield from parser.finish()
-        if parser.tool_calls and stop_reason in ("stop", "stop_string"):
-            stop_reason = "tool_calls"
+        stop_reason = parser.stop_reason(stop_reason)
         yield Finished(
             stop_reason=stop_reason,
             prompt_tokens=prompt_tokens,

@@ -257,8 +257,7 @@ class MLXBatch:
 
     def _finish(self, seq: Sequence, reason: str) -> list:
         outputs = seq.parser.finish()
-        if seq.parser.tool_calls and reason in ("stop", "stop_string"):
-            reason = "tool_calls"
+        reason = seq.parser.stop_reason(reason)
         ended = time.perf_counter()
         first = seq.first_at or ended
         return [

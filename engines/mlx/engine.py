@@ -226,8 +226,7 @@ class MLXEngine:
                 stop_reason = "cancelled"
                 break
         yield from parser.finish()
-        if parser.tool_calls and stop_reason in ("stop", "stop_string"):
-            stop_reason = "tool_calls"
+        stop_reason = parser.stop_reason(stop_reason)
         ended = time.perf_counter()
         first_at = first_at or ended
         yield Finished(

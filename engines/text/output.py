@@ -153,6 +153,13 @@ class OutputParser:
                 self._text = rest
         return outputs
 
+    def stop_reason(self, reason: str) -> str:
+        """The reason to report: `tool_calls` when calls were cut out and the model then
+        stopped by itself (end of sequence or a stop string), else `reason` as it is."""
+        if self.tool_calls and reason in ("stop", "stop_string"):
+            return "tool_calls"
+        return reason
+
     def finish(self) -> list[Output]:
         """Whatever was held back, once generation has ended."""
         outputs: list[Output] = []

@@ -151,8 +151,7 @@ class VisionBatch:
 
     def _finish(self, seq: Sequence, reason: str) -> list:
         outputs = seq.parser.finish()
-        if seq.parser.tool_calls and reason == "stop":
-            reason = "tool_calls"
+        reason = seq.parser.stop_reason(reason)
         ended = time.perf_counter()
         first = seq.first_at or ended
         return [

@@ -67,8 +67,7 @@ def generate_one(
     if completed and state is not None and state.cache is not None:
         evicted = sessions.park(inputs.keys, len(inputs.ids), state)
     yield from parser.finish()
-    if parser.tool_calls and stop_reason == "stop":
-        stop_reason = "tool_calls"
+    stop_reason = parser.stop_reason(stop_reason)
     ended = time.perf_counter()
     first_at = first_at or ended
     yield Finished(
