@@ -117,12 +117,13 @@ class ScriptedEngine:
         if request.logprobs and request.logprobs.prompt:
             yield self._logprobs(render_chatml(request), prompt=True)
         emitted = ""
+        spent = 0  # tokens of `emitted`: one per byte, so counted word by word
         stop_reason = "stop"
         for i, word in enumerate(words):
             if cancelled():
                 stop_reason = "cancelled"
                 break
-            if self._count(emitted + word) > budget:
+            if spent + self._count(word) > budget:
                 stop_reason = "length"
                 break
             if i == self._script.fail_after:
@@ -131,6 +132,7 @@ class ScriptedEngine:
             if i and self._script.token_delay:
                 time.sleep(self._script.token_delay)
             emitted += word
+            spent += self._count(word)
             if request.logprobs:
                 yield self._logprobs(word, top=request.logprobs.top)
             yield from parser.feed(word)
@@ -142,7 +144,7 @@ class ScriptedEngine:
         yield Finished(
             stop_reason=stop_reason,
             prompt_tokens=prompt_tokens,
-            new_tokens=self._count(emitted),
+            new_tokens=spent,
             prefill_s=prefill_s,
             decode_s=time.perf_counter() - start - prefill_s,
         )
