@@ -8,6 +8,7 @@ import time
 import msgspec
 import pytest
 
+from engines import serving
 from engines.base import EngineState
 from engines.errors import EngineFailed, ModelUnavailable, QueueFull, QueueTimeout
 from engines.job import job_scope
@@ -177,6 +178,50 @@ async def test_concurrency_admits_in_arrival_order_and_never_more_than_n_at_once
     assert engine.started == [f"r{i}" for i in range(5)]
     assert all(isinstance(r[-1], Finished) for r in results)
     await runner.stop("test")
+
+
+class BatchSizeEngine(ScriptedEngine):
+    """The scripted engine, noting how many requests its batch holds at each step."""
+
+    def __init__(self, script: ScriptConfig) -> None:
+        super().__init__(script)
+        self.sizes: list[int] = []
+
+    def open_batch(self):
+        batch = super().open_batch()
+        step = batch.step
+
+        def recorded_step():
+            self.sizes.append(batch.active)
+            return step()
+
+        batch.step = recorded_step
+        return batch
+
+
+async def test_a_burst_of_arrivals_joins_the_batch_together_before_its_next_step(monkeypatch):
+    # Generous windows: a loaded CI machine may take many milliseconds per arrival.
+    monkeypatch.setattr(serving, "BURST_GAP_S", 0.5)
+    monkeypatch.setattr(serving, "BURST_MAX_S", 10.0)
+    model = ModelConfig(id="m", engine="scripted", concurrency=8)
+    engine = BatchSizeEngine(ScriptConfig(reply=" ".join("w" * 30), token_delay=0.01))
+    runner = Runner(model, engine)
+    await runner.start()
+    first = runner.submit(ask("alone"))
+    results = runner.results(first)
+    await anext(results)  # decoding alone, at once
+    later = []
+    for i in range(5):  # arrivals 20 ms apart, while the first decodes
+        later.append(runner.submit(ask(f"r{i}")))
+        await asyncio.sleep(0.02)
+    await asyncio.gather(drain_rest(results), *(drain(runner, job) for job in later))
+    assert engine.sizes[0] == 1
+    assert [size for size in engine.sizes if size > 1][0] == 6, engine.sizes
+    await runner.stop("test")
+
+
+async def drain_rest(results) -> list:
+    return [o async for o in results]
 
 
 def listen() -> list:
