@@ -166,6 +166,42 @@ def single_stream(bench, gateway, reference, args) -> dict:
     return {"decode": decode, "first": first, "long_first": long_first}
 
 
+def server_side(log: Path, since: int, model: str) -> tuple[dict, int]:
+    """What the gateway's own events say of the burst logged after byte `since`: how spread
+    its arrivals were, and per request the queue wait, TTFT, prefill and reused tokens."""
+    time.sleep(0.3)  # the event log is written by its own thread
+    with log.open("rb") as f:
+        f.seek(since)
+        text = f.read()
+    events = [json.loads(x) for x in text.decode().splitlines() if x.startswith("{")]
+
+    def at(e) -> float:
+        from datetime import datetime
+
+        return datetime.fromisoformat(e["ts"].replace("Z", "+00:00")).timestamp()
+
+    arrivals = [at(e) for e in events if e.get("event") == "request_started"]
+    done = [e for e in events if e.get("event") == "generated" and e.get("model") == model]
+
+    def med_ms(key: str):
+        values = [e[key] for e in done if e.get(key) is not None]
+        return round(sorted(values)[len(values) // 2] * 1000, 1) if values else None
+
+    return {
+        "requests": len(done),
+        "arrival_spread_ms": round((max(arrivals) - min(arrivals)) * 1000, 1) if arrivals else None,
+        "queue_wait_ms": med_ms("queue_wait_s"),
+        "ttft_ms": med_ms("ttft_s"),
+        "ttft_max_ms": round(max(e["ttft_s"] for e in done if e.get("ttft_s")) * 1000, 1)
+        if done
+        else None,
+        "prefill_ms": med_ms("prefill_s"),
+        "reused_tokens": sorted(e.get("reused_prefix_tokens", 0) for e in done)[len(done) // 2]
+        if done
+        else None,
+    }, since + len(text)
+
+
 def concurrency(bench, gateway, raw, args, save) -> dict:
     common, conc = bench["common"], bench["concurrency"]
     import httpx
@@ -214,33 +250,35 @@ def concurrency(bench, gateway, raw, args, save) -> dict:
             for p in raw_variants(clients):
                 raw.ask({"clients": clients, "max_tokens": 16, "round": warm, "prefill": p})
     log(f"  warm-up done (raw prefill sizes {prefills})")
+    logged = gateway.log.stat().st_size
     for round_ in range(args.rounds):
         for clients in args.clients:
-            for model in gateways(clients, round_):
-                r = asyncio.run(burst(model, clients, round_, args.max_tokens))
-                results.setdefault(f"gateway {model}", {}).setdefault(clients, []).append(r)
-                log(
-                    f"  round {round_} gateway {model:15s} {clients:3d} clients: "
-                    f"{r['aggregate']:8.1f} tok/s ({r['tokens']} tokens in {r['wall']:.2f} s, "
-                    f"ttft median {r['ttft_ms_median']:.0f} ms, "
-                    f"stream {common.fmt(r['stream_tps_median'])} tok/s)"
-                )
-                save()
-            for p in raw_variants(clients):
-                r = raw.ask(
-                    {
-                        "clients": clients,
-                        "max_tokens": args.max_tokens,
-                        "round": round_,
-                        "prefill": p,
-                    }
-                )
-                results.setdefault(f"raw prefill {p}", {}).setdefault(clients, []).append(r)
-                log(
-                    f"  round {round_} raw prefill {p:<5d}         {clients:3d} clients: "
-                    f"{r['aggregate']:8.1f} tok/s ({r['tokens']} tokens in {r['wall']:.2f} s)"
-                )
-                save()
+            # One client is over in a second and noisy: measured `--one-client-repeats` times
+            # a round, alternating the sides, distinct prompts each time.
+            repeats = args.one_client_repeats if clients == 1 else 1
+            for repeat in range(repeats):
+                prompt_round = round_ * repeats + repeat
+                for model in gateways(clients, round_ + repeat):
+                    r = asyncio.run(burst(model, clients, prompt_round, args.max_tokens))
+                    r["server"], logged = server_side(gateway.log, logged, model)
+                    results.setdefault(f"gateway {model}", {}).setdefault(clients, []).append(r)
+                    log(
+                        f"  round {round_}.{repeat} gateway {model:15s} {clients:3d} clients: "
+                        f"{r['aggregate']:8.1f} tok/s ({r['tokens']} tokens in {r['wall']:.2f} s, "
+                        f"ttft median {r['ttft_ms_median']:.0f} ms, "
+                        f"stream {common.fmt(r['stream_tps_median'])} tok/s) server {r['server']}"
+                    )
+                    save()
+                for p in raw_variants(clients):
+                    job = {"clients": clients, "max_tokens": args.max_tokens}
+                    r = raw.ask(job | {"round": prompt_round, "prefill": p})
+                    results.setdefault(f"raw prefill {p}", {}).setdefault(clients, []).append(r)
+                    log(
+                        f"  round {round_}.{repeat} raw prefill {p:<5d}         {clients:3d} "
+                        f"clients: {r['aggregate']:8.1f} tok/s ({r['tokens']} tokens in "
+                        f"{r['wall']:.2f} s, ttft {r.get('ttft', 0) * 1000:.0f} ms)"
+                    )
+                    save()
     return results
 
 
@@ -487,6 +525,30 @@ def summarize(shape_results: list[dict], bench, args) -> str:
                 )
                 row.append(fmt(med([a["stream_tps_median"] for a in g]), 1))
                 lines.append("| " + " | ".join(row) + " |")
+            lines += [
+                "",
+                "The gateway's own events per burst (medians over rounds of each burst's "
+                "median): arrival spread = first to last `request_started`; TTFT from admission "
+                "to the first token on the model thread:",
+                "",
+                "| model | clients | arrival spread ms | queue wait ms | server TTFT ms "
+                "(max) | prefill ms | reused tokens |",
+                "|---|---|---|---|---|---|---|",
+            ]
+            for label in [k for k in labels if k.startswith("gateway ")]:
+                for clients, runs in sorted(conc[label].items(), key=lambda kv: int(kv[0])):
+                    ss = [r["server"] for r in runs if r.get("server")]
+                    if not ss:
+                        continue
+
+                    def m(key, ss=ss):
+                        return fmt(med([x[key] for x in ss if x.get(key) is not None]), 1)
+
+                    lines.append(
+                        f"| {label.removeprefix('gateway ')} | {clients} | "
+                        f"{m('arrival_spread_ms')} | {m('queue_wait_ms')} | {m('ttft_ms')} "
+                        f"({m('ttft_max_ms')}) | {m('prefill_ms')} | {m('reused_tokens')} |"
+                    )
         lines += ["", f"(shape wall time {res.get('wall_s', 0):.0f} s)", ""]
     return "\n".join(lines)
 
@@ -503,6 +565,9 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--clients", default="1,8,32,64,128")
     parser.add_argument("--rounds", type=int, default=2, help="concurrency rounds")
+    parser.add_argument(
+        "--one-client-repeats", type=int, default=5, help="1-client bursts per round and side"
+    )
     parser.add_argument(
         "--concurrency", type=int, default=128, help="the batched models' concurrency"
     )
