@@ -96,16 +96,20 @@ models:
     return models
 
 
-def single_stream(bench, gateway, reference, args) -> dict:
+# Single-stream sides that are processes of their own, not gateway models.
+WORKER_SIDES = ("in-process", "engine")
+
+
+def single_stream(bench, gateway, workers: dict, args) -> dict:
     import httpx
 
     common, ss = bench["common"], bench["single_stream"]
-    sides = ["in-process", "serial", "batched"]
+    sides = ["in-process", "engine", "serial", "batched"]
     with httpx.Client(timeout=600) as client:
 
         def run(side: str, max_tokens: int, messages) -> dict:
-            if side == "in-process":
-                out = reference.ask({"messages": messages, "max_tokens": max_tokens})
+            if side in WORKER_SIDES:
+                out = workers[side].ask({"messages": messages, "max_tokens": max_tokens})
                 t = common.StreamTiming(
                     started=out["started"],
                     first_token=out["first"],
@@ -330,10 +334,10 @@ def run_shape(shape: str, bench, args, events_out, save) -> dict:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(args.product), env.get("PYTHONPATH")]))
     config = gateway_config(model_dir, args.concurrency, args.memory_budget)
     gateway = common.Gateway(config, f"gpu-{shape}")
-    reference = raw = None
+    reference = raw = engine = None
     t0 = time.perf_counter()
     try:
-        # The two reference processes load while the gateway loads.
+        # The reference processes load while the gateway loads.
         reference = Worker(
             [sys.executable, str(args.product / "bench" / "inprocess.py"), str(model_dir)],
             env,
@@ -344,9 +348,15 @@ def run_shape(shape: str, bench, args, events_out, save) -> dict:
             env,
             args.product,
         )
+        engine = Worker(
+            [sys.executable, str(HERE / "engine_worker.py"), str(model_dir), str(args.product)],
+            env,
+            args.product,
+        )
         gateway.wait_ready()
         out["reference_ready"] = reference.ready()
         out["raw_ready"] = raw.ready()
+        out["engine_ready"] = engine.ready()
         out["load_s"] = time.perf_counter() - t0
         out["server_started"] = gateway.events("server_started")
         out["model_attached"] = gateway.events("model_attached")
@@ -355,14 +365,16 @@ def run_shape(shape: str, bench, args, events_out, save) -> dict:
         log(f"  loaded in {out['load_s']:.1f} s; reference platform {out['reference_ready']}")
         profile = Profile(gateway.process.pid, f"{shape}-single", args)
         try:
-            out["single"] = single_stream(bench, gateway, reference, args)
+            workers = {"in-process": reference, "engine": engine}
+            out["single"] = single_stream(bench, gateway, workers, args)
             save(out)
         except Exception:
             out["single_error"] = traceback.format_exc()
             log(out["single_error"])
         profile.stop(args.profiles)
         reference.stop()
-        reference = None
+        engine.stop()
+        reference = engine = None
         args.clients = [c for c in args.clients if c <= args.concurrency] or args.clients
         profile = Profile(gateway.process.pid, f"{shape}-concurrency", args)
         try:
@@ -375,7 +387,7 @@ def run_shape(shape: str, bench, args, events_out, save) -> dict:
         out["error"] = traceback.format_exc()
         log(out["error"])
     finally:
-        for w in (reference, raw):
+        for w in (reference, raw, engine):
             if w:
                 w.stop()
         try:
@@ -459,6 +471,8 @@ def summarize(shape_results: list[dict], bench, args) -> str:
                         for x in [
                             "in-process mlx_lm.stream_generate"
                             if is_ref
+                            else "the gateway's engine, no HTTP"
+                            if side == "engine"
                             else f"gateway SSE, model {side}",
                             f"{runs[0]['prompt_tokens']}+{runs[0]['new_tokens']}"
                             if runs
@@ -467,8 +481,8 @@ def summarize(shape_results: list[dict], bench, args) -> str:
                             "1 (reference)" if is_ref else fmt(med(ratios), 3),
                             fmt(med([r["ttft_ms"] for r in single["first"][side]]), 1),
                             "0 (reference)" if is_ref else fmt(med(over), 1),
-                            "n/a" if is_ref else fmt(eng_ttft, 1),
-                            "n/a" if is_ref else fmt(eng_tps, 1),
+                            fmt(eng_ttft, 1) if eng_first else "n/a",
+                            fmt(eng_tps, 1) if eng else "n/a",
                             "yes" if all(r["text"] == ref[0]["text"] for r in runs) else "NO",
                         ]
                     )
