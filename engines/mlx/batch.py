@@ -6,7 +6,7 @@ loop of `mlx_lm.generate_step`); when a second request arrives, its cache and it
 in flight join the batch generator, and both decode together from then on.
 A request whose prompt starts like a conversation seen before continues from that KV cache
 (`prefix_reuse`); finished conversations are parked in `session_slots` caches, least
-recently used evicted first. A shared prefix shorter than `REUSE_MIN_TOKENS` (a chat
+recently used evicted first. A shared prefix shorter than `reuse_min_tokens` (a chat
 template's header) is not worth copying a cache for: such a request prefills from scratch.
 """
 
@@ -30,6 +30,16 @@ SOLO = -1
 # A shared prefix is reused only from this many tokens and from half the prompt: below
 # that, copying the parked cache costs more than prefilling the tokens again.
 REUSE_MIN_TOKENS = 32
+# On CUDA a prefill of a few hundred tokens costs a few decode steps, and a batch holding a
+# reused cache beside fresh ones decoded slower: on the H200, 64 clients of SmolLM2 whose
+# prompts shared ~50 tokens with parked ones took 1.8 s for 128 tokens, against 1.1 s with
+# reuse off (bench/RESULTS.md). There, only a long shared prefix is worth its cache.
+REUSE_MIN_TOKENS_CUDA = 256
+
+
+def reuse_min_tokens(device: str) -> int:
+    """The shortest shared prefix reused on this platform (`PlatformPath.device`)."""
+    return REUSE_MIN_TOKENS_CUDA if device == "gpu (cuda)" else REUSE_MIN_TOKENS
 
 
 def prefill_batch_size(concurrency: int) -> int:
@@ -94,6 +104,7 @@ class MLXBatch:
         self._cache = (
             LRUPromptCache(max_size=slots, max_bytes=engine.parked_bytes) if slots else None
         )
+        self._reuse_min = reuse_min_tokens(engine.platform.device)
         self._sequences: dict[int, tuple[Hashable, Sequence]] = {}
         # The parked conversations, oldest first: the order in which the cache evicts.
         self._parked: OrderedDict[tuple[int, ...], None] = OrderedDict()
@@ -282,7 +293,7 @@ class MLXBatch:
         # The trie copies the cache it returns: ask only when a prefix worth it is parked.
         shared = self._cache._trie.search(CACHE_KEY, prompt)
         longest = max(shared.common_prefix, len(shared.exact or shared.shorter or ()))
-        if longest < max(REUSE_MIN_TOKENS, len(prompt) // 2):
+        if longest < max(self._reuse_min, len(prompt) // 2):
             return None, prompt
         cache, rest = self._cache.fetch_nearest_cache(CACHE_KEY, prompt)
         if cache is not None and not rest:

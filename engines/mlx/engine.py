@@ -73,6 +73,10 @@ class MLXEngine:
         self._tool_format: ToolFormat | None = None
         self._grammar = None  # the model's grammar tools (engines/mlx/constrain.py)
 
+    @property
+    def platform(self) -> PlatformPath:
+        return self._platform
+
     def reasons(self) -> bool:
         """Whether the model thinks before it answers: its chat template says so (read from
         the loaded tokenizer, or a model directory's tokenizer files without loading)."""
