@@ -184,7 +184,11 @@ def server_side(log: Path, since: int, model: str) -> tuple[dict, int]:
 
         return datetime.fromisoformat(e["ts"].replace("Z", "+00:00")).timestamp()
 
-    arrivals = [at(e) for e in events if e.get("event") == "request_started"]
+    arrivals = [
+        at(e)
+        for e in events
+        if e.get("event") == "request_started" and e.get("path") == "/v1/chat/completions"
+    ]
     done = [e for e in events if e.get("event") == "generated" and e.get("model") == model]
 
     def med_ms(key: str):
@@ -211,8 +215,11 @@ def concurrency(bench, gateway, raw, args, save) -> dict:
     import httpx
 
     async def burst(model: str, clients: int, round_: int, max_tokens: int) -> dict:
-        limits = httpx.Limits(max_connections=clients + 2, max_keepalive_connections=clients + 2)
+        limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
         async with httpx.AsyncClient(timeout=900, limits=limits) as client:
+            # Connected first, as an SDK's pooled client is: the clock starts at the first
+            # chat request, not at `clients` TCP handshakes made one by one by this process.
+            await asyncio.gather(*(client.get(f"{gateway.url}/health") for _ in range(clients)))
             timings = await asyncio.gather(
                 *(
                     common.astream_chat(
