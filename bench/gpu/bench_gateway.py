@@ -215,11 +215,11 @@ def concurrency(bench, gateway, raw, args, save) -> dict:
     import httpx
 
     async def burst(model: str, clients: int, round_: int, max_tokens: int) -> dict:
-        limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+        # A fresh client (and connections) per burst. Connecting first through /health was
+        # tried: handing 128 idle pooled connections to 128 requests took httpx's pool seconds
+        # (server-side arrivals spread over 2-3 s instead of 50 ms, 2026-11-30 run a).
+        limits = httpx.Limits(max_connections=clients + 2, max_keepalive_connections=clients + 2)
         async with httpx.AsyncClient(timeout=900, limits=limits) as client:
-            # Connected first, as an SDK's pooled client is: the clock starts at the first
-            # chat request, not at `clients` TCP handshakes made one by one by this process.
-            await asyncio.gather(*(client.get(f"{gateway.url}/health") for _ in range(clients)))
             timings = await asyncio.gather(
                 *(
                     common.astream_chat(
