@@ -89,10 +89,11 @@ def main() -> None:
     def engine_batch():
         batch.add("r", request, lambda: False)
 
-        def tokens():
+        def tokens():  # one per step (a lone request's step decodes one token), not per
+            # output: a token that completes no character makes no text output
             while True:
                 steps = batch.step()
-                yield from (o for _, o in steps if not isinstance(o, Finished))
+                yield steps
                 if any(isinstance(o, Finished) for _, o in steps):
                     return
 
