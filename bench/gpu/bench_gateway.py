@@ -210,7 +210,9 @@ def server_side(log: Path, since: int, model: str) -> tuple[dict, int]:
     }, since + len(text)
 
 
-def concurrency(bench, gateway, raw, args, save) -> dict:
+def concurrency(bench, gateway, raw, args, save, results: dict) -> dict:
+    """Fills `results` as it measures (label -> clients -> runs), so a run cut off by its
+    time limit still saves what it measured; returns it."""
     common, conc = bench["common"], bench["concurrency"]
     import httpx
 
@@ -243,7 +245,6 @@ def concurrency(bench, gateway, raw, args, save) -> dict:
         }
 
     prefills = sorted({min(p, c) if p else c for p in args.raw_prefill for c in args.clients})
-    results: dict[str, dict[int, list]] = {}
 
     def raw_variants(clients: int) -> list[int]:
         return sorted({min(p, clients) if p else clients for p in args.raw_prefill})
@@ -385,7 +386,8 @@ def run_shape(shape: str, bench, args, events_out, save) -> dict:
         args.clients = [c for c in args.clients if c <= args.concurrency] or args.clients
         profile = Profile(gateway.process.pid, f"{shape}-concurrency", args)
         try:
-            out["concurrency"] = concurrency(bench, gateway, raw, args, lambda: save(out))
+            out["concurrency"] = {}
+            concurrency(bench, gateway, raw, args, lambda: save(out), out["concurrency"])
         except Exception:
             out["concurrency_error"] = traceback.format_exc()
             log(out["concurrency_error"])
