@@ -123,7 +123,8 @@ class ScriptedEngine:
             if cancelled():
                 stop_reason = "cancelled"
                 break
-            if spent + self._count(word) > budget:
+            cost = self._count(word)
+            if spent + cost > budget:
                 stop_reason = "length"
                 break
             if i == self._script.fail_after:
@@ -132,7 +133,7 @@ class ScriptedEngine:
             if i and self._script.token_delay:
                 time.sleep(self._script.token_delay)
             emitted += word
-            spent += self._count(word)
+            spent += cost
             if request.logprobs:
                 yield self._logprobs(word, top=request.logprobs.top)
             yield from parser.feed(word)
