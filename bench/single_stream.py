@@ -78,6 +78,20 @@ models:
 """
 
 
+def worker_timing(out: dict) -> StreamTiming:
+    """The timing of one answer as an in-process worker reports it (bench/inprocess.py's
+    JSON line), in the shape of the gateway side's."""
+    return StreamTiming(
+        started=out["started"],
+        first_token=out["first"],
+        last_token=out["last"],
+        ended=out["ended"],
+        text=out["text"],
+        prompt_tokens=out["prompt_tokens"],
+        new_tokens=out["new_tokens"],
+    )
+
+
 class Reference:
     """The in-process reference subprocess: one JSON line in, one JSON line out."""
 
@@ -102,16 +116,7 @@ class Reference:
             json.dumps({"messages": messages, "max_tokens": max_tokens}) + "\n"
         )
         self.process.stdin.flush()
-        out = json.loads(self.process.stdout.readline())
-        return StreamTiming(
-            started=out["started"],
-            first_token=out["first"],
-            last_token=out["last"],
-            ended=out["ended"],
-            text=out["text"],
-            prompt_tokens=out["prompt_tokens"],
-            new_tokens=out["new_tokens"],
-        )
+        return worker_timing(json.loads(self.process.stdout.readline()))
 
     def stop(self) -> None:
         self.process.stdin.close()

@@ -110,15 +110,7 @@ def single_stream(bench, gateway, workers: dict, args) -> dict:
         def run(side: str, max_tokens: int, messages) -> dict:
             if side in WORKER_SIDES:
                 out = workers[side].ask({"messages": messages, "max_tokens": max_tokens})
-                t = common.StreamTiming(
-                    started=out["started"],
-                    first_token=out["first"],
-                    last_token=out["last"],
-                    ended=out["ended"],
-                    text=out["text"],
-                    prompt_tokens=out["prompt_tokens"],
-                    new_tokens=out["new_tokens"],
-                )
+                t = ss.worker_timing(out)
             else:
                 t = common.stream_chat(
                     client, gateway.url, common.chat_body(side, messages, max_tokens)
