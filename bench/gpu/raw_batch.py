@@ -20,10 +20,52 @@ import sys
 import time
 
 
+def encoder(tokenizer):
+    """Messages -> token ids: the chat template, encoded without a second BOS (as the gateway)."""
+
+    def encode(messages):
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return tokenizer.encode(text, add_special_tokens=False)
+
+    return encode
+
+
+def decode_batch(model, eos: list[int], prompts: list[list[int]], max_tokens: int, prefill: int):
+    """Every prompt through one BatchGenerator, all decoding at once; the clock runs from
+    `insert` to the last token."""
+    from mlx_lm.generate import BatchGenerator
+
+    n = len(prompts)
+    gen = BatchGenerator(
+        model,
+        stop_tokens=[[t] for t in eos],
+        completion_batch_size=n,
+        prefill_batch_size=prefill,
+    )
+    started = time.perf_counter()
+    gen.insert(prompts, max_tokens=[max_tokens] * n)
+    tokens, first = 0, None
+    while True:
+        responses = gen.next_generated()
+        if not responses:
+            break
+        first = first or time.perf_counter()
+        tokens += sum(1 for r in responses if r.token not in eos)
+    wall = time.perf_counter() - started
+    gen.close()
+    return {
+        "tokens": tokens,
+        "wall": wall,
+        "aggregate": tokens / wall,
+        "ttft": (first or started) - started,
+        "prompt_tokens": [len(p) for p in prompts][:4],
+        "prefill_batch_size": prefill,
+    }
+
+
 def main() -> None:
     import mlx.core as mx
     from mlx_lm import load
-    from mlx_lm.generate import BatchGenerator
 
     model_dir, product = sys.argv[1], sys.argv[2]
     sys.path.insert(0, f"{product}/bench")
@@ -33,46 +75,13 @@ def main() -> None:
     mx.eval(model.parameters())
     eos = sorted(tokenizer.eos_token_ids)
     print(json.dumps({"ready": True, "eos": eos, "device": str(mx.default_device())}), flush=True)
-
-    def encode(messages):
-        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        return tokenizer.encode(text, add_special_tokens=False)
-
+    encode = encoder(tokenizer)
     for line in sys.stdin:
         job = json.loads(line)
         n, max_tokens, round_ = job["clients"], job["max_tokens"], job["round"]
         prefill = min(int(job.get("prefill") or n), n)
         prompts = [encode(prompt(round_, i)) for i in range(n)]
-        gen = BatchGenerator(
-            model,
-            stop_tokens=[[t] for t in eos],
-            completion_batch_size=n,
-            prefill_batch_size=prefill,
-        )
-        started = time.perf_counter()
-        gen.insert(prompts, max_tokens=[max_tokens] * n)
-        tokens, first = 0, None
-        while True:
-            responses = gen.next_generated()
-            if not responses:
-                break
-            first = first or time.perf_counter()
-            tokens += sum(1 for r in responses if r.token not in eos)
-        wall = time.perf_counter() - started
-        gen.close()
-        print(
-            json.dumps(
-                {
-                    "tokens": tokens,
-                    "wall": wall,
-                    "aggregate": tokens / wall,
-                    "ttft": (first or started) - started,
-                    "prompt_tokens": [len(p) for p in prompts][:4],
-                    "prefill_batch_size": prefill,
-                }
-            ),
-            flush=True,
-        )
+        print(json.dumps(decode_batch(model, eos, prompts, max_tokens, prefill)), flush=True)
 
 
 if __name__ == "__main__":

@@ -9,9 +9,12 @@ model object decodes the same prompt, greedy, through, in turn,
 - `stream_generate`: the reference (detokenizer, GenerationResponse per token);
 - `generate_step`: mlx-lm's bare loop, no detokenizer;
 - `Solo`: the gateway's single-sequence loop (engines/mlx/single.py), tokens only;
-- `MLXBatch`: the engine's batch stepping a lone request (Solo + detokenizer + parser).
+- `MLXBatch`: the engine's batch stepping a lone request (Solo + detokenizer + parser);
+- `MLXBatch c128`: the same, the batch made as for `concurrency: 128` with prefix reuse on
+  (the GPU kit's `batched` model, which decoded a lone stream ~10% slower than `serial`).
 
-Prints decode tok/s per round and side, and the medians; one JSON line at the end.
+Prints decode tok/s (and time to first token) per round and side, and the medians; one
+JSON line at the end.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ def main() -> None:
     from mlx_lm.sample_utils import make_sampler
     from single_stream import PROMPT
 
+    from engines.mlx.batch import MLXBatch
     from engines.mlx.engine import MLXEngine
     from engines.mlx.platform import detect
     from engines.mlx.single import Solo
@@ -59,15 +63,21 @@ def main() -> None:
     prompt = engine.prepare(request).prompt
     n = args.max_tokens
     batch = engine.open_batch()
+    # The `batched` model's batch on the same engine: 128 sequences, 4 parked sessions.
+    engine.parked_bytes = 1 << 30
+    wide = msgspec.convert(config | {"concurrency": 128, "prefix_reuse": True}, ModelConfig)
+    wide_batch = MLXBatch(engine, model, tokenizer, wide)
 
     def timed(tokens):
-        """(first token time, last token time, count) over an iterator of tokens."""
+        """Decode tok/s over an iterator of tokens; the time to the first is kept aside."""
+        started = time.perf_counter()
         first = last = None
         count = 0
         for _ in tokens:
             last = time.perf_counter()
             first = first or last
             count += 1
+        timed.ttft_ms = (first - started) * 1000
         return (count - 1) / (last - first)
 
     def reference():
@@ -86,7 +96,7 @@ def main() -> None:
         s = Solo(model, batch._generator.stream, job.prompt, None, [], job)
         return timed(s.advance() for _ in range(job.max_tokens))
 
-    def engine_batch():
+    def engine_batch(batch=batch):
         batch.add("r", request, lambda: False)
 
         def tokens():  # one per step (a lone request's step decodes one token), not per
@@ -101,7 +111,9 @@ def main() -> None:
 
     sides = {"stream_generate": reference, "generate_step": bare, "Solo": solo}
     sides["MLXBatch"] = engine_batch
+    sides["MLXBatch c128"] = lambda: engine_batch(wide_batch)
     rates: dict[str, list[float]] = {name: [] for name in sides}
+    ttfts = {name: [] for name in sides}
     for round_ in range(args.rounds + 1):  # round 0 warms up
         names = list(sides)
         names = names[round_ % len(names) :] + names[: round_ % len(names)]
@@ -109,12 +121,17 @@ def main() -> None:
             rate = sides[name]()
             if round_:
                 rates[name].append(rate)
-            print(f"round {round_} {name:16s} {rate:8.1f} tok/s", flush=True)
+                ttfts[name].append(timed.ttft_ms)
+            print(
+                f"round {round_} {name:16s} {rate:8.1f} tok/s  ttft {timed.ttft_ms:6.1f} ms",
+                flush=True,
+            )
     medians = {name: statistics.median(r) for name, r in rates.items()}
     ref = medians["stream_generate"]
+    first = {name: statistics.median(t) for name, t in ttfts.items()}
     for name, m in medians.items():
-        print(f"{name:16s} median {m:8.1f} tok/s  ratio {m / ref:.3f}")
-    print(json.dumps({"model": args.model_dir, "rates": rates, "medians": medians}))
+        print(f"{name:16s} median {m:8.1f} tok/s  ratio {m / ref:.3f}  ttft {first[name]:.1f} ms")
+    print(json.dumps({"model": args.model_dir, "rates": rates, "medians": medians, "ttft": first}))
 
 
 if __name__ == "__main__":
