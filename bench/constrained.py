@@ -122,7 +122,7 @@ def mask_share_child(rounds: int, tokens: int) -> None:
     from mlx_lm.sample_utils import make_sampler
 
     from engines.mlx.constrain import Grammar, MaskProcessor
-    from engines.mlx.engine import expand_quantized
+    from engines.mlx.engine import expand_as_platform
     from engines.mlx.platform import detect
     from engines.sources.resolve import resolve_source
     from engines.text.output import load_tool_format
@@ -130,8 +130,7 @@ def mask_share_child(rounds: int, tokens: int) -> None:
     from schemas.canonical import ChatRequest, Message, OutputFormat
 
     model, tokenizer = mlx_lm.load(str(resolve_source("bench", SMOLLM2)))
-    if detect().weights == "float32":
-        expand_quantized(model)
+    expand_as_platform(model, detect())
     mx.eval(model.parameters())
     grammar = Grammar(model, tokenizer, thinking_markers(tokenizer), load_tool_format("json_tools"))
     spent = [0.0]

@@ -2,9 +2,10 @@
 
 Run by `bench/single_stream.py` as a subprocess with the gateway's platform environment
 (OpenBLAS preloaded) and the gateway's own load path (`resolve_source`, then
-`expand_quantized` where the gateway expands 4-bit weights to float32), so the two sides
-differ only by what the gateway adds. It loads once, then answers one JSON line per JSON
-line on stdin: {"messages": [...], "max_tokens": N} -> timings and the engine's counts.
+`expand_as_platform`: 4-bit weights expanded to float32 on the CPU, to bfloat16 on CUDA),
+so the two sides differ only by what the gateway adds. It loads once, then answers one JSON
+line per JSON line on stdin: {"messages": [...], "max_tokens": N} -> timings and the
+engine's counts.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ def main() -> None:
     import mlx_lm
     from mlx_lm.sample_utils import make_sampler
 
-    from engines.mlx.engine import expand_quantized
+    from engines.mlx.engine import expand_as_platform
     from engines.mlx.platform import detect
     from engines.sources.resolve import resolve_source
 
@@ -27,8 +28,7 @@ def main() -> None:
     platform = detect()
     path = resolve_source("reference", source)
     model, tokenizer = mlx_lm.load(str(path))
-    if platform.weights == "float32":
-        expand_quantized(model)
+    expand_as_platform(model, platform)
     mx.eval(model.parameters())
     print(json.dumps({"ready": True, "platform": platform.as_dict()}), flush=True)
 

@@ -150,6 +150,7 @@ LOCAL_ONLY = (
     "source",
     "context",
     "kv_bits",
+    "weights",
     "draft",
     "prefix_reuse",
     "session_slots",

@@ -34,6 +34,7 @@ ENGINE_FIELDS = (
     "source",
     "context",
     "kv_bits",
+    "weights",
     "draft",
     "task",
     "tool_parser",

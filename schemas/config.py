@@ -238,6 +238,9 @@ Residency = Literal["pinned"] | OnDemand
 EngineKind = Literal["mlx", "scripted", "upstream", "process"]
 # YAML 1.1 reads a bare `off` as false, so false stands for "off" too.
 ReasoningEffort = Literal["off", "low", "medium", "high"] | bool
+# How a quantized model's weights are held: `auto` as the platform runs them fastest (float32
+# on the CPU; bfloat16 on CUDA where it costs no context), `stored` as the file holds them.
+WeightsHeld = Literal["auto", "stored"]
 
 
 class ModelSettings(Strict):
@@ -252,6 +255,7 @@ class ModelSettings(Strict):
     prefix_reuse: bool | None = None
     session_slots: Annotated[int, Meta(ge=0)] | None = None
     kv_bits: Literal[4, 8] | None = None
+    weights: WeightsHeld | None = None
     draft: DraftConfig | None = None
     system: str | None = None
     guardrails: GuardrailsConfig | None = None
@@ -281,6 +285,7 @@ class ModelConfig(Strict):
     prefix_reuse: bool = True
     session_slots: Annotated[int, Meta(ge=0)] = 4
     kv_bits: Literal[4, 8] | None = None
+    weights: WeightsHeld = "auto"
     draft: DraftConfig | None = None
     system: str | None = None
     guardrails: GuardrailsConfig = GuardrailsConfig()

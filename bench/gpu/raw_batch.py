@@ -2,7 +2,7 @@
 directory, answering one JSON line per JSON line, so bench_gateway.py can interleave it with the
 gateway on the same prompts:
 
-    python3 bench/gpu/raw_batch.py MODEL_DIR PRODUCT_DIR
+    python3 bench/gpu/raw_batch.py MODEL_DIR PRODUCT_DIR [--stored]
     in:  {"clients": 8, "max_tokens": 128, "round": 0, "prefill": 8}
     out: {"tokens": ..., "wall": ..., "aggregate": ..., "ttft": ...}
 
@@ -69,12 +69,20 @@ def main() -> None:
 
     model_dir, product = sys.argv[1], sys.argv[2]
     sys.path.insert(0, f"{product}/bench")
+    sys.path.insert(0, product)
     from concurrency import prompt  # the product's own prompts
 
+    from engines.mlx.engine import expand_as_platform
+    from engines.mlx.platform import detect
+
     model, tokenizer = load(model_dir)
+    # Raw at its best: the weights as the gateway's platform path holds them (on CUDA,
+    # bfloat16: MLX's 4-bit kernels do not batch), unless the bench asks for them as stored.
+    held = "as stored" if "--stored" in sys.argv else expand_as_platform(model, detect())
     mx.eval(model.parameters())
     eos = sorted(tokenizer.eos_token_ids)
-    print(json.dumps({"ready": True, "eos": eos, "device": str(mx.default_device())}), flush=True)
+    ready = {"ready": True, "eos": eos, "device": str(mx.default_device()), "weights": held}
+    print(json.dumps(ready), flush=True)
     encode = encoder(tokenizer)
     for line in sys.stdin:
         job = json.loads(line)

@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 from engines.base import LoadInfo
 from engines.batch import Batch, SerialBatch
-from engines.errors import BadRequest, ContextOverflow, SourceError
+from engines.errors import BadRequest, ContextOverflow, ContextTooLarge, SourceError
 from engines.mlx.constrain import Grammar
 from engines.mlx.context import size_context
 from engines.mlx.facts import source_chat_template
@@ -38,6 +38,8 @@ from schemas.config import ModelConfig
 
 # 4-bit weights (plus scales) grow about this much when expanded to float32.
 FLOAT32_EXPANSION = 6
+# What a platform may expand quantized weights to (PlatformPath.weights).
+EXPANDED = ("float32", "bfloat16")
 
 
 class Prepared(NamedTuple):
@@ -91,7 +93,9 @@ class MLXEngine:
         path = check_source(self._config.id, self._config.source, base_dir=self._base_dir)
         files = [path] if path.is_file() else list(path.glob("*.safetensors"))
         on_disk = sum(f.stat().st_size for f in files)
-        return on_disk * (FLOAT32_EXPANSION if self._platform.weights == "float32" else 1)
+        # The bfloat16 copy (CUDA) is taken only where the memory left affords it (`load`).
+        expands = self._platform.weights == "float32" and self._config.weights == "auto"
+        return on_disk * (FLOAT32_EXPANSION if expands else 1)
 
     def load(self, memory_left: int | None = None) -> LoadInfo:
         import mlx.core as mx
@@ -99,16 +103,17 @@ class MLXEngine:
 
         path = resolve_source(self._config.id, self._config.source, base_dir=self._base_dir)
         model, tokenizer = load_model_dir(self._config.id, self._config.source, path)
-        if self._platform.weights == "float32":
-            expand_quantized(model)
-        mx.eval(model.parameters())
-        weights = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
         trained = trained_context(model)
-        per_token = kv_bytes_per_token(model, self._platform, self._config.kv_bits)
         # The KV caches counted against the budget: one window per request decoded
         # together, and the parked sessions' caches, bounded to `parked` windows in all.
         parked = self._parked_windows()
         windows = self._config.concurrency + parked
+        held = self._weights_held(model, memory_left, trained, windows)
+        if held in EXPANDED:
+            expand_quantized(model, held)
+        mx.eval(model.parameters())
+        weights = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
+        per_token = kv_bytes_per_token(model, held, self._config.kv_bits)
         self._context = size_context(
             self._config.id,
             self._config.context.max,
@@ -132,7 +137,7 @@ class MLXEngine:
             trained_context=trained,
             detail={
                 "path": str(path),
-                "weights": self._platform.weights,
+                "weights": held,
                 "kv_bytes_per_token": str(per_token),
                 **self._decoding_detail(),
             },
@@ -283,6 +288,42 @@ class MLXEngine:
             detail["rate"] = f"{config.rate.max_tokens_per_sec} tokens/s"
         return detail
 
+    def _weights_held(self, model, memory_left: int | None, trained: int, windows: int) -> str:
+        """What the weights are held as: the platform's choice (engines/mlx/platform.py) for a
+        quantized model, unless the model keeps them as stored (`weights: stored`).
+
+        The bfloat16 copy a GPU gets is 3-4x the 4-bit weights: it is taken only where it
+        costs no context, the window it leaves being the one the stored weights would get.
+        """
+        wanted = self._platform.weights
+        if wanted not in EXPANDED or self._config.weights == "stored" or not quantized(model):
+            return "as stored"
+        if wanted == "float32":  # the CPU: 4-bit kernels are slower than any smaller window
+            return wanted
+        from mlx.utils import tree_flatten
+
+        stored = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
+        expanded = stored + expansion_bytes(model, 2)
+        per_token = kv_bytes_per_token(model, wanted, self._config.kv_bits)
+
+        def window(weights: int) -> int | None:
+            try:
+                return size_context(
+                    self._config.id,
+                    self._config.context.max,
+                    trained,
+                    weights,
+                    per_token,
+                    memory_left,
+                    windows,
+                )
+            except ContextTooLarge:
+                return None
+
+        if window(expanded) == window(stored):
+            return wanted
+        return f"as stored ({wanted} would leave a smaller context)"
+
     def _load_draft(self):
         """The draft model speculation proposes tokens with; it must share the tokenizer."""
         import mlx.core as mx
@@ -349,12 +390,13 @@ def load_model_dir(model_id: str, source: str, path: Path):
         raise SourceError(model_id, where, f"{type(error).__name__}: {error}") from None
 
 
-def kv_bytes_per_token(model, platform: PlatformPath, kv_bits: int | None) -> int:
-    """Keys and values of every layer for one token, in the dtype the cache will hold."""
+def kv_bytes_per_token(model, weights: str, kv_bits: int | None) -> int:
+    """Keys and values of every layer for one token, in the dtype the cache will hold (that
+    of the weights held, `_weights_held`)."""
     args = model.args
     heads = getattr(args, "num_key_value_heads", None) or args.num_attention_heads
     head_dim = getattr(args, "head_dim", None) or args.hidden_size // args.num_attention_heads
-    element = 4 if platform.weights == "float32" else 2
+    element = 4 if weights == "float32" else 2
     per_token = 2 * args.num_hidden_layers * heads * head_dim * element
     return per_token * kv_bits // (8 * element) if kv_bits else per_token
 
@@ -364,25 +406,62 @@ def trained_context(model) -> int:
     return int(getattr(args, "max_position_embeddings", None) or 4096)
 
 
-def expand_quantized(model) -> None:
-    """Replace quantized layers by float32 ones (faster on CPU, see engines/mlx/platform.py)."""
+def quantized_layers(model) -> list:
+    """(name, module) of every quantized linear or embedding layer."""
+    import mlx.nn as nn
+
+    return [
+        (name, module)
+        for name, module in model.named_modules()
+        if isinstance(module, nn.QuantizedLinear | nn.QuantizedEmbedding)
+    ]
+
+
+def quantized(model) -> bool:
+    return bool(quantized_layers(model))
+
+
+def expansion_bytes(model, element: int) -> int:
+    """How much the weights grow when every quantized layer becomes `element`-byte values
+    (known from the shapes: nothing is computed)."""
+    grown = 0
+    for _, module in quantized_layers(model):
+        rows, packed = module.weight.shape
+        dense = rows * packed * 32 // module.bits * element
+        held = sum(getattr(module, k).nbytes for k in ("weight", "scales", "biases") if k in module)
+        grown += dense - held
+    return grown
+
+
+def expand_as_platform(model, platform: PlatformPath) -> str:
+    """Hold `model`'s weights as `platform` runs them fastest, with no memory check (for the
+    benchmarks' in-process references); what they are held as."""
+    if platform.weights not in EXPANDED or not quantized(model):
+        return "as stored"
+    expand_quantized(model, platform.weights)
+    return platform.weights
+
+
+def expand_quantized(model, dtype: str = "float32") -> None:
+    """Replace quantized layers by dense ones of `dtype` (one of EXPANDED): faster on the
+    CPU and, for batches, on CUDA (see engines/mlx/platform.py)."""
     import mlx.core as mx
     import mlx.nn as nn
     from mlx.utils import tree_unflatten
 
+    dtype = getattr(mx, dtype)
     swaps = []
-    for name, module in model.named_modules():
-        if isinstance(module, nn.QuantizedLinear | nn.QuantizedEmbedding):
-            weight = mx.dequantize(
-                module.weight, module.scales, module.biases, module.group_size, module.bits
-            ).astype(mx.float32)
-            if isinstance(module, nn.QuantizedLinear):
-                dense = nn.Linear(weight.shape[1], weight.shape[0], bias="bias" in module)
-                if "bias" in module:
-                    dense.bias = module.bias.astype(mx.float32)
-            else:
-                dense = nn.Embedding(weight.shape[0], weight.shape[1])
-            dense.weight = weight
-            swaps.append((name, dense))
+    for name, module in quantized_layers(model):
+        weight = mx.dequantize(
+            module.weight, module.scales, module.biases, module.group_size, module.bits
+        ).astype(dtype)
+        if isinstance(module, nn.QuantizedLinear):
+            dense = nn.Linear(weight.shape[1], weight.shape[0], bias="bias" in module)
+            if "bias" in module:
+                dense.bias = module.bias.astype(dtype)
+        else:
+            dense = nn.Embedding(weight.shape[0], weight.shape[1])
+        dense.weight = weight
+        swaps.append((name, dense))
     if swaps:
         model.update_modules(tree_unflatten(swaps))

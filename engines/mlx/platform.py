@@ -3,8 +3,10 @@
 Measured on Linux CPU (DESIGN.md): the `mlx[cpu]` wheel links the reference BLAS (~5
 GFLOP/s); the same process started with Debian's OpenBLAS preloaded runs ~40x faster matrix
 products. MLX's CPU kernels for 4-bit matrices are slower than float32 products, so on the
-CPU quantized weights are expanded to float32 at load. On Apple Silicon (Metal) and CUDA
-the stored weights run as they are, and nothing is preloaded: BLAS is not on that path.
+CPU quantized weights are expanded to float32 at load. On CUDA they are expanded to
+bfloat16 (where the memory left allows it: `MLXEngine._weights_held`), for batching; on
+Apple Silicon (Metal) they run as stored. On a GPU nothing is preloaded: BLAS is not on
+that path.
 `detect` names the device and the memory models live in (GPU memory on CUDA, Metal's
 recommended working set on Apple Silicon, RAM on the CPU), which `memory_budget: auto`
 takes its share of.
@@ -22,6 +24,13 @@ OPENBLAS_CANDIDATES = (
     "/usr/lib/x86_64-linux-gnu/libopenblas.so.0",
     "/usr/lib/aarch64-linux-gnu/libopenblas.so.0",
     "/usr/lib/libopenblas.so.0",
+)
+# Measured on an H200 (bench/RESULTS.md, 2026-11-30): MLX's CUDA kernel for 4-bit matrices
+# costs about as much per sequence in a batch as for one alone (1B: 1.6k tok/s at 64 streams),
+# while bfloat16 products batch (8.0k); alone, the two decode at the same speed.
+CUDA_WHY = (
+    "quantized weights expanded to bfloat16 where that costs no context: MLX's 4-bit CUDA "
+    "kernels do not batch (5-12x slower at 64 sequences)"
 )
 # Set by the gateway when it re-executes itself, so it never loops; set by a user to opt out.
 NO_REEXEC_ENV = "GATEWAY_NO_OPENBLAS"
@@ -82,11 +91,15 @@ def detect() -> PlatformPath:
     if on_gpu:
         backend = "metal" if mx.metal.is_available() else "cuda"
         kind = "recommended working set" if backend == "metal" else "GPU memory"
+        if backend == "metal":
+            weights, why = "as stored", "Metal's kernels run quantized weights fast"
+        else:
+            weights, why = "bfloat16", CUDA_WHY
         return PlatformPath(
             device=f"gpu ({backend})",
             blas="n/a",
-            weights="as stored",
-            why="GPU kernels run quantized weights fast",
+            weights=weights,
+            why=why,
             device_name=name,
             memory=f"{describe(machine_memory())} {kind}",
         )

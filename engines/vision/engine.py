@@ -93,7 +93,7 @@ class VisionEngine:
         (read from the safetensors headers; a vision tower is often stored unquantized)."""
         path = check_source(self._config.id, self._config.source, base_dir=self._base_dir)
         files = list(path.glob("*.safetensors"))
-        if self._platform.weights != "float32":
+        if self._held() != "float32":
             return sum(f.stat().st_size for f in files)
         try:
             config = json.loads((path / "config.json").read_text(encoding="utf-8"))
@@ -101,6 +101,12 @@ class VisionEngine:
             return sum(float32_bytes(f, group) for f in files)
         except (OSError, ValueError, KeyError, struct.error):
             return sum(f.stat().st_size for f in files) * FLOAT32_EXPANSION
+
+    def _held(self) -> str:
+        """How the weights are held: float32 on the CPU path (`weights: auto`), else as
+        stored (the bfloat16 copy CUDA gets for text models is not measured for vision)."""
+        auto = self._config.weights == "auto"
+        return "float32" if auto and self._platform.weights == "float32" else "as stored"
 
     def load(self, memory_left: int | None = None) -> LoadInfo:
         import mlx.core as mx
@@ -114,13 +120,13 @@ class VisionEngine:
             message = f"mlx-vlm cannot load it: {error}"
             raise SourceError(self._config.id, str(path), message) from None
         self._image_token = check_markers(self._config.id, str(path), model, processor)
-        if self._platform.weights == "float32":
+        if self._held() == "float32":
             to_float32(model)
         mx.eval(model.parameters())
         weights = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
         text = model.config.text_config
         trained = int(getattr(text, "max_position_embeddings", None) or 4096)
-        element = 4 if self._platform.weights == "float32" else 2
+        element = 4 if self._held() == "float32" else 2
         per_token = kv_bytes_per_token(text, element)
         geometry = geometry_of(model.config, processor, element)
         sequences = self._config.concurrency
@@ -155,7 +161,7 @@ class VisionEngine:
             trained_context=trained,
             detail={
                 "path": str(path),
-                "weights": self._platform.weights,
+                "weights": self._held(),
                 "kv_bytes_per_token": str(per_token),
                 "weights_bytes": str(weights),
                 **decoding_detail(self._config),
