@@ -1,0 +1,137 @@
+"""The gateway's batch (`MLXBatch`) against raw `BatchGenerator`, in one process, no HTTP.
+
+    python3 bench/gpu/batch_ab.py MODEL_DIR [--clients 32,128] [--rounds 2] [--max-tokens 128]
+
+Through HTTP the gateway reached 0.33-0.72 x raw `BatchGenerator` at 128 clients on the
+H200 once weights were bfloat16, with the model thread waiting in `mx.eval` half of the
+time. This tells whether the loss is in the batch itself (how requests join it, what each
+step does) or outside it (event loop, HTTP, the GIL): on the same loaded model, greedy,
+the same prompts (bench/concurrency.py's), aggregate tok/s of
+
+- `raw`: every prompt inserted at once into a fresh `BatchGenerator` (raw_batch.py);
+- `MLXBatch at once`: every request added before the first step, then stepped to the end;
+- `MLXBatch staggered`: one request first (it starts alone, on the single-sequence path),
+  a step, then the rest in four groups with a step between, as a burst reaches the gateway.
+
+Round 0 warms up and is dropped; sides interleaved. Prints medians and one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))  # bench/: the product's prompts
+sys.path.insert(0, str(HERE.parents[1]))  # the product
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("model_dir")
+    parser.add_argument("--clients", default="32,128")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--max-tokens", type=int, default=128)
+    args = parser.parse_args()
+
+    import msgspec
+    from concurrency import prompt
+    from raw_batch import decode_batch
+
+    from engines.mlx.engine import MLXEngine
+    from engines.mlx.platform import detect
+    from schemas.canonical import ChatRequest, Finished
+    from schemas.config import ModelConfig
+
+    counts = [int(c) for c in args.clients.split(",")]
+    config = {
+        "id": "ab",
+        "source": args.model_dir,
+        "concurrency": max(counts),
+        "prefix_reuse": False,
+        "context": {"max": 1024},
+    }
+    engine = MLXEngine(msgspec.convert(config, ModelConfig), detect(), None)
+    info = engine.load(None)
+    print(f"weights {info.detail['weights']}", flush=True)
+    model, tokenizer = engine._model, engine._tokenizer
+    eos = sorted(tokenizer.eos_token_ids)
+    n_tokens = args.max_tokens
+
+    def requests(round_: int, n: int) -> list:
+        return [
+            msgspec.convert(
+                {
+                    "messages": prompt(round_, i),
+                    "max_tokens": n_tokens,
+                    "sampling": {"temperature": 0},
+                },
+                ChatRequest,
+            )
+            for i in range(n)
+        ]
+
+    def raw(round_: int, n: int) -> float:
+        prompts = [engine.prepare(r).prompt for r in requests(round_, n)]
+        return decode_batch(model, eos, prompts, n_tokens, n)["aggregate"]
+
+    def through_batch(round_: int, n: int, groups: int) -> float:
+        batch = engine.open_batch()
+        reqs = requests(round_, n)
+        tokens, done = 0, 0
+        started = time.perf_counter()
+
+        def step() -> None:
+            nonlocal tokens, done
+            for _, output in batch.step():
+                if isinstance(output, Finished):
+                    tokens += output.new_tokens
+                    done += 1
+
+        if groups:
+            batch.add(0, reqs[0], lambda: False)
+            step()
+            rest = list(enumerate(reqs))[1:]
+            size = -(-len(rest) // groups)
+            for g in range(0, len(rest), size):
+                for i, r in rest[g : g + size]:
+                    batch.add(i, r, lambda: False)
+                step()
+        else:
+            for i, r in enumerate(reqs):
+                batch.add(i, r, lambda: False)
+        while done < n:
+            step()
+        return tokens / (time.perf_counter() - started)
+
+    sides = {
+        "raw": raw,
+        "MLXBatch at once": lambda r, n: through_batch(r, n, 0),
+        "MLXBatch staggered": lambda r, n: through_batch(r, n, 4),
+    }
+    rates: dict = {f"{name} {n}": [] for n in counts for name in sides}
+    for round_ in range(args.rounds + 1):
+        for n in counts:
+            names = list(sides)
+            names = names[round_ % len(names) :] + names[: round_ % len(names)]
+            for name in names:
+                rate = sides[name](round_, n)
+                if round_:
+                    rates[f"{name} {n}"].append(rate)
+                print(f"round {round_} {n:4d} clients {name:20s} {rate:9.1f} tok/s", flush=True)
+    medians = {k: statistics.median(v) for k, v in rates.items()}
+    for n in counts:
+        ref = medians[f"raw {n}"]
+        for name in sides:
+            m = medians[f"{name} {n}"]
+            print(f"{n:4d} clients {name:20s} median {m:9.1f} tok/s  x raw {m / ref:.3f}")
+    print(json.dumps({"model": args.model_dir, "rates": rates, "medians": medians}))
+
+
+if __name__ == "__main__":
+    main()
