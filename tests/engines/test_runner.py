@@ -220,6 +220,24 @@ async def test_a_burst_of_arrivals_joins_the_batch_together_before_its_next_step
     await runner.stop("test")
 
 
+async def test_a_burst_reaching_an_idle_runner_starts_as_one_batch(monkeypatch):
+    # A lone request waits BURST_GAP_S for company before its first step, so a burst is not
+    # split into one request started alone and the rest joining it.
+    monkeypatch.setattr(serving, "BURST_GAP_S", 0.5)
+    monkeypatch.setattr(serving, "BURST_MAX_S", 10.0)
+    model = ModelConfig(id="m", engine="scripted", concurrency=8)
+    engine = BatchSizeEngine(ScriptConfig(reply="a b c", token_delay=0.01))
+    runner = Runner(model, engine)
+    await runner.start()
+    jobs = []
+    for i in range(6):  # arrivals 20 ms apart at an idle runner
+        jobs.append(runner.submit(ask(f"r{i}")))
+        await asyncio.sleep(0.02)
+    await asyncio.gather(*(drain(runner, job) for job in jobs))
+    assert engine.sizes[0] == 6, engine.sizes
+    await runner.stop("test")
+
+
 async def drain_rest(results) -> list:
     return [o async for o in results]
 
