@@ -391,12 +391,22 @@ def load_model_dir(model_id: str, source: str, path: Path):
 
 
 def kv_bytes_per_token(model, weights: str, kv_bits: int | None) -> int:
-    """Keys and values of every layer for one token, in the dtype the cache will hold (that
-    of the weights held, `_weights_held`)."""
+    """Keys and values of every layer for one token, in the dtype the cache will hold: that
+    of the weights held (`_weights_held`), float32 when expanded to it, else the model's
+    own floating dtype (a quantized model's scales)."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+
     args = model.args
     heads = getattr(args, "num_key_value_heads", None) or args.num_attention_heads
     head_dim = getattr(args, "head_dim", None) or args.hidden_size // args.num_attention_heads
-    element = 4 if weights == "float32" else 2
+    if weights in EXPANDED:
+        element = 4 if weights == "float32" else 2
+    else:
+        floating = (
+            v for _, v in tree_flatten(model.parameters()) if mx.issubdtype(v.dtype, mx.floating)
+        )
+        element = next(floating).dtype.size
     per_token = 2 * args.num_hidden_layers * heads * head_dim * element
     return per_token * kv_bits // (8 * element) if kv_bits else per_token
 
