@@ -11,9 +11,8 @@ def test_unseeded_requests_with_the_same_settings_share_one_sampler():
     first = make_request_sampler(0.7, 0.9, None, None, None)
     assert make_request_sampler(0.7, 0.9, None, None, None) is first
     assert make_request_sampler(0.8, 0.9, None, None, None) is not first
-    assert make_request_sampler(None, None, None, None, None) is make_request_sampler(
-        0.0, None, None, None, 5  # greedy: a seed draws nothing
-    )
+    greedy = make_request_sampler(None, None, None, None, None)
+    assert make_request_sampler(0.0, None, None, None, 5) is greedy  # a seed draws nothing
 
 
 def test_a_seeded_request_has_a_sampler_of_its_own_that_samples_each_row():
