@@ -99,7 +99,6 @@ class MLXEngine:
 
     def load(self, memory_left: int | None = None) -> LoadInfo:
         import mlx.core as mx
-        from mlx.utils import tree_flatten
 
         path = resolve_source(self._config.id, self._config.source, base_dir=self._base_dir)
         model, tokenizer = load_model_dir(self._config.id, self._config.source, path)
@@ -112,17 +111,9 @@ class MLXEngine:
         if held in EXPANDED:
             expand_quantized(model, held)
         mx.eval(model.parameters())
-        weights = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
+        weights = weight_bytes(model)
         per_token = kv_bytes_per_token(model, held, self._config.kv_bits)
-        self._context = size_context(
-            self._config.id,
-            self._config.context.max,
-            trained,
-            weights,
-            per_token,
-            memory_left,
-            windows,
-        )
+        self._context = self._window(trained, weights, per_token, memory_left, windows)
         self.parked_bytes = per_token * self._context * parked
         self._model, self._tokenizer = model, tokenizer
         self._eos_ids = set(tokenizer.eos_token_ids)
@@ -296,33 +287,39 @@ class MLXEngine:
         costs no context, the window it leaves being the one the stored weights would get.
         """
         wanted = self._platform.weights
-        if wanted not in EXPANDED or self._config.weights == "stored" or not quantized(model):
+        if wanted not in EXPANDED or self._config.weights == "stored":
+            return "as stored"
+        if not quantized_layers(model):
             return "as stored"
         if wanted == "float32":  # the CPU: 4-bit kernels are slower than any smaller window
             return wanted
-        from mlx.utils import tree_flatten
-
-        stored = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
+        stored = weight_bytes(model)
         expanded = stored + expansion_bytes(model, 2)
         per_token = kv_bytes_per_token(model, wanted, self._config.kv_bits)
 
         def window(weights: int) -> int | None:
             try:
-                return size_context(
-                    self._config.id,
-                    self._config.context.max,
-                    trained,
-                    weights,
-                    per_token,
-                    memory_left,
-                    windows,
-                )
+                return self._window(trained, weights, per_token, memory_left, windows)
             except ContextTooLarge:
                 return None
 
         if window(expanded) == window(stored):
             return wanted
         return f"as stored ({wanted} would leave a smaller context)"
+
+    def _window(
+        self, trained: int, weights: int, per_token: int, memory_left: int | None, windows: int
+    ) -> int:
+        """The context window these weights leave (`size_context` for this model)."""
+        return size_context(
+            self._config.id,
+            self._config.context.max,
+            trained,
+            weights,
+            per_token,
+            memory_left,
+            windows,
+        )
 
     def _load_draft(self):
         """The draft model speculation proposes tokens with; it must share the tokenizer."""
@@ -427,8 +424,11 @@ def quantized_layers(model) -> list:
     ]
 
 
-def quantized(model) -> bool:
-    return bool(quantized_layers(model))
+def weight_bytes(model) -> int:
+    """The bytes of every parameter, as held now (known from the shapes: nothing is computed)."""
+    from mlx.utils import tree_flatten
+
+    return sum(v.nbytes for _, v in tree_flatten(model.parameters()))
 
 
 def expansion_bytes(model, element: int) -> int:
@@ -446,7 +446,7 @@ def expansion_bytes(model, element: int) -> int:
 def expand_as_platform(model, platform: PlatformPath) -> str:
     """Hold `model`'s weights as `platform` runs them fastest, with no memory check (for the
     benchmarks' in-process references); what they are held as."""
-    if platform.weights not in EXPANDED or not quantized(model):
+    if platform.weights not in EXPANDED or not quantized_layers(model):
         return "as stored"
     expand_quantized(model, platform.weights)
     return platform.weights
