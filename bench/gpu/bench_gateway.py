@@ -304,6 +304,7 @@ class Profile:
                     "-f",
                     "raw",
                     "--threads",
+                    *(["--gil"] if args.profile_gil else []),
                     "-o",
                     str(self.path),
                 ],
@@ -603,6 +604,12 @@ def main() -> None:
         "--profile",
         action="store_true",
         help="py-spy the gateway in each phase (collapsed stacks to profiles.txt)",
+    )
+    parser.add_argument(
+        "--profile-gil",
+        action="store_true",
+        help="with --profile: sample only the thread holding the GIL (py-spy --gil), so "
+        "each thread's share of the samples is its share of the GIL",
     )
     args = parser.parse_args()
     args.product = args.product.resolve()
