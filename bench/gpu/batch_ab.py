@@ -11,7 +11,10 @@ the same prompts (bench/concurrency.py's), aggregate tok/s of
 - `raw`: every prompt inserted at once into a fresh `BatchGenerator` (raw_batch.py);
 - `MLXBatch at once`: every request added before the first step, then stepped to the end;
 - `MLXBatch staggered`: one request first (it starts alone, on the single-sequence path),
-  a step, then the rest in four groups with a step between, as a burst reaches the gateway.
+  a step, then the rest in four groups with a step between, as a burst reaches the gateway;
+- `MLXBatch thread`: at once, on a thread of its own (as the runner runs it), the main
+  thread idle; `thread+spin`: the main thread meanwhile runs Python without pause (an
+  event loop that never waits), which takes the GIL from the batch's thread.
 
 Round 0 warms up and is dropped; sides interleaved. Prints medians and one JSON line.
 """
@@ -22,6 +25,7 @@ import argparse
 import json
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -109,10 +113,23 @@ def main() -> None:
             step()
         return tokens / (time.perf_counter() - started)
 
+    def on_thread(round_: int, n: int, spin: bool) -> float:
+        """`MLXBatch at once` on a thread of its own, as the gateway's runner runs it, the
+        main thread waiting (idle) or spinning in Python (an event loop that never waits)."""
+        result: list[float] = []
+        worker = threading.Thread(target=lambda: result.append(through_batch(round_, n, 0)))
+        worker.start()
+        while spin and worker.is_alive():
+            json.dumps({"spin": list(range(20))})
+        worker.join()
+        return result[0]
+
     sides = {
         "raw": raw,
         "MLXBatch at once": lambda r, n: through_batch(r, n, 0),
         "MLXBatch staggered": lambda r, n: through_batch(r, n, 4),
+        "MLXBatch thread": lambda r, n: on_thread(r, n, False),
+        "MLXBatch thread+spin": lambda r, n: on_thread(r, n, True),
     }
     rates: dict = {f"{name} {n}": [] for n in counts for name in sides}
     for round_ in range(args.rounds + 1):
