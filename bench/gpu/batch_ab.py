@@ -14,7 +14,8 @@ the same prompts (bench/concurrency.py's), aggregate tok/s of
   a step, then the rest in four groups with a step between, as a burst reaches the gateway;
 - `MLXBatch thread`: at once, on a thread of its own (as the runner runs it), the main
   thread idle; `thread+spin`: the main thread meanwhile runs Python without pause (an
-  event loop that never waits), which takes the GIL from the batch's thread.
+  event loop that never waits), which takes the GIL from the batch's thread; with
+  `--switch-ms`, `thread+spin` again under each of those GIL switch intervals.
 
 Round 0 warms up and is dropped; sides interleaved. Prints medians and one JSON line.
 """
@@ -41,6 +42,12 @@ def main() -> None:
     parser.add_argument("--clients", default="32,128")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument(
+        "--switch-ms",
+        type=lambda v: [float(x) for x in v.split(",") if x],
+        default=[],
+        help="GIL switch intervals (ms) to run `thread+spin` under too, e.g. 0.5,0.1",
+    )
     args = parser.parse_args()
 
     import msgspec
@@ -113,15 +120,19 @@ def main() -> None:
             step()
         return tokens / (time.perf_counter() - started)
 
-    def on_thread(round_: int, n: int, spin: bool) -> float:
+    def on_thread(round_: int, n: int, spin: bool, interval: float | None = None) -> float:
         """`MLXBatch at once` on a thread of its own, as the gateway's runner runs it, the
-        main thread waiting (idle) or spinning in Python (an event loop that never waits)."""
+        main thread waiting (idle) or spinning in Python (an event loop that never waits),
+        under CPython's GIL switch interval or `interval` seconds."""
         result: list[float] = []
         worker = threading.Thread(target=lambda: result.append(through_batch(round_, n, 0)))
+        default = sys.getswitchinterval()
+        sys.setswitchinterval(interval or default)
         worker.start()
         while spin and worker.is_alive():
             json.dumps({"spin": list(range(20))})
         worker.join()
+        sys.setswitchinterval(default)
         return result[0]
 
     sides = {
@@ -130,6 +141,10 @@ def main() -> None:
         "MLXBatch staggered": lambda r, n: through_batch(r, n, 4),
         "MLXBatch thread": lambda r, n: on_thread(r, n, False),
         "MLXBatch thread+spin": lambda r, n: on_thread(r, n, True),
+        **{
+            f"thread+spin {ms:g} ms": lambda r, n, s=ms / 1000: on_thread(r, n, True, s)
+            for ms in args.switch_ms
+        },
     }
     rates: dict = {f"{name} {n}": [] for n in counts for name in sides}
     for round_ in range(args.rounds + 1):
@@ -140,7 +155,7 @@ def main() -> None:
                 rate = sides[name](round_, n)
                 if round_:
                     rates[f"{name} {n}"].append(rate)
-                print(f"round {round_} {n:4d} clients {name:20s} {rate:9.1f} tok/s", flush=True)
+                print(f"round {round_} {n:4d} clients {name:24s} {rate:9.1f} tok/s", flush=True)
     medians = {k: statistics.median(v) for k, v in rates.items()}
     for n in counts:
         ref = medians[f"raw {n}"]
