@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from schemas.canonical import ChatRequest, EmbedRequest, Output, ReasoningDelta, TextDelta
+from schemas.canonical import ChatRequest, EmbedRequest, Output
 
 
 class Job:
@@ -26,33 +26,11 @@ class Job:
         self._cancelled = threading.Event()
         self._expiry: asyncio.TimerHandle | None = None
 
-    async def take(self) -> list[Output | BaseException]:
-        """Every output that arrived since the last take (waiting for one if none has), with
-        adjacent text joined: a reader that fell behind (a batch of 128 streams keeps the
-        event loop busy) sends what piled up as one chunk, not one chunk per token, so
-        falling behind costs it less, not more."""
-        taken = [await self.outputs.get()]
-        while not self.outputs.empty():
-            taken.append(self.outputs.get_nowait())
-        return joined(taken)
-
     def cancel(self) -> None:
         self._cancelled.set()
 
     def is_cancelled(self) -> bool:
         return self._cancelled.is_set()
-
-
-def joined(outputs: list[Output | BaseException]) -> list[Output | BaseException]:
-    """`outputs` with each run of adjacent answer text, or of adjacent thinking, as one."""
-    out: list[Output | BaseException] = []
-    for output in outputs:
-        last = out[-1] if out else None
-        if isinstance(output, TextDelta | ReasoningDelta) and type(last) is type(output):
-            out[-1] = type(output)(last.text + output.text)
-        else:
-            out.append(output)
-    return out
 
 
 # The withdrawals of the jobs submitted in the current scope (an HTTP request), or None
@@ -93,10 +71,6 @@ class Pace:
     def __init__(self, max_tokens_per_sec: float | None) -> None:
         self._rate = max_tokens_per_sec
         self._due = time.perf_counter()
-
-    @property
-    def paced(self) -> bool:
-        return bool(self._rate)
 
     def wait(self, tokens: int) -> None:
         if not self._rate:

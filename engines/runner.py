@@ -121,8 +121,6 @@ class Runner(ModelThread):
         self._inbox: queue.SimpleQueue[Job] = queue.SimpleQueue()
         self._in_batch: set[Job] = set()  # touched only on the model's thread
         self._batch: Batch | None = None  # made and used only on the model's thread
-        self._held: dict[Job, list] = {}  # outputs not yet handed to the loop (model thread)
-        self._handed_at = 0.0
         self._serving = False
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"runner-{model.id}")
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -278,12 +276,12 @@ class Runner(ModelThread):
         """The job's outputs as they come; leaving early (client gone) cancels the job."""
         try:
             while True:
-                for item in await job.take():
-                    if isinstance(item, BaseException):
-                        raise item
-                    yield item
-                    if isinstance(item, Finished | Embedded):
-                        return
+                item = await job.outputs.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                if isinstance(item, Finished | Embedded):
+                    return
         finally:
             self._withdraw(job)
 

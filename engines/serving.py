@@ -3,8 +3,7 @@
 `ModelThread` is the half of a `Runner` that runs on the runner's single worker thread. It
 touches only the inbox, the batch and the jobs in it; everything else it posts back to the
 event loop. The runner supplies: `model`, `engine`, `_loop`, `_inbox` (admitted jobs),
-`_in_batch`, `_batch`, `_held` and `_handed_at` (outputs not yet handed over, and when
-the last hand-over was) and `_finished_one` (frees a slot, on the loop).
+`_in_batch`, `_batch` and `_finished_one` (frees a slot, on the loop).
 """
 
 from __future__ import annotations
@@ -39,13 +38,6 @@ from schemas.events import BatchFailed, Generated
 # BURST_GAP_S for company too (unless the model decodes one request at a time).
 BURST_GAP_S = 0.002
 BURST_MAX_S = 0.1
-# The event loop turns each handed-over output into an SSE chunk, holding the GIL this
-# thread needs to launch the next step: at 128 streams of a 1B model on an H200 that work
-# halved the batch's speed (issue 12). So a batch of n streams hands its outputs over at
-# most every n / CHUNKS_PER_S seconds (4 ms at 16 streams, 32 ms at 128; every step for a
-# few), and the loop sends what each stream got since as one chunk (`Job.take`). A
-# stream's first token and its end go at once; arrivals, a failure and an idle batch flush.
-CHUNKS_PER_S = 4000
 
 
 class ModelThread:
@@ -68,12 +60,8 @@ class ModelThread:
             return
         batch = self._batch
         pace = Pace(self.model.rate.max_tokens_per_sec)
-        # A paced batch, or one whose step waits on I/O (engine upstream), may sit idle
-        # between steps with outputs held: it hands over every step.
-        holds = not pace.paced and getattr(batch, "wake", None) is None
         while True:
             if self._admit_waiting(batch):  # perhaps the first of a burst
-                self._hand_over(every=True)  # before their prefill holds the step up
                 self._gather_burst(batch)
             if not batch.active:
                 self._trim()
@@ -82,7 +70,7 @@ class ModelThread:
             try:
                 steps = batch.step()
                 if steps:
-                    self._deliver_step(steps, holds)
+                    self._deliver_step(steps)
             except Exception as error:  # the batch broke: every request in it ends
                 self._fail_batch(error)
                 return
@@ -121,7 +109,6 @@ class ModelThread:
     def _fail_batch(self, error: Exception) -> None:
         """End every request of a broken batch with `EngineFailed`, and log it once."""
         self._batch = None
-        self._hand_over(every=True)  # what they said before the failure comes first
         jobs = list(self._in_batch)  # `_deliver` removes from the set: iterate over a copy
         self._post(
             emit,
@@ -173,45 +160,28 @@ class ModelThread:
             self._in_batch.discard(job)
             post(self._finished_one)
 
-    def _deliver_step(self, steps: list, holds: bool) -> None:
-        """A step's outputs, held for their hand-over (CHUNKS_PER_S), unless they start or
-        end their stream."""
+    def _deliver_step(self, steps: list) -> None:
+        """A step's outputs, every job's, to the event loop in one hop (not one per token)."""
         now = time.perf_counter()
-        due = []
         for job, output in steps:
-            self._held.setdefault(job, []).append(output)
-            if isinstance(output, Finished | Exception):
-                self._in_batch.discard(job)
-                due.append(job)
-            elif (
+            if (
                 isinstance(output, TextDelta | ReasoningDelta | ToolCallOutput)
                 and not job.first_token_at
             ):
                 job.first_token_at = now
-                due.append(job)
-        interval = len(self._in_batch) / CHUNKS_PER_S if holds else 0.0
-        self._hand_over(every=now - self._handed_at >= interval, due=due)
+            if isinstance(output, Finished | Exception):
+                self._in_batch.discard(job)
+        self._loop.call_soon_threadsafe(self._hand_out, steps, context=self._context)
 
-    def _hand_over(self, every: bool, due: list[Job] = ()) -> None:
-        """Post the held outputs to the event loop in one hop: every job's, or `due`'s."""
-        if every:
-            handing, self._held = self._held, {}
-            self._handed_at = time.perf_counter()
-        else:
-            handing = {job: self._held.pop(job) for job in due if job in self._held}
-        if handing:
-            self._loop.call_soon_threadsafe(self._hand_out, handing, context=self._context)
-
-    def _hand_out(self, handing: dict[Job, list]) -> None:
-        """On the loop: post each output to its job's channel, in the order the steps made."""
-        for job, outputs in handing.items():
-            for output in outputs:
-                if isinstance(output, Finished):
-                    # Reported even when nobody reads on (client gone): ops see what it cost.
-                    job.context.run(self._report, job, output)
-                job.outputs.put_nowait(output)
-                if isinstance(output, Finished | Exception):
-                    self._finished_one()
+    def _hand_out(self, steps: list) -> None:
+        """On the loop: post each output to its job's channel, in the order the step made."""
+        for job, output in steps:
+            if isinstance(output, Finished):
+                # Reported even when nobody reads on (client gone): ops see what it cost.
+                job.context.run(self._report, job, output)
+            job.outputs.put_nowait(output)
+            if isinstance(output, Finished | Exception):
+                self._finished_one()
 
     def _report(self, job: Job, done: Finished | Embedded) -> None:
         if isinstance(done, Embedded):

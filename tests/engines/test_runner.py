@@ -11,12 +11,12 @@ import pytest
 from engines import serving
 from engines.base import EngineState
 from engines.errors import EngineFailed, ModelUnavailable, QueueFull, QueueTimeout
-from engines.job import Job, job_scope
+from engines.job import job_scope
 from engines.log import LISTENERS
 from engines.policy.answer import answer
 from engines.runner import Runner
 from engines.scripted import ScriptedEngine
-from schemas.canonical import ChatRequest, Finished, Message, ReasoningDelta, TextDelta
+from schemas.canonical import ChatRequest, Finished, Message, TextDelta
 from schemas.config import ContextConfig, ModelConfig, OnDemand, QueueConfig, ScriptConfig
 from schemas.events import BatchFailed, TaskFailed
 
@@ -354,42 +354,3 @@ async def test_a_hold_ends_with_its_scope_even_when_its_block_is_never_left():
         await holder.__aenter__()
     await asyncio.wait_for(runner.stop("test"), 2)  # stop waits for nothing left
     assert holder is not None
-
-
-DEFAULT_CHUNKS_PER_S = serving.CHUNKS_PER_S
-
-
-async def streamed_texts(chunks_per_s: float, monkeypatch) -> list[list[str]]:
-    """The text outputs each of 4 streams of a batch gets (10 words, a step ~40 ms)."""
-    monkeypatch.setattr(serving, "CHUNKS_PER_S", chunks_per_s)
-    model = ModelConfig(id="m", engine="scripted", concurrency=4)
-    engine = ScriptedEngine(ScriptConfig(reply="a b c d e f g h i j", token_delay=0.01))
-    runner = Runner(model, engine)
-    await runner.start()
-    jobs = [runner.submit(ask(f"r{i}")) for i in range(4)]
-    outputs = await asyncio.gather(*(drain(runner, job) for job in jobs))
-    await runner.stop("test")
-    return [[o.text for o in stream if isinstance(o, TextDelta)] for stream in outputs]
-
-
-async def test_a_batch_hands_its_tokens_over_at_most_every_streams_over_chunks_per_s(
-    monkeypatch,
-):
-    # 4 streams at 8 chunks/s: a hand-over every 0.5 s, longer than the whole answer. The
-    # first token goes at once, the rest with the end, joined into one delta.
-    held = await streamed_texts(8, monkeypatch)
-    assert held == [["a", " b c d e f g h i j"]] * 4
-    # At the default a hand-over is due every 1 ms: each ~40 ms step goes as it comes.
-    stepped = await streamed_texts(DEFAULT_CHUNKS_PER_S, monkeypatch)
-    assert stepped == [["a", *(f" {w}" for w in "bcdefghij")]] * 4
-
-
-async def test_outputs_that_piled_up_are_taken_at_once_with_adjacent_text_joined():
-    job = Job(ask("r"))
-    thought, said = ReasoningDelta("hm"), [TextDelta("a"), TextDelta(" b")]
-    failure = EngineFailed("m", RuntimeError("boom"))
-    for output in [ReasoningDelta("h"), thought, *said, failure]:
-        job.outputs.put_nowait(output)
-    assert await job.take() == [ReasoningDelta("hhm"), TextDelta("a b"), failure]
-    job.outputs.put_nowait(TextDelta("c"))
-    assert await job.take() == [TextDelta("c")]

@@ -141,6 +141,7 @@ def test_streams_to_every_protocol_with_the_replicas_usage(cluster):
     )
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == "hello from the replica"
+    assert len([c for c in chunks if c.choices and c.choices[0].delta.content]) == 4
     usage = chunks[-1].usage
     assert usage.completion_tokens == len("hello from the replica")  # the replica's count
     message = front.anthropic().messages.create(model="far", max_tokens=64, messages=HELLO)
