@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import statistics
 import sys
 import threading
@@ -34,6 +35,97 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))  # bench/: the product's prompts
 sys.path.insert(0, str(HERE.parents[1]))  # the product
+
+
+def load_engine(model_dir: str, concurrency: int):
+    """The gateway's MLX engine on `model_dir`, loaded as the gateway loads it (reuse off)."""
+    import msgspec
+
+    from engines.mlx.engine import MLXEngine
+    from engines.mlx.platform import detect
+    from schemas.config import ModelConfig
+
+    config = {
+        "id": "ab",
+        "source": model_dir,
+        "concurrency": concurrency,
+        "prefix_reuse": False,
+        "context": {"max": 1024},
+    }
+    engine = MLXEngine(msgspec.convert(config, ModelConfig), detect(), None)
+    info = engine.load(None)
+    return engine, info
+
+
+def requests(round_: int, n: int, n_tokens: int) -> list:
+    import msgspec
+    from concurrency import prompt
+
+    from schemas.canonical import ChatRequest
+
+    return [
+        msgspec.convert(
+            {"messages": prompt(round_, i), "max_tokens": n_tokens, "sampling": {"temperature": 0}},
+            ChatRequest,
+        )
+        for i in range(n)
+    ]
+
+
+def through_batch(engine, reqs: list, groups: int, on_step=None) -> float:
+    """Aggregate tok/s of `reqs` through one `MLXBatch`: added at once (`groups` 0), or one
+    first and the rest in `groups` groups a step apart; `on_step` gets each step's outputs."""
+    from schemas.canonical import Finished
+
+    batch = engine.open_batch()
+    tokens, done = 0, 0
+    started = time.perf_counter()
+
+    def step() -> None:
+        nonlocal tokens, done
+        outputs = batch.step()
+        for _, output in outputs:
+            if isinstance(output, Finished):
+                tokens += output.new_tokens
+                done += 1
+        if on_step is not None:
+            on_step(outputs)
+
+    if groups:
+        batch.add(0, reqs[0], lambda: False)
+        step()
+        rest = list(enumerate(reqs))[1:]
+        size = -(-len(rest) // groups)
+        for g in range(0, len(rest), size):
+            for i, r in rest[g : g + size]:
+                batch.add(i, r, lambda: False)
+            step()
+    else:
+        for i, r in enumerate(reqs):
+            batch.add(i, r, lambda: False)
+    while done < len(reqs):
+        step()
+    return tokens / (time.perf_counter() - started)
+
+
+def process_worker(conn, model_dir: str, concurrency: int, n_tokens: int) -> None:
+    """A child process holding its own engine: per `(round, n)` it receives, the batch at
+    once, each step's outputs sent back as msgpack `["step", outputs]` (as a model process
+    would send them to the HTTP process), then `["rate", tok/s]`; None ends it."""
+    import msgspec
+
+    engine, _ = load_engine(model_dir, concurrency)
+    conn.send("ready")
+    while (order := conn.recv()) is not None:
+        round_, n = order
+        send = lambda outputs: conn.send_bytes(msgspec.msgpack.encode(["step", outputs]))  # noqa: E731
+        rate = through_batch(engine, requests(round_, n, n_tokens), 0, send)
+        conn.send_bytes(msgspec.msgpack.encode(["rate", rate]))
+
+
+def spin_once() -> None:
+    """A little Python, as an event loop turning outputs into chunks runs it."""
+    json.dumps({"spin": list(range(20))})
 
 
 def main() -> None:
@@ -48,103 +140,78 @@ def main() -> None:
         default=[],
         help="GIL switch intervals (ms) to run `thread+spin` under too, e.g. 0.5,0.1",
     )
+    parser.add_argument(
+        "--process",
+        action="store_true",
+        help="also `process+spin`: the batch in a child process of its own, sending each "
+        "step's outputs to this one, which spins in Python meanwhile",
+    )
     args = parser.parse_args()
 
     import msgspec
-    from concurrency import prompt
     from raw_batch import decode_batch
 
-    from engines.mlx.engine import MLXEngine
-    from engines.mlx.platform import detect
-    from schemas.canonical import ChatRequest, Finished
-    from schemas.config import ModelConfig
-
     counts = [int(c) for c in args.clients.split(",")]
-    config = {
-        "id": "ab",
-        "source": args.model_dir,
-        "concurrency": max(counts),
-        "prefix_reuse": False,
-        "context": {"max": 1024},
-    }
-    engine = MLXEngine(msgspec.convert(config, ModelConfig), detect(), None)
-    info = engine.load(None)
+    engine, info = load_engine(args.model_dir, max(counts))
     print(f"weights {info.detail['weights']}", flush=True)
     model, tokenizer = engine._model, engine._tokenizer
     eos = sorted(tokenizer.eos_token_ids)
     n_tokens = args.max_tokens
 
-    def requests(round_: int, n: int) -> list:
-        return [
-            msgspec.convert(
-                {
-                    "messages": prompt(round_, i),
-                    "max_tokens": n_tokens,
-                    "sampling": {"temperature": 0},
-                },
-                ChatRequest,
-            )
-            for i in range(n)
-        ]
-
     def raw(round_: int, n: int) -> float:
-        prompts = [engine.prepare(r).prompt for r in requests(round_, n)]
+        prompts = [engine.prepare(r).prompt for r in requests(round_, n, n_tokens)]
         return decode_batch(model, eos, prompts, n_tokens, n)["aggregate"]
 
-    def through_batch(round_: int, n: int, groups: int) -> float:
-        batch = engine.open_batch()
-        reqs = requests(round_, n)
-        tokens, done = 0, 0
-        started = time.perf_counter()
-
-        def step() -> None:
-            nonlocal tokens, done
-            for _, output in batch.step():
-                if isinstance(output, Finished):
-                    tokens += output.new_tokens
-                    done += 1
-
-        if groups:
-            batch.add(0, reqs[0], lambda: False)
-            step()
-            rest = list(enumerate(reqs))[1:]
-            size = -(-len(rest) // groups)
-            for g in range(0, len(rest), size):
-                for i, r in rest[g : g + size]:
-                    batch.add(i, r, lambda: False)
-                step()
-        else:
-            for i, r in enumerate(reqs):
-                batch.add(i, r, lambda: False)
-        while done < n:
-            step()
-        return tokens / (time.perf_counter() - started)
+    def in_process(round_: int, n: int, groups: int) -> float:
+        return through_batch(engine, requests(round_, n, n_tokens), groups)
 
     def on_thread(round_: int, n: int, spin: bool, interval: float | None = None) -> float:
         """`MLXBatch at once` on a thread of its own, as the gateway's runner runs it, the
         main thread waiting (idle) or spinning in Python (an event loop that never waits),
         under CPython's GIL switch interval or `interval` seconds."""
         result: list[float] = []
-        worker = threading.Thread(target=lambda: result.append(through_batch(round_, n, 0)))
+        reqs = requests(round_, n, n_tokens)
+        worker = threading.Thread(target=lambda: result.append(through_batch(engine, reqs, 0)))
         default = sys.getswitchinterval()
         sys.setswitchinterval(interval or default)
         worker.start()
         while spin and worker.is_alive():
-            json.dumps({"spin": list(range(20))})
+            spin_once()
         worker.join()
         sys.setswitchinterval(default)
         return result[0]
 
+    child = None
+    if args.process:
+        context = multiprocessing.get_context("spawn")
+        child, theirs = context.Pipe()
+        worker = context.Process(
+            target=process_worker, args=(theirs, args.model_dir, max(counts), n_tokens)
+        )
+        worker.start()
+        assert child.recv() == "ready"
+
+    def in_child(round_: int, n: int) -> float:
+        """The batch in the child; here, every step's outputs decoded, with Python between."""
+        child.send((round_, n))
+        while True:
+            while not child.poll(0):
+                spin_once()
+            kind, body = msgspec.msgpack.decode(child.recv_bytes())
+            if kind == "rate":
+                return body
+
     sides = {
         "raw": raw,
-        "MLXBatch at once": lambda r, n: through_batch(r, n, 0),
-        "MLXBatch staggered": lambda r, n: through_batch(r, n, 4),
+        "MLXBatch at once": lambda r, n: in_process(r, n, 0),
+        "MLXBatch staggered": lambda r, n: in_process(r, n, 4),
         "MLXBatch thread": lambda r, n: on_thread(r, n, False),
         "MLXBatch thread+spin": lambda r, n: on_thread(r, n, True),
         **{
             f"thread+spin {ms:g} ms": lambda r, n, s=ms / 1000: on_thread(r, n, True, s)
             for ms in args.switch_ms
         },
+        **({"MLXBatch process+spin": in_child} if args.process else {}),
     }
     rates: dict = {f"{name} {n}": [] for n in counts for name in sides}
     for round_ in range(args.rounds + 1):
@@ -156,6 +223,8 @@ def main() -> None:
                 if round_:
                     rates[f"{name} {n}"].append(rate)
                 print(f"round {round_} {n:4d} clients {name:24s} {rate:9.1f} tok/s", flush=True)
+    if child is not None:
+        child.send(None)
     medians = {k: statistics.median(v) for k, v in rates.items()}
     for n in counts:
         ref = medians[f"raw {n}"]
