@@ -40,6 +40,10 @@ def make_engine(
         from engines.vision.engine import VisionEngine
 
         return VisionEngine(model, platform, base_dir)
+    if model.isolation == "process":
+        from engines.mlx.isolated import IsolatedEngine
+
+        return IsolatedEngine(model, platform, base_dir, draft)
     from engines.mlx.engine import MLXEngine
 
     return MLXEngine(model, platform, base_dir, draft)

@@ -151,6 +151,7 @@ LOCAL_ONLY = (
     "context",
     "kv_bits",
     "weights",
+    "isolation",
     "draft",
     "prefix_reuse",
     "session_slots",

@@ -35,6 +35,7 @@ ENGINE_FIELDS = (
     "context",
     "kv_bits",
     "weights",
+    "isolation",
     "draft",
     "task",
     "tool_parser",

@@ -241,6 +241,9 @@ ReasoningEffort = Literal["off", "low", "medium", "high"] | bool
 # How a quantized model's weights are held: `auto` as the platform runs them fastest (float32
 # on the CPU; bfloat16 on CUDA where it costs no context), `stored` as the file holds them.
 WeightsHeld = Literal["auto", "stored"]
+# Where an MLX text model's engine runs: `none` on a thread of the gateway's process, `process`
+# in a child process with a GIL of its own (engines/mlx/isolated.py).
+Isolation = Literal["none", "process"]
 
 
 class ModelSettings(Strict):
@@ -256,6 +259,7 @@ class ModelSettings(Strict):
     session_slots: Annotated[int, Meta(ge=0)] | None = None
     kv_bits: Literal[4, 8] | None = None
     weights: WeightsHeld | None = None
+    isolation: Isolation | None = None
     draft: DraftConfig | None = None
     system: str | None = None
     guardrails: GuardrailsConfig | None = None
@@ -286,6 +290,7 @@ class ModelConfig(Strict):
     session_slots: Annotated[int, Meta(ge=0)] = 4
     kv_bits: Literal[4, 8] | None = None
     weights: WeightsHeld = "auto"
+    isolation: Isolation = "none"
     draft: DraftConfig | None = None
     system: str | None = None
     guardrails: GuardrailsConfig = GuardrailsConfig()

@@ -26,6 +26,7 @@ from engines.embed.bert import (
     read_pooling,
 )
 from engines.errors import BadRequest, GatewayError, SourceError
+from engines.mlx.isolated import refuse_isolation
 from engines.sources.resolve import check_source, resolve_source
 from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Output
 from schemas.config import ModelConfig
@@ -63,6 +64,7 @@ class EmbeddingEngine:
         import mlx.core as mx
         from mlx.utils import tree_flatten
 
+        refuse_isolation(self._config, "an embedding model")
         model_id = self._config.id
         path = resolve_source(model_id, self._config.source, base_dir=self._base_dir)
         config = read_json(model_id, path / "config.json") or {}

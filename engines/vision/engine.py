@@ -24,6 +24,7 @@ from engines.batch import Batch, SerialBatch
 from engines.errors import BadRequest, ContextOverflow, SourceError
 from engines.mlx.context import size_context
 from engines.mlx.engine import FLOAT32_EXPANSION
+from engines.mlx.isolated import refuse_isolation
 from engines.mlx.platform import PlatformPath
 from engines.mlx.sampling import make_request_sampler
 from engines.sources.resolve import check_source, resolve_source
@@ -113,6 +114,7 @@ class VisionEngine:
         import mlx_vlm
         from mlx.utils import tree_flatten
 
+        refuse_isolation(self._config, "a vision model")
         path = resolve_source(self._config.id, self._config.source, base_dir=self._base_dir)
         try:
             model, processor = mlx_vlm.load(str(path))

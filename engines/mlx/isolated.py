@@ -1,0 +1,303 @@
+"""`isolation: process`: an MLX model's engine in a process of its own.
+
+The batch step of a small model on a fast GPU is Python-bound (mlx-lm builds each step's
+graph in Python; the GPU finishes first), so every bit of Python another thread runs is
+taken from the step: on an H200, a second thread running Python cut the batch of a 1B
+model to 0.25x its speed (bench/gpu/batch_ab.py, bench/RESULTS.md run 8), and the event
+loop that turns outputs into SSE chunks is such a thread. In a process of its own the
+batch has a GIL of its own: it steps on its own, between steps taking in what the gateway
+sent (requests to add, cancellations), and sends each step's outputs back in one message.
+
+Two pipes: `control` for calls answered in turn (load, count, embed, trim, unload), and
+`batch` for the batch's traffic in both directions, which never waits on a call. The
+child's stdout is the gateway's event stream: it writes to stderr instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Hashable, Iterator
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+
+from engines.base import LoadInfo
+from engines.batch import Step
+from engines.errors import ModelUnavailable
+from engines.log import emit
+from engines.mlx.engine import MLXEngine
+from engines.mlx.platform import PlatformPath
+from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Finished, Output
+from schemas.config import ModelConfig
+from schemas.events import ModelAttached, ModelFailed
+
+
+def refuse_isolation(model: ModelConfig, kind: str) -> None:
+    """`isolation: process` is for MLX text models; a vision or embedding model refuses it
+    at load, by name, rather than run in the gateway's process unasked."""
+    if model.isolation == "process":
+        raise ModelUnavailable(
+            f"model {model.id!r} is {kind}: `isolation: process` applies to MLX text models "
+            "only; remove it from this model"
+        )
+
+
+def pack_error(error: BaseException) -> tuple:
+    """An exception as its class, args and attributes: gateway errors rebuild from these
+    even where their constructor takes other arguments than their args (pickle's way)."""
+    return type(error), error.args, dict(vars(error))
+
+
+def unpack_error(packed: tuple) -> BaseException:
+    cls, args, attributes = packed
+    error = cls.__new__(cls)
+    error.args = args
+    vars(error).update(attributes)
+    return error
+
+
+class IsolatedEngine(MLXEngine):
+    """`MLXEngine`'s interface, served by an `MLXEngine` in a child process. What needs
+    no weights (the memory estimate, whether the template reasons) is answered here."""
+
+    def __init__(
+        self,
+        model: ModelConfig,
+        platform: PlatformPath,
+        base_dir: Path | None,
+        draft: ModelConfig | None = None,
+    ) -> None:
+        super().__init__(model, platform, base_dir, draft)
+        self._process: multiprocessing.Process | None = None
+        self._control: Connection | None = None
+        self._batch_pipe: Connection | None = None
+        self._calls = threading.RLock()  # one call at a time on the control pipe
+        self._memory_left: int | None = None  # as the last load had it, for a restart
+
+    def load(self, memory_left: int | None = None) -> LoadInfo:
+        with self._calls:
+            self._memory_left = memory_left
+            self._start()
+            info = self._call("load", memory_left)
+            return LoadInfo(
+                context=info.context,
+                memory_bytes=info.memory_bytes,
+                trained_context=info.trained_context,
+                detail={**info.detail, "isolation": f"process {self._process.pid}"},
+            )
+
+    def count_prompt(self, request: ChatRequest) -> int:
+        return self._call("count_prompt", request)
+
+    def embed(self, request: EmbedRequest) -> Embedded:
+        return self._call("embed", request)
+
+    def trim(self) -> None:
+        if self._alive():
+            self._call("trim")
+
+    def open_batch(self) -> IsolatedBatch:
+        self._revive()
+        self._batch_pipe.send(("open",))
+        return IsolatedBatch(self._batch_pipe)
+
+    def generate(self, request: ChatRequest, cancelled: Callable[[], bool]) -> Iterator[Output]:
+        raise NotImplementedError("an isolated model decodes through open_batch")
+
+    def unload(self) -> None:
+        """Stop the child: the weights and caches go with its process."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        with contextlib.suppress(OSError):  # already gone
+            self._control.send(("stop",))
+        process.join(timeout=30)
+        if process.is_alive():
+            process.kill()
+            process.join()
+        self._control.close()
+        self._batch_pipe.close()
+
+    def _alive(self) -> bool:
+        return self._process is not None and self._process.is_alive()
+
+    def _revive(self) -> None:
+        """A child that died (killed, out of memory) starts again and loads as before;
+        what it was generating has failed with it. Ops see `model_failed`, then
+        `model_attached` with the new pid."""
+        with self._calls:
+            if self._process is None or self._alive():
+                return
+            code = self._process.exitcode
+            emit(
+                ModelFailed(
+                    model=self._config.id,
+                    error=f"its process exited with code {code}; starting it again",
+                    exit_code=code,
+                ),
+                level="error",
+            )
+            started = time.perf_counter()
+            info = self.load(self._memory_left)
+            emit(
+                ModelAttached(
+                    model=self._config.id,
+                    load_s=round(time.perf_counter() - started, 3),
+                    memory_bytes=info.memory_bytes,
+                    context=info.context,
+                    detail=info.detail,
+                )
+            )
+
+    def _start(self) -> None:
+        if self._alive():
+            return
+        context = multiprocessing.get_context("spawn")  # no fork of a process with threads
+        control, control_child = context.Pipe()
+        batch, batch_child = context.Pipe()
+        self._process = context.Process(
+            target=serve,
+            args=(
+                control_child,
+                batch_child,
+                self._config,
+                self._platform,
+                self._base_dir,
+                self._draft_config,
+            ),
+            name=f"model-{self._config.id}",
+            daemon=True,
+        )
+        self._process.start()
+        control_child.close()
+        batch_child.close()
+        self._control, self._batch_pipe = control, batch
+
+    def _call(self, name: str, *args):
+        if name != "load":
+            self._revive()
+        with self._calls:
+            try:
+                self._control.send((name, *args))
+                ok, value = self._control.recv()
+            except (EOFError, OSError) as error:
+                raise ModelUnavailable(
+                    f"model {self._config.id!r}: its process exited ({error or 'pipe closed'})"
+                ) from None
+        if not ok:
+            raise unpack_error(value)
+        return value
+
+
+class IsolatedBatch:
+    """The batch in the child, seen from the runner's thread: `add` and cancellations go
+    down the pipe; `step` returns the next step's outputs the child sent (waiting for them
+    with the GIL released)."""
+
+    def __init__(self, pipe: Connection) -> None:
+        self._pipe = pipe
+        self._keys: dict[int, tuple[Hashable, Callable[[], bool]]] = {}
+        self._told: set[int] = set()  # cancellations already sent
+        self._next = 0
+
+    @property
+    def active(self) -> int:
+        return len(self._keys)
+
+    def add(self, key: Hashable, request: ChatRequest, cancelled: Callable[[], bool]) -> None:
+        self._next += 1
+        self._keys[self._next] = (key, cancelled)
+        self._pipe.send(("add", self._next, request))
+
+    def step(self) -> list[Step]:
+        gone = [i for i, (_, cancel) in self._keys.items() if i not in self._told and cancel()]
+        if gone:
+            self._told.update(gone)
+            self._pipe.send(("cancel", gone))
+        try:
+            kind, value = self._pipe.recv()
+        except (EOFError, OSError):
+            raise RuntimeError("the model's process exited") from None
+        if kind == "failed":
+            name, message, child_traceback = value
+            error = RuntimeError(f"{name}: {message}")
+            error.add_note(f"in the model's process:\n{child_traceback}")
+            raise error
+        out: list[Step] = []
+        for i, output in value:
+            if isinstance(output, tuple):  # a packed exception: this request's failure
+                output = unpack_error(output)
+            out.append((self._keys[i][0], output))
+            if isinstance(output, Finished | Exception):
+                del self._keys[i]
+                self._told.discard(i)
+        return out
+
+
+def serve(
+    control: Connection,
+    batch_pipe: Connection,
+    model: ModelConfig,
+    platform: PlatformPath,
+    base_dir: Path | None,
+    draft: ModelConfig | None,
+) -> None:
+    """The child: answer calls, and step the batch whenever it holds a request."""
+    os.dup2(2, 1)  # stdout is the gateway's event stream
+    sys.stdout = sys.stderr
+    engine = MLXEngine(model, platform, base_dir, draft)
+    batch = None
+    cancelled: set[int] = set()
+    while True:
+        stepping = batch is not None and batch.active
+        for pipe in wait([control, batch_pipe], timeout=0 if stepping else None):
+            try:
+                message = pipe.recv()
+            except EOFError:  # the gateway is gone
+                return
+            if pipe is control:
+                if message[0] == "stop":
+                    engine.unload()
+                    return
+                control.send(_answer(engine, message))
+                continue
+            kind = message[0]
+            if kind == "open":
+                batch = engine.open_batch()
+                cancelled.clear()
+            elif kind == "cancel":
+                cancelled.update(message[1])
+            elif kind == "add":
+                _, i, request = message
+                try:
+                    batch.add(i, request, lambda i=i: i in cancelled)
+                except Exception as error:  # this request's alone (a prompt past the window)
+                    batch_pipe.send(("steps", [(i, pack_error(error))]))
+        if not (batch is not None and batch.active):
+            continue
+        try:
+            steps = batch.step()
+        except Exception as error:  # the batch broke: the runner ends every request in it
+            batch = None
+            detail = "".join(traceback.format_exception(error))
+            batch_pipe.send(("failed", (type(error).__name__, str(error), detail)))
+            continue
+        if steps:
+            packed = [(i, pack_error(o) if isinstance(o, Exception) else o) for i, o in steps]
+            batch_pipe.send(("steps", packed))
+            for i, output in steps:
+                if isinstance(output, Finished | Exception):
+                    cancelled.discard(i)
+
+
+def _answer(engine: MLXEngine, message: tuple) -> tuple[bool, object]:
+    name, *args = message
+    try:
+        return True, getattr(engine, name)(*args)
+    except Exception as error:
+        return False, pack_error(error)

