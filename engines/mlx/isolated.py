@@ -10,6 +10,8 @@ sent (requests to add, cancellations), and sends each step's outputs back in one
 
 Two pipes: `control` for calls answered in turn (load, count, embed, trim, unload), and
 `batch` for the batch's traffic in both directions, which never waits on a call. The
+requests the runner admits between two steps go down in one message, so a burst joins the
+child's batch as one group, as it would join the batch on the gateway's thread. The
 child's stdout is the gateway's event stream: it writes to stderr instead.
 """
 
@@ -203,6 +205,7 @@ class IsolatedBatch:
         self._pipe = pipe
         self._keys: dict[int, tuple[Hashable, Callable[[], bool]]] = {}
         self._told: set[int] = set()  # cancellations already sent
+        self._adds: list[tuple[int, ChatRequest]] = []  # admitted since the last step
         self._next = 0
 
     @property
@@ -210,11 +213,16 @@ class IsolatedBatch:
         return len(self._keys)
 
     def add(self, key: Hashable, request: ChatRequest, cancelled: Callable[[], bool]) -> None:
+        """Held until the next step: the requests the runner admits between two steps (a
+        burst it gathered) reach the child in one message and join as one group."""
         self._next += 1
         self._keys[self._next] = (key, cancelled)
-        self._pipe.send(("add", self._next, request))
+        self._adds.append((self._next, request))
 
     def step(self) -> list[Step]:
+        if self._adds:
+            self._pipe.send(("add", self._adds))
+            self._adds = []
         gone = [i for i, (_, cancel) in self._keys.items() if i not in self._told and cancel()]
         if gone:
             self._told.update(gone)
@@ -256,28 +264,22 @@ def serve(
     while True:
         stepping = batch is not None and batch.active
         for pipe in wait([control, batch_pipe], timeout=0 if stepping else None):
-            try:
-                message = pipe.recv()
-            except EOFError:  # the gateway is gone
-                return
-            if pipe is control:
-                if message[0] == "stop":
-                    engine.unload()
-                    return
-                control.send(_answer(engine, message))
-                continue
-            kind = message[0]
-            if kind == "open":
-                batch = engine.open_batch()
-                cancelled.clear()
-            elif kind == "cancel":
-                cancelled.update(message[1])
-            elif kind == "add":
-                _, i, request = message
+            # Everything that arrived, before the next step: a burst of adds joins as one
+            # group (one prefill), as it does on the gateway's own thread.
+            while True:
                 try:
-                    batch.add(i, request, lambda i=i: i in cancelled)
-                except Exception as error:  # this request's alone (a prompt past the window)
-                    batch_pipe.send(("steps", [(i, pack_error(error))]))
+                    message = pipe.recv()
+                except EOFError:  # the gateway is gone
+                    return
+                if pipe is control:
+                    if message[0] == "stop":
+                        engine.unload()
+                        return
+                    control.send(_answer(engine, message))
+                else:
+                    batch = _take(engine, batch, cancelled, batch_pipe, message)
+                if not pipe.poll():
+                    break
         if not (batch is not None and batch.active):
             continue
         try:
@@ -293,6 +295,26 @@ def serve(
             for i, output in steps:
                 if isinstance(output, Finished | Exception):
                     cancelled.discard(i)
+
+
+def _take(engine: MLXEngine, batch, cancelled: set[int], pipe: Connection, message: tuple):
+    """One message of the batch pipe, in the child; the batch it leaves."""
+    kind = message[0]
+    if kind == "open":
+        cancelled.clear()
+        return engine.open_batch()
+    if kind == "cancel":
+        cancelled.update(message[1])
+    elif kind == "add":
+        refused = []
+        for i, request in message[1]:
+            try:
+                batch.add(i, request, lambda i=i: i in cancelled)
+            except Exception as error:  # this request's alone (a prompt past the window)
+                refused.append((i, pack_error(error)))
+        if refused:
+            pipe.send(("steps", refused))
+    return batch
 
 
 def _answer(engine: MLXEngine, message: tuple) -> tuple[bool, object]:
