@@ -68,10 +68,11 @@ class Worker:
             self.process.kill()
 
 
-def gateway_config(model_dir: Path, concurrency: int, budget: str) -> str:
+def gateway_config(model_dir: Path, concurrency: int, budget: str, isolated: bool) -> str:
     # `serial` is the single-stream model (as the product's single_stream.py: prefix reuse off,
     # so both sides prefill the whole prompt); `batched` the concurrency model at its defaults
-    # (prefix reuse on), `batched-noreuse` the same with reuse off (what a reuse miss costs).
+    # (prefix reuse on), `batched-noreuse` the same with reuse off (what a reuse miss costs),
+    # `batched-isolated` (when asked for) the same as `batched` with `isolation: process`.
     budget_line = f", memory_budget: {budget}" if budget else ""
     models = f"""
 server: {{host: 127.0.0.1{budget_line}}}
@@ -85,13 +86,15 @@ models:
 """
     # 1024 tokens of context (prompts of ~60 tokens, 128 new) keep 128 sequences' KV caches of
     # two 8B models inside the memory budget.
-    for name, reuse in (("batched", "true"), ("batched-noreuse", "false")):
+    batched = [("batched", "true", "none"), ("batched-noreuse", "false", "none")]
+    for name, reuse, isolation in batched + ([("batched-isolated", "true", "process")] * isolated):
         models += f"""  - id: {name}
     engine: mlx
     source: {model_dir}
     context: {{max: 1024}}
     concurrency: {concurrency}
     prefix_reuse: {reuse}
+    isolation: {isolation}
 """
     return models
 
@@ -243,6 +246,7 @@ def concurrency(bench, gateway, raw, args, save, results: dict) -> dict:
 
     def gateways(clients: int, round_: int = 0) -> list[str]:
         models = ["batched"] + (["batched-noreuse"] if clients in args.noreuse_clients else [])
+        models += ["batched-isolated"] if clients in args.isolated_clients else []
         return models[round_ % len(models) :] + models[: round_ % len(models)]
 
     # Warm-up: every batch size twice, short. MLX's CUDA backend compiles kernels for each new
@@ -333,7 +337,9 @@ def run_shape(shape: str, bench, args, events_out, save) -> dict:
     out: dict = {"shape": shape, "model_dir": str(model_dir)}
     env = common.platform_env()
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(args.product), env.get("PYTHONPATH")]))
-    config = gateway_config(model_dir, args.concurrency, args.memory_budget)
+    config = gateway_config(
+        model_dir, args.concurrency, args.memory_budget, bool(args.isolated_clients)
+    )
     gateway = common.Gateway(config, f"gpu-{shape}")
     reference = raw = engine = None
     t0 = time.perf_counter()
@@ -594,6 +600,11 @@ def main() -> None:
         help="client counts that also run the batched-noreuse model",
     )
     parser.add_argument(
+        "--isolated-clients",
+        default="",
+        help="client counts that also run `batched-isolated` (`isolation: process`)",
+    )
+    parser.add_argument(
         "--raw-prefill",
         default="8,32,n",
         help="raw BatchGenerator prefill_batch_size values (n: the client count), "
@@ -616,6 +627,7 @@ def main() -> None:
     args.models = args.models.resolve()
     args.clients = [int(c) for c in args.clients.split(",")]
     args.noreuse_clients = {int(c) for c in args.noreuse_clients.split(",") if c}
+    args.isolated_clients = {int(c) for c in args.isolated_clients.split(",") if c}
     args.raw_prefill = [0 if p == "n" else int(p) for p in args.raw_prefill.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
     sys.path.insert(0, str(args.product / "bench"))
