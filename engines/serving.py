@@ -14,7 +14,7 @@ import time
 import traceback
 
 from engines.batch import Batch
-from engines.errors import EngineFailed
+from engines.errors import EngineFailed, ModelUnavailable
 from engines.job import Job, Pace
 from engines.log import emit
 from schemas.canonical import (
@@ -120,7 +120,11 @@ class ModelThread:
             ),
             level="error",
         )
-        failed = EngineFailed(self.model.id, error)
+        # A model that cannot take requests now (its process restarting) says so as itself:
+        # a 503 with Retry-After, not a generation failure.
+        failed = error
+        if not isinstance(error, ModelUnavailable):
+            failed = EngineFailed(self.model.id, error)
         for job in jobs:
             self._deliver(job, failed)
 

@@ -38,6 +38,9 @@ from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Finished, Out
 from schemas.config import ModelConfig
 from schemas.events import ModelAttached, ModelFailed
 
+STEADY_S = 60.0  # a child that ran this long before it died restarts at once
+MAX_BACKOFF_S = 60.0
+
 
 def refuse_isolation(model: ModelConfig, kind: str) -> None:
     """`isolation: process` is for MLX text models; a vision or embedding model refuses it
@@ -80,6 +83,10 @@ class IsolatedEngine(MLXEngine):
         self._batch_pipe: Connection | None = None
         self._calls = threading.RLock()  # one call at a time on the control pipe
         self._memory_left: int | None = None  # as the last load had it, for a restart
+        self._started_at = 0.0  # when the child last started (monotonic)
+        self._died_at: float | None = None  # when its death was noticed, until it restarts
+        self._deaths = 0  # deaths in a row, each within STEADY_S of its start
+        self._retry_at = 0.0
 
     def load(self, memory_left: int | None = None) -> LoadInfo:
         with self._calls:
@@ -106,7 +113,7 @@ class IsolatedEngine(MLXEngine):
     def open_batch(self) -> IsolatedBatch:
         self._revive()
         self._batch_pipe.send(("open",))
-        return IsolatedBatch(self._batch_pipe)
+        return IsolatedBatch(self._batch_pipe, self._gone)
 
     def generate(self, request: ChatRequest, cancelled: Callable[[], bool]) -> Iterator[Output]:
         raise NotImplementedError("an isolated model decodes through open_batch")
@@ -129,21 +136,16 @@ class IsolatedEngine(MLXEngine):
         return self._process is not None and self._process.is_alive()
 
     def _revive(self) -> None:
-        """A child that died (killed, out of memory) starts again and loads as before;
-        what it was generating has failed with it. Ops see `model_failed`, then
-        `model_attached` with the new pid."""
+        """A child that died (killed, out of memory) starts again and loads as before, at
+        once the first time; what it was generating failed with it. Ops see `model_failed`,
+        then `model_attached` with the new pid."""
         with self._calls:
-            if self._process is None or self._alive():
+            wait = self._death()
+            if wait is None:
                 return
-            code = self._process.exitcode
-            emit(
-                ModelFailed(
-                    model=self._config.id,
-                    error=f"its process exited with code {code}; starting it again",
-                    exit_code=code,
-                ),
-                level="error",
-            )
+            if wait > 0:
+                raise self._gone()
+            self._died_at = None
             started = time.perf_counter()
             info = self.load(self._memory_left)
             emit(
@@ -155,6 +157,42 @@ class IsolatedEngine(MLXEngine):
                     detail=info.detail,
                 )
             )
+
+    def _death(self) -> float | None:
+        """None while the child runs; else the seconds until it may start again, its death
+        reported once. One that died within STEADY_S of its start waits 1 s, then 2, 4 ...
+        up to MAX_BACKOFF_S; one that ran longer starts again at once."""
+        with self._calls:
+            if self._process is None or self._alive():
+                return None
+            now = time.monotonic()
+            if self._died_at is None:
+                self._died_at = now
+                quick = now - self._started_at < STEADY_S
+                self._deaths = self._deaths + 1 if quick else 1
+                delay = 0.0 if self._deaths == 1 else min(2.0 ** (self._deaths - 2), MAX_BACKOFF_S)
+                self._retry_at = now + delay
+                code = self._process.exitcode
+                emit(
+                    ModelFailed(
+                        model=self._config.id,
+                        error=f"its process exited with code {code}; starting it again"
+                        + (f" in {delay:g} s" if delay else ""),
+                        exit_code=code,
+                    ),
+                    level="error",
+                )
+            return max(self._retry_at - now, 0.0)
+
+    def _gone(self) -> ModelUnavailable:
+        """What a request meets while the child is dead: a 503 saying when to come back."""
+        wait = self._death() or 0.0
+        when = f"in {wait:.1f} s" if wait else "with the next request"
+        refused = ModelUnavailable(
+            f"model {self._config.id!r}: its process exited and starts again {when}; retry"
+        )
+        refused.retry_after = round(max(wait, 1.0), 1)
+        return refused
 
     def _start(self) -> None:
         if self._alive():
@@ -176,6 +214,7 @@ class IsolatedEngine(MLXEngine):
             daemon=True,
         )
         self._process.start()
+        self._started_at = time.monotonic()
         control_child.close()
         batch_child.close()
         self._control, self._batch_pipe = control, batch
@@ -201,8 +240,9 @@ class IsolatedBatch:
     down the pipe; `step` returns the next step's outputs the child sent (waiting for them
     with the GIL released)."""
 
-    def __init__(self, pipe: Connection) -> None:
+    def __init__(self, pipe: Connection, gone: Callable[[], Exception]) -> None:
         self._pipe = pipe
+        self._gone = gone  # the error to raise when the child is no more
         self._keys: dict[int, tuple[Hashable, Callable[[], bool]]] = {}
         self._told: set[int] = set()  # cancellations already sent
         self._adds: list[tuple[int, ChatRequest]] = []  # admitted since the last step
@@ -212,6 +252,18 @@ class IsolatedBatch:
     def active(self) -> int:
         return len(self._keys)
 
+    def _exchange(self) -> tuple[str, object]:
+        """Send what the runner admitted and cancelled since the last step; the next
+        message the child sent back."""
+        if self._adds:
+            self._pipe.send(("add", self._adds))
+            self._adds = []
+        gone = [i for i, (_, cancel) in self._keys.items() if i not in self._told and cancel()]
+        if gone:
+            self._told.update(gone)
+            self._pipe.send(("cancel", gone))
+        return self._pipe.recv()
+
     def add(self, key: Hashable, request: ChatRequest, cancelled: Callable[[], bool]) -> None:
         """Held until the next step: the requests the runner admits between two steps (a
         burst it gathered) reach the child in one message and join as one group."""
@@ -220,17 +272,10 @@ class IsolatedBatch:
         self._adds.append((self._next, request))
 
     def step(self) -> list[Step]:
-        if self._adds:
-            self._pipe.send(("add", self._adds))
-            self._adds = []
-        gone = [i for i, (_, cancel) in self._keys.items() if i not in self._told and cancel()]
-        if gone:
-            self._told.update(gone)
-            self._pipe.send(("cancel", gone))
         try:
-            kind, value = self._pipe.recv()
-        except (EOFError, OSError):
-            raise RuntimeError("the model's process exited") from None
+            kind, value = self._exchange()
+        except (EOFError, OSError):  # every request in the batch ends with a 503
+            raise self._gone() from None
         if kind == "failed":
             name, message, child_traceback = value
             error = RuntimeError(f"{name}: {message}")

@@ -123,6 +123,27 @@ def test_a_killed_model_process_starts_again_and_the_others_keep_serving(gateway
     assert child_pid(gateway) not in (pid, gateway.process.pid)
 
 
+def test_a_process_that_dies_again_soon_waits_before_it_starts_again(gateway):
+    client = httpx.Client(base_url=gateway.url, timeout=60)
+    body = {"model": "isolated", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+    first = child_pid(gateway)
+    os.kill(first, signal.SIGKILL)
+    time.sleep(0.5)
+    assert client.post("/v1/chat/completions", json=body).status_code == 200  # at once
+    second = child_pid(gateway)
+    os.kill(second, signal.SIGKILL)  # within a minute of its start: back off
+    time.sleep(0.5)
+    waiting = client.post("/v1/chat/completions", json=body)
+    assert waiting.status_code == 503, waiting.text
+    assert waiting.headers["retry-after"] == "1"
+    assert "its process exited and starts again in" in waiting.json()["error"]["message"]
+    failed = gateway.events("model_failed", model="isolated")
+    assert failed[-1]["error"].endswith("starting it again in 1 s")
+    time.sleep(1.2)
+    assert client.post("/v1/chat/completions", json=body).status_code == 200
+    assert child_pid(gateway) not in (first, second)
+
+
 def test_unloading_the_model_ends_its_process(gateway):
     pid = child_pid(gateway)
     unloaded = httpx.post(f"{gateway.url}/admin/models/isolated/unload", timeout=60)
