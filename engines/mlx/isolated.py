@@ -84,7 +84,7 @@ class IsolatedEngine(MLXEngine):
         self._calls = threading.RLock()  # one call at a time on the control pipe
         self._memory_left: int | None = None  # as the last load had it, for a restart
         self._started_at = 0.0  # when the child last started (monotonic)
-        self._died_at: float | None = None  # when its death was noticed, until it restarts
+        self._death_reported = False  # its last death is told (model_failed), not yet restarted
         self._deaths = 0  # deaths in a row, each within STEADY_S of its start
         self._retry_at = 0.0
 
@@ -145,7 +145,7 @@ class IsolatedEngine(MLXEngine):
                 return
             if wait > 0:
                 raise self._gone()
-            self._died_at = None
+            self._death_reported = False
             started = time.perf_counter()
             info = self.load(self._memory_left)
             emit(
@@ -166,8 +166,8 @@ class IsolatedEngine(MLXEngine):
             if self._process is None or self._alive():
                 return None
             now = time.monotonic()
-            if self._died_at is None:
-                self._died_at = now
+            if not self._death_reported:
+                self._death_reported = True
                 quick = now - self._started_at < STEADY_S
                 self._deaths = self._deaths + 1 if quick else 1
                 delay = 0.0 if self._deaths == 1 else min(2.0 ** (self._deaths - 2), MAX_BACKOFF_S)
@@ -226,10 +226,8 @@ class IsolatedEngine(MLXEngine):
             try:
                 self._control.send((name, *args))
                 ok, value = self._control.recv()
-            except (EOFError, OSError) as error:
-                raise ModelUnavailable(
-                    f"model {self._config.id!r}: its process exited ({error or 'pipe closed'})"
-                ) from None
+            except (EOFError, OSError):
+                raise self._gone() from None
         if not ok:
             raise unpack_error(value)
         return value
