@@ -28,6 +28,7 @@ from collections.abc import Callable, Hashable, Iterator
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
+from engines.backoff import Backoff
 from engines.base import LoadInfo
 from engines.batch import Step
 from engines.errors import ModelUnavailable
@@ -37,9 +38,6 @@ from engines.mlx.platform import PlatformPath
 from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Finished, Output
 from schemas.config import ModelConfig
 from schemas.events import ModelAttached, ModelFailed
-
-STEADY_S = 60.0  # a child that ran this long before it died restarts at once
-MAX_BACKOFF_S = 60.0
 
 
 def refuse_isolation(model: ModelConfig, kind: str) -> None:
@@ -85,7 +83,7 @@ class IsolatedEngine(MLXEngine):
         self._memory_left: int | None = None  # as the last load had it, for a restart
         self._started_at = 0.0  # when the child last started (monotonic)
         self._death_reported = False  # its last death is told (model_failed), not yet restarted
-        self._deaths = 0  # deaths in a row, each within STEADY_S of its start
+        self._backoff = Backoff(at_once_first=True)
         self._retry_at = 0.0
 
     def load(self, memory_left: int | None = None) -> LoadInfo:
@@ -160,17 +158,15 @@ class IsolatedEngine(MLXEngine):
 
     def _death(self) -> float | None:
         """None while the child runs; else the seconds until it may start again, its death
-        reported once. One that died within STEADY_S of its start waits 1 s, then 2, 4 ...
-        up to MAX_BACKOFF_S; one that ran longer starts again at once."""
+        reported once. It starts again at once, unless it died within a minute of its last
+        start: then it waits 1 s, 2, 4 ... (`engines.backoff`)."""
         with self._calls:
             if self._process is None or self._alive():
                 return None
             now = time.monotonic()
             if not self._death_reported:
                 self._death_reported = True
-                quick = now - self._started_at < STEADY_S
-                self._deaths = self._deaths + 1 if quick else 1
-                delay = 0.0 if self._deaths == 1 else min(2.0 ** (self._deaths - 2), MAX_BACKOFF_S)
+                delay = self._backoff.next_delay(now - self._started_at)
                 self._retry_at = now + delay
                 code = self._process.exitcode
                 emit(

@@ -3,8 +3,9 @@ it as an upstream of one replica on a loopback port.
 
 Load (pinned: at startup; on demand: at the first request, which waits in the queue) starts
 it; unload, reload and shutdown stop it. A server that exits on its own is `model_failed`
-with its exit status and starts again after a back-off (1 s, doubling to 60 s; reset once
-a run has lasted a minute); meanwhile its requests get a 503 with Retry-After.
+with its exit status and starts again after a back-off (`engines.backoff`: 1 s, doubling
+to 60 s; reset once a run has lasted a minute); meanwhile its requests get a 503 with
+Retry-After.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 import httpx
 import msgspec
 
+from engines.backoff import Backoff
 from engines.base import LoadInfo
 from engines.errors import ModelUnavailable
 from engines.log import emit
@@ -27,9 +29,6 @@ from engines.upstream.loop import LoopThread
 from schemas.config import ModelConfig, UpstreamConfig, seconds, size_bytes
 from schemas.events import ModelAttached, ModelFailed, ModelRestarting
 
-FIRST_BACKOFF_S = 1.0
-MAX_BACKOFF_S = 60.0
-STEADY_S = 60.0  # a run this long resets the back-off
 POLL_S = 0.2  # how often a starting server's health is asked
 
 
@@ -136,7 +135,7 @@ class ProcessEngine(UpstreamEngine):
 
     async def _keep_running(self) -> None:
         """Restart the server whenever it exits on its own, backing off between tries."""
-        backoff, attempt = FIRST_BACKOFF_S, 0
+        backoff = Backoff()
         while True:
             began = time.monotonic()
             code = await self._server.wait()
@@ -152,18 +151,17 @@ class ProcessEngine(UpstreamEngine):
                 ),
                 level="error",
             )
-            if time.monotonic() - began > STEADY_S:
-                backoff, attempt = FIRST_BACKOFF_S, 0
+            ran_s = time.monotonic() - began
             while not self._stopping:
-                attempt += 1
-                emit(ModelRestarting(model=self._model.id, attempt=attempt, delay_s=backoff))
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF_S)
+                delay = backoff.next_delay(ran_s)
+                emit(ModelRestarting(model=self._model.id, attempt=backoff.attempt, delay_s=delay))
+                await asyncio.sleep(delay)
                 started = time.perf_counter()
                 try:
                     await self._start()
                 except ServerFailed as error:
                     emit(ModelFailed(model=self._model.id, error=error.message), level="error")
+                    ran_s = 0.0
                     continue
                 await self._upstream.pool.mark_up(replica)
                 # Attached again, as after a load: ops see the new server's pid.
