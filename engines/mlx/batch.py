@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from engines.batch import Step
 from engines.mlx.logprobs import logprobs_of
 from engines.mlx.single import Solo
-from schemas.canonical import ChatRequest, Finished
+from schemas.canonical import ChatRequest
 from schemas.config import ModelConfig
 
 # The cache trie keys entries by model; one batch serves one model.
@@ -267,22 +267,15 @@ class MLXBatch:
         return out
 
     def _finish(self, seq: Sequence, reason: str) -> list:
-        outputs = seq.parser.finish()
-        reason = seq.parser.stop_reason(reason)
-        ended = time.perf_counter()
-        first = seq.first_at or ended
-        return [
-            *outputs,
-            Finished(
-                stop_reason=reason,
-                prompt_tokens=seq.prompt_tokens,
-                new_tokens=seq.new_tokens,
-                prefill_s=first - seq.started,
-                decode_s=ended - first,
-                reused_prefix_tokens=seq.reused,
-                session_evicted=seq.evicted,
-            ),
-        ]
+        return seq.parser.end(
+            reason,
+            started=seq.started,
+            first_at=seq.first_at,
+            prompt_tokens=seq.prompt_tokens,
+            new_tokens=seq.new_tokens,
+            reused_prefix_tokens=seq.reused,
+            session_evicted=seq.evicted,
+        )
 
     def _nearest_cache(self, prompt: list[int]):
         """The parked cache sharing the longest prefix with `prompt`, and the tokens left."""

@@ -30,7 +30,6 @@ from schemas.canonical import (
     ChatRequest,
     Embedded,
     EmbedRequest,
-    Finished,
     Logprobs,
     Output,
 )
@@ -225,16 +224,12 @@ class MLXEngine:
             if cancelled():
                 stop_reason = "cancelled"
                 break
-        yield from parser.finish()
-        stop_reason = parser.stop_reason(stop_reason)
-        ended = time.perf_counter()
-        first_at = first_at or ended
-        yield Finished(
-            stop_reason=stop_reason,
+        yield from parser.end(
+            stop_reason,
+            started=started,
+            first_at=first_at,
             prompt_tokens=len(job.prompt),
             new_tokens=new_tokens,
-            prefill_s=first_at - started,
-            decode_s=ended - first_at,
         )
 
     def embed(self, request: EmbedRequest) -> Embedded:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -23,6 +24,7 @@ from engines.text.stops import StopMatcher
 from engines.text.tools import tool_specs
 from schemas.canonical import (
     ChatRequest,
+    Finished,
     MalformedToolCall,
     Output,
     ReasoningDelta,
@@ -176,6 +178,23 @@ class OutputParser:
         if tail:
             outputs.append(TextDelta(tail))
         return outputs
+
+    def end(self, reason: str, *, started: float, first_at: float | None, **counts) -> list[Output]:
+        """What ends a sequence: whatever was held back, then `Finished` with the reason to
+        report and the time split at the first token (`perf_counter` times; no first token:
+        all prefill). `counts`: the rest of `Finished` (tokens, reuse, images)."""
+        outputs = self.finish()
+        ended = time.perf_counter()
+        first = first_at or ended
+        return [
+            *outputs,
+            Finished(
+                stop_reason=self.stop_reason(reason),
+                prefill_s=first - started,
+                decode_s=ended - first,
+                **counts,
+            ),
+        ]
 
     def _answer(self, text: str) -> list[Output]:
         safe = self._stops.feed(text) if text else ""

@@ -16,7 +16,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 from engines.batch import Step
-from schemas.canonical import ChatRequest, Finished
+from schemas.canonical import ChatRequest
 
 APC_BLOCK_TOKENS = 16
 
@@ -150,20 +150,13 @@ class VisionBatch:
         return out
 
     def _finish(self, seq: Sequence, reason: str) -> list:
-        outputs = seq.parser.finish()
-        reason = seq.parser.stop_reason(reason)
-        ended = time.perf_counter()
-        first = seq.first_at or ended
-        return [
-            *outputs,
-            Finished(
-                stop_reason=reason,
-                prompt_tokens=seq.prompt_tokens,
-                new_tokens=seq.new_tokens,
-                prefill_s=first - seq.started,
-                decode_s=ended - first,
-                reused_prefix_tokens=seq.reused,
-                images=seq.images,
-                image_tokens=seq.image_tokens,
-            ),
-        ]
+        return seq.parser.end(
+            reason,
+            started=seq.started,
+            first_at=seq.first_at,
+            prompt_tokens=seq.prompt_tokens,
+            new_tokens=seq.new_tokens,
+            reused_prefix_tokens=seq.reused,
+            images=seq.images,
+            image_tokens=seq.image_tokens,
+        )

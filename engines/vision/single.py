@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from engines.vision.sessions import Sessions
-from schemas.canonical import ChatRequest, Finished, Output
+from schemas.canonical import ChatRequest, Output
 
 if TYPE_CHECKING:
     from engines.vision.engine import Prepared
@@ -66,16 +66,12 @@ def generate_one(
         stream.close()
     if completed and state is not None and state.cache is not None:
         evicted = sessions.park(inputs.keys, len(inputs.ids), state)
-    yield from parser.finish()
-    stop_reason = parser.stop_reason(stop_reason)
-    ended = time.perf_counter()
-    first_at = first_at or ended
-    yield Finished(
-        stop_reason=stop_reason,
+    yield from parser.end(
+        stop_reason,
+        started=started,
+        first_at=first_at,
         prompt_tokens=len(inputs.ids),
         new_tokens=new_tokens,
-        prefill_s=first_at - started,
-        decode_s=ended - first_at,
         reused_prefix_tokens=reused,
         session_evicted=evicted,
         images=inputs.images,
