@@ -1,9 +1,10 @@
-"""How long a model process that keeps exiting waits before it starts again.
+"""How long a model that keeps failing waits before it is tried again.
 
-One schedule for both kinds of model process (a `process:` model's server program and an
-MLX model's `isolation: process` child): 1 s, then 2, 4 ... up to MAX_S while each run ends
-within STEADY_S of its start; a run that lasted STEADY_S starts the count again, so a crash
-after a day of serving costs no long wait while a crash loop does not spin.
+One schedule for every such retry (a `process:` model's server program and an MLX model's
+`isolation: process` child that exit, an on-demand model that failed to load): 1 s, then
+2, 4 ... up to MAX_S while each run ends within STEADY_S of its start; a run that lasted
+STEADY_S (or a success, `reset`) starts the count again, so a crash after a day of serving
+costs no long wait while a crash loop does not spin.
 """
 
 from __future__ import annotations
@@ -21,11 +22,15 @@ class Backoff:
         self._at_once_first = at_once_first
         self.attempt = 0  # starts since the last steady run, this one included
 
+    def reset(self) -> None:
+        """It worked: the next failure waits as the first did."""
+        self.attempt = 0
+
     def next_delay(self, ran_s: float) -> float:
         """The wait before starting again a process that ran `ran_s` seconds and exited
         (0 for a start that failed before it ran)."""
         if ran_s >= STEADY_S:
-            self.attempt = 0
+            self.reset()
         self.attempt += 1
         doublings = self.attempt - 1 - self._at_once_first
         if doublings < 0:

@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 
+from engines.backoff import Backoff
 from engines.base import Engine, EngineState
 from engines.batch import Batch
 from engines.download import (
@@ -55,11 +56,6 @@ from schemas.events import (
 
 # How long a refused client is told to wait before retrying, when nothing better is known.
 DEFAULT_RETRY_AFTER_S = 1.0
-# A failed on-demand model is tried again by the first request after this back-off, which
-# doubles with each failure in a row up to the cap (a model that cannot load is not
-# hammered by every request, and one whose cause went away comes back by itself).
-RETRY_FAILED_S = 1.0
-RETRY_FAILED_MAX_S = 60.0
 
 
 def refuse_images(engine: Engine, model_id: str, request: ChatRequest | EmbedRequest) -> None:
@@ -132,7 +128,10 @@ class Runner(ModelThread):
         self._idle.set()
         self._tasks = Tasks()  # background loads and unloads, kept and watched
         self._holds = 0  # requests between admission and their end (see `hold`)
-        self._failures = 0  # failed loads in a row, for the on-demand back-off
+        # A failed on-demand model is tried again by the first request after a back-off that
+        # doubles with each failure in a row (a model that cannot load is not hammered by
+        # every request, and one whose cause went away comes back by itself).
+        self._load_backoff = Backoff()
         self._retry_at = 0.0
         self._after: asyncio.Future[None] | None = None  # a load waits for this first
         # Ollama's `keep_alive`: the idle seconds the latest Ollama request asked for (inf:
@@ -367,16 +366,14 @@ class Runner(ModelThread):
                 self._budget.release(self)  # the reservation, if it got one
             self.state = EngineState.FAILED
             self.error = error.message if isinstance(error, GatewayError) else repr(error)
-            self._failures += 1
-            backoff = min(RETRY_FAILED_MAX_S, RETRY_FAILED_S * 2 ** (self._failures - 1))
-            self._retry_at = time.monotonic() + backoff
+            self._retry_at = time.monotonic() + self._load_backoff.next_delay(0.0)
             emit(ModelFailed(model=self.model.id, error=self.error), level="error")
             self._fail_waiting()
             return
         finally:
             self._loading = None
         self.state = EngineState.READY
-        self._failures = 0
+        self._load_backoff.reset()
         self.context, self.memory_bytes = info.context, info.memory_bytes
         if self._budget:
             self._budget.hold(self, info.memory_bytes)

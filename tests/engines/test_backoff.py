@@ -21,3 +21,10 @@ def test_a_steady_run_starts_the_count_again():
 def test_at_once_first_waits_nothing_the_first_time_only():
     backoff = Backoff(at_once_first=True)
     assert delays(backoff, [5.0, 5.0, 5.0, STEADY_S + 1, 5.0]) == [0, 1, 2, 0, 1]
+
+
+def test_reset_after_a_success_starts_again_at_the_first_wait():
+    backoff = Backoff()
+    assert delays(backoff, [0.0, 0.0, 0.0]) == [1, 2, 4]
+    backoff.reset()
+    assert backoff.next_delay(0.0) == 1
