@@ -161,6 +161,9 @@ LOCAL_ONLY = (
     "hf_token",
 )
 REMOTE = {"upstream": "upstream", "process": "process"}  # engine -> its own section
+# Settings only the MLX engine acts on: a scripted model set with one is refused too (a
+# remote one already is, above); `defaults:` skip them for any engine but mlx.
+MLX_ONLY = ("isolation",)
 
 
 def _engine_of(model: dict, defaults: dict) -> Any:
@@ -169,17 +172,29 @@ def _engine_of(model: dict, defaults: dict) -> Any:
 
 def _defaults_for(defaults: dict, model: dict) -> dict:
     """`defaults:` as they apply to `model`: a remote model takes no local-only setting, and
-    no `concurrency` (its own comes from its replicas' capacity)."""
-    if _engine_of(model, defaults) not in REMOTE:
+    no `concurrency` (its own comes from its replicas' capacity); a scripted one no
+    MLX-only setting."""
+    engine = _engine_of(model, defaults)
+    if engine == "mlx":
         return defaults
-    return {k: v for k, v in defaults.items() if k not in (*LOCAL_ONLY, "concurrency")}
+    skipped = (*LOCAL_ONLY, "concurrency") if engine in REMOTE else MLX_ONLY
+    return {k: v for k, v in defaults.items() if k not in skipped}
 
 
 def _check_remote(model: dict, path: KeyPath, src: Source) -> None:
-    """An engine's own section is there exactly when that engine is; a remote model refuses
-    local-only settings and, unless it sets `concurrency`, admits as many requests at once
-    as its replicas take (urls x max_in_flight)."""
+    """An engine's own section is there exactly when that engine is; a scripted model refuses
+    MLX-only settings; a remote model refuses local-only settings and, unless it sets
+    `concurrency`, admits as many requests at once as its replicas take (urls x
+    max_in_flight)."""
     engine, mid = model.get("engine", "mlx"), model.get("id")
+    if engine == "scripted":
+        for key in MLX_ONLY:
+            if key in model:
+                src.at(
+                    (*path, key),
+                    f"model {mid!r}: {key!r} applies to engine 'mlx' only",
+                    key=True,
+                )
     for kind, section in REMOTE.items():
         if engine == kind and section not in model:
             src.at(path, f"model {mid!r}: engine {kind!r} needs a {section!r} section")

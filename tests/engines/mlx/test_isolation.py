@@ -49,3 +49,19 @@ models:
         parse_config(text, "models.yaml")
     (error,) = refused.value.errors
     assert "isolation" in error and "does not apply to engine 'upstream'" in error
+
+
+def test_a_scripted_model_refuses_isolation_and_defaults_skip_it():
+    text = """
+defaults: {isolation: process}
+models:
+  - id: echo
+    engine: scripted
+  - id: echo-isolated
+    engine: scripted
+    isolation: process
+"""
+    with pytest.raises(ConfigInvalid) as refused:
+        parse_config(text, "models.yaml")
+    (error,) = refused.value.errors
+    assert "echo-isolated" in error and "'isolation' applies to engine 'mlx' only" in error
