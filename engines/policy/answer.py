@@ -67,7 +67,9 @@ async def _answer(runner: Runner, request: ChatRequest) -> AsyncIterator[Output]
         try:
             async for output in results:
                 if isinstance(output, ToolCallOutput | MalformedToolCall) and checker:
-                    passed = guard.judge(output, last_try=first is not None)
+                    # Validation runs client-written schemas (patterns, deep nesting): on a
+                    # worker thread, so one request's schema never stalls the event loop.
+                    passed = await asyncio.to_thread(guard.judge, output, first is not None)
                     if passed is not None:
                         yield passed
                     continue

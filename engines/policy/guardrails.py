@@ -7,7 +7,13 @@ policy: `repair` fixes what `engines/policy/repair.py` can, `strict` repairs not
 reports. Pure functions and plain values: the re-ask lives in `engines/policy/answer.py`.
 
 JSON Schema validation is `jsonschema`'s (the reference implementation: every draft,
-`$ref`, formats), not a hand-written subset.
+`$ref`, formats), not a hand-written subset. A tool schema is the client's, so it may refer
+only to itself: a `$ref` (or `$dynamicRef`, `$recursiveRef`) that points anywhere else is a
+400 naming it, and every validator resolves against an empty registry that refuses to
+retrieve anything (jsonschema's default would fetch `http://` and `file://` references with
+`urlopen`, from the gateway, with no timeout). Its `pattern` and `patternProperties` match
+with the `regex` module under a deadline and without the GIL (`re` backtracks holding the
+GIL, so one client's pattern could freeze every thread of the gateway).
 """
 
 from __future__ import annotations
@@ -18,7 +24,11 @@ import uuid
 from typing import Any, NamedTuple
 
 import jsonschema
-from jsonschema.exceptions import SchemaError
+import referencing.jsonschema
+import regex
+from jsonschema.exceptions import SchemaError, ValidationError
+from referencing import Registry, Specification
+from referencing.exceptions import NoSuchResource, Unresolvable
 
 from engines.errors import BadRequest
 from engines.policy.repair import Repaired, decode_arguments, repair_json
@@ -50,6 +60,122 @@ def check_tools(tools: list[ToolSpec]) -> None:
                 f"tools[{i}]: tool {tool.name!r} has parameters that are not a valid JSON "
                 f"Schema: {error.message} (at {where})"
             ) from None
+        _check_references(i, tool)
+
+
+REFERENCE_KEYS = ("$ref", "$dynamicRef", "$recursiveRef")
+# Keywords whose values are instances, not schemas: a "$ref" key inside them is data.
+_DATA_KEYS = frozenset({"const", "enum", "default", "examples"})
+
+
+def _refuse_retrieval(uri: str):
+    """The registry's retriever: a tool schema's references are never fetched."""
+    raise NoSuchResource(ref=uri)
+
+
+PATTERN_TIMEOUT_S = 2.0  # one `pattern` match; past it the arguments fail the schema
+
+
+def _validator(schema: dict) -> Any:
+    """A validator for `schema` that resolves references within it alone."""
+    cls = _bounded(jsonschema.validators.validator_for(schema))
+    return cls(schema, registry=Registry(retrieve=_refuse_retrieval))
+
+
+_BOUNDED: dict[type, type] = {}
+
+
+def _bounded(cls: type) -> type:
+    """`cls` with its pattern keywords matched under a deadline, off the GIL."""
+    if cls not in _BOUNDED:
+        keywords = {"pattern": _pattern, "patternProperties": _pattern_properties}
+        _BOUNDED[cls] = jsonschema.validators.extend(cls, keywords)
+    return _BOUNDED[cls]
+
+
+class _PatternFailed(Exception):
+    """A pattern that did not compile or did not finish matching in time."""
+
+
+def _search(pattern: str, text: str) -> bool:
+    try:
+        found = regex.search(pattern, text, timeout=PATTERN_TIMEOUT_S, concurrent=True)
+    except TimeoutError:
+        raise _PatternFailed(
+            f"matching {_excerpt(text, 40)!r} against {pattern!r} took longer than "
+            f"{PATTERN_TIMEOUT_S:g} s"
+        ) from None
+    except regex.error as error:
+        raise _PatternFailed(f"{pattern!r} is not a regular expression: {error}") from None
+    return found is not None
+
+
+def _pattern(validator, pattern, instance, schema):
+    if not validator.is_type(instance, "string"):
+        return
+    try:
+        if not _search(pattern, instance):
+            yield ValidationError(f"{instance!r} does not match {pattern!r}")
+    except _PatternFailed as failed:
+        yield ValidationError(str(failed))
+
+
+def _pattern_properties(validator, properties, instance, schema):
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in properties.items():
+        for key, value in instance.items():
+            try:
+                matched = _search(pattern, key)
+            except _PatternFailed as failed:
+                yield ValidationError(str(failed))
+                return
+            if matched:
+                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+def _resolver(schema: dict) -> referencing.Resolver:
+    """Resolves references as the schema's validator does, with nothing to retrieve."""
+    meta = jsonschema.validators.validator_for(schema).META_SCHEMA
+    specification = referencing.jsonschema.specification_with(
+        meta.get("$id") or meta.get("id") or "urn:unknown-dialect", default=Specification.OPAQUE
+    )
+    registry = Registry(retrieve=_refuse_retrieval)
+    return registry.resolver_with_root(specification.create_resource(schema))
+
+
+def _check_references(i: int, tool: ToolSpec) -> None:
+    """Refuse a reference that points outside the tool's own schema, or to nothing in it."""
+    resolver = _resolver(tool.parameters)
+    for where, ref in _references(tool.parameters, ()):
+        problem = None
+        if not ref.startswith("#"):
+            problem = "refers outside the schema (references are never fetched)"
+        else:
+            try:
+                resolver.lookup(ref)
+            except Unresolvable:
+                problem = "refers to nothing in the schema"
+        if problem:
+            raise BadRequest(
+                f"tools[{i}]: tool {tool.name!r} has a reference {ref!r} at {_path(where)} "
+                f"that {problem}; a tool's schema may only refer within itself ('#/...')"
+            )
+
+
+def _references(node: Any, where: tuple) -> list[tuple[tuple, str]]:
+    """Every reference keyword in a schema, with its path."""
+    found = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in REFERENCE_KEYS and isinstance(value, str):
+                found.append(((*where, key), value))
+            elif key not in _DATA_KEYS:
+                found += _references(value, (*where, key))
+    elif isinstance(node, list):
+        for n, value in enumerate(node):
+            found += _references(value, (*where, n))
+    return found
 
 
 class CallChecker:
@@ -105,9 +231,11 @@ class CallChecker:
     def _invalid(self, tool: ToolSpec, value: dict) -> str | None:
         validator = self._validators.get(tool.name)
         if validator is None:
-            cls = jsonschema.validators.validator_for(tool.parameters)
-            validator = self._validators[tool.name] = cls(tool.parameters)
-        error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+            validator = self._validators[tool.name] = _validator(tool.parameters)
+        try:
+            error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+        except Unresolvable as unresolved:  # check_tools refuses these; never fetch one
+            return f"the tool's schema has a reference that cannot be resolved: {unresolved}"
         return None if error is None else f"{error.message} (at {_path(error.absolute_path)})"
 
 

@@ -166,3 +166,33 @@ def test_the_parser_hands_unparsable_calls_to_the_guardrails_only_when_they_chec
         else:
             assert not malformed
             assert "".join(o.text for o in outputs).endswith("</tool_call>")
+
+
+def test_a_validator_resolves_nothing_outside_its_schema():
+    # check_tools refuses such a schema; the validator itself never fetches one either.
+    schema = {"type": "object", "properties": {"q": {"$ref": "http://127.0.0.1:1/q.json"}}}
+    verdict = CallChecker([ToolSpec(name="t", parameters=schema)], "repair").check(
+        ToolCall(id="call_1", name="t", arguments='{"q": "x"}')
+    )
+    assert verdict.call is None
+    assert "reference that cannot be resolved" in verdict.problem
+
+
+def test_references_inside_the_schema_resolve_and_outside_ones_are_refused_by_path():
+    inside = {
+        "type": "object",
+        "properties": {"q": {"$ref": "#/$defs/Q"}},
+        "$defs": {"Q": {"type": "integer"}},
+    }
+    check_tools([ToolSpec(name="t", parameters=inside)])
+    verdict = CallChecker([ToolSpec(name="t", parameters=inside)], "strict").check(
+        ToolCall(id="call_1", name="t", arguments='{"q": "x"}')
+    )
+    assert "'x' is not of type 'integer'" in verdict.problem
+    for ref, problem in (("file:///etc/hosts", "outside"), ("#/$defs/R", "nothing")):
+        schema = {"type": "object", "properties": {"q": {"anyOf": [{"$ref": ref}]}}}
+        with pytest.raises(BadRequest, match=rf"{problem}.*") as refused:
+            check_tools([ToolSpec(name="t", parameters=schema)])
+        assert "$.properties.q.anyOf[0].$ref" in str(refused.value)
+    # A "$ref" key inside data (const, enum) is data, not a reference.
+    check_tools([ToolSpec(name="t", parameters={"const": {"$ref": "http://x"}})])
