@@ -29,8 +29,23 @@ class LoadInfo(msgspec.Struct, frozen=True, kw_only=True):
     detail: dict[str, str] = {}
 
 
+class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
+    """What an engine can do, declared once, so no caller probes it with `getattr`.
+
+    The runner refuses what an engine cannot do before it queues: a chat request to an
+    engine without `chat`, an embedding to one without `embed`, image parts to one that
+    does not read `images`.
+    """
+
+    chat: bool = True
+    embed: bool = False
+    images: bool = False
+
+
 class Engine(Protocol):
     """One model. Every method blocks and runs on its runner's own thread, never the loop."""
+
+    capabilities: Capabilities
 
     def estimate_memory(self) -> int:
         """Bytes a load will take, guessed before loading (for making room in the budget)."""
