@@ -18,19 +18,28 @@ from engines.errors import ConfigInvalid
 from engines.mlx.platform import PlatformPath
 from engines.residency import MemoryBudget, auto_budget
 from engines.tasks import Tasks
-from gateway import admin, anthropic, completions, embeddings, ollama, openai, ops, responses, ui
-from gateway import metrics as metrics_routes
-from gateway.auth import require_api_key
-from gateway.errors import error_response
-from gateway.events_feed import EventsFeed
-from gateway.exposure import cors_config, host_guard, origin_guard
-from gateway.limits import request_limits
-from gateway.logging import LogScope, Redactor
-from gateway.metrics import Metrics
-from gateway.middleware import request_events
-from gateway.registry import Generation, Registry
-from gateway.reload import Reloader, make_runner
-from gateway.shutdown import Admission
+from gateway import model_list
+from gateway.anthropic import messages as anthropic_messages
+from gateway.control.registry import Generation, Registry
+from gateway.control.reload import Reloader, make_runner
+from gateway.http.auth import require_api_key
+from gateway.http.errors import error_response
+from gateway.http.exposure import cors_config, host_guard, origin_guard
+from gateway.http.limits import request_limits
+from gateway.http.middleware import request_events
+from gateway.http.shutdown import Admission
+from gateway.logs.setup import LogScope, Redactor
+from gateway.ollama import chat as ollama_chat
+from gateway.ollama import embed as ollama_embed
+from gateway.ollama import models as ollama_models
+from gateway.ollama import pull as ollama_pull
+from gateway.openai import chat as openai_chat
+from gateway.openai import completions, responses
+from gateway.openai import embeddings as openai_embeddings
+from gateway.ops import admin, health, ui
+from gateway.ops import metrics as metrics_routes
+from gateway.ops.events_feed import EventsFeed
+from gateway.ops.metrics import Metrics
 from schemas.config import GatewayConfig, size_bytes
 
 
@@ -97,13 +106,17 @@ def create_app(
 
     app = Litestar(
         route_handlers=[
-            *openai.ROUTES,
+            *openai_chat.ROUTES,
             *completions.ROUTES,
             *responses.ROUTES,
-            *anthropic.ROUTES,
-            *ollama.ROUTES,
-            *embeddings.ROUTES,
-            *ops.ROUTES,
+            *openai_embeddings.ROUTES,
+            *model_list.ROUTES,
+            *anthropic_messages.ROUTES,
+            *ollama_chat.ROUTES,
+            *ollama_models.ROUTES,
+            *ollama_pull.ROUTES,
+            *ollama_embed.ROUTES,
+            *health.ROUTES,
             *admin.ROUTES,
             *metrics_routes.ROUTES,
             *ui.ROUTES,

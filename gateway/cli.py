@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "schema":
         return schema(args.write)
     if args.command == "pull":
-        from gateway.pull import pull
+        from gateway.control.pull import pull
 
         return pull(args.config, args.models)
     if args.command == "demo-vlm":
@@ -78,7 +78,7 @@ def check(path: Path) -> int:
     The same validation a reload applies, model sources included: a file `check` passes is
     one a reload takes.
     """
-    from gateway.config import summarize, validate_config
+    from gateway.control.config import summarize, validate_config
 
     try:
         config = validate_config(path)
@@ -92,7 +92,7 @@ def check(path: Path) -> int:
 
 
 def schema(write: bool) -> int:
-    from gateway.json_schema import SCHEMA_PATH, render_schema, write_schema
+    from gateway.control.json_schema import SCHEMA_PATH, render_schema, write_schema
 
     if write:
         write_schema()
@@ -107,7 +107,7 @@ def serve(path: Path, host: str | None, port: int | None) -> int:
 
     reexec_with_openblas()  # before mlx is imported: a preload only works at process start
 
-    from gateway.connections import (
+    from gateway.http.connections import (
         BACKLOG,
         connection_cap,
         hold_fd_limit,
@@ -123,11 +123,11 @@ def serve(path: Path, host: str | None, port: int | None) -> int:
     from engines.log import emit
     from engines.mlx import platform
     from gateway.app import create_app
-    from gateway.config import load_config
-    from gateway.exposure import bind_refusal, bind_warning
-    from gateway.logging import setup_logging
-    from gateway.repeats import log_library_errors
-    from gateway.shutdown import DrainingServer
+    from gateway.control.config import load_config
+    from gateway.http.exposure import bind_refusal, bind_warning
+    from gateway.http.shutdown import DrainingServer
+    from gateway.logs.repeats import log_library_errors
+    from gateway.logs.setup import setup_logging
     from schemas.config import seconds, size_bytes
     from schemas.events import ServerStarted
 

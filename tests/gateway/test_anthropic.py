@@ -12,9 +12,10 @@ import pytest
 from conftest import serving
 
 from engines.errors import ModelUnavailable
-from gateway.anthropic import model_page, to_messages
-from gateway.anthropic_stream import Framer, stream_events
-from gateway.registry import Generation
+from gateway.anthropic.messages import to_messages
+from gateway.anthropic.models import model_page
+from gateway.anthropic.stream import Framer, stream_events
+from gateway.control.registry import Generation
 from schemas import anthropic as wire
 from schemas.canonical import Finished, TextDelta
 from schemas.config import GatewayConfig

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from engines.errors import ConfigInvalid
-from gateway.config import load_config, parse_config, summarize
+from gateway.control.config import load_config, parse_config, summarize
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "configs").rglob("*.yaml"))

@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from engines.errors import ConfigInvalid
-from gateway.config import parse_config
+from gateway.control.config import parse_config
 
 
 def parse(text: str):

@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-from gateway.json_schema import SCHEMA_PATH, config_json_schema, write_schema
+from gateway.control.json_schema import SCHEMA_PATH, config_json_schema, write_schema
 
 
 def test_committed_schema_matches_the_structs():

@@ -14,7 +14,7 @@ from conftest import raw_http
 from PIL import Image
 
 from engines.errors import BadRequest
-from gateway.limits import check_json_depth, image_payloads
+from gateway.http.limits import check_json_depth, image_payloads
 
 SMALL_LIMITS = """
 server:

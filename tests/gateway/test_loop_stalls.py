@@ -108,7 +108,7 @@ def test_a_log_nobody_reads_never_stalls_the_gateway(tmp_path):
 
 
 def test_a_body_is_looked_through_for_images_only_when_it_has_an_image_part():
-    from gateway.body import IMAGE_PART
+    from gateway.http.body import IMAGE_PART
 
     # Text that merely mentions images costs no second decode...
     assert not IMAGE_PART.search(b'{"messages": [{"content": "an image of images"}]}')

@@ -6,12 +6,12 @@ from __future__ import annotations
 import io
 import logging
 
-from gateway.repeats import RepeatFilter
+from gateway.logs.repeats import RepeatFilter
 
 
 def test_identical_errors_are_written_once_a_window_and_counted(monkeypatch):
     clock = [100.0]
-    monkeypatch.setattr("gateway.repeats.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("gateway.logs.repeats.time.monotonic", lambda: clock[0])
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
     handler.addFilter(RepeatFilter(window=10))

@@ -11,7 +11,7 @@ import openai
 import pytest
 from conftest import serving
 
-from gateway.responses_store import ResponseStore
+from gateway.openai.response_store import ResponseStore
 from schemas.config import ResponsesConfig, ServerConfig
 
 CONFIG = """

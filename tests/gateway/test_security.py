@@ -16,9 +16,9 @@ import pytest
 from conftest import REPO, free_port, leaked_secrets, raw_http
 from litestar import Router
 
-from gateway.config import parse_config
-from gateway.errors import protocol_of
-from gateway.exposure import bind_refusal, host_name, is_loopback
+from gateway.control.config import parse_config
+from gateway.http.errors import protocol_of
+from gateway.http.exposure import bind_refusal, host_name, is_loopback
 
 KEY, OTHER_KEY, ADMIN = "sk-team-0123456789", "sk-echo-only-98765", "adm-secret-55555"
 KEYED = """
@@ -39,8 +39,9 @@ HELLO = [{"role": "user", "content": "hello"}]
 
 def every_route() -> list[tuple[str, str, dict]]:
     """(method, path, opt) of every route the gateway serves, path parameters filled in."""
-    names = ["openai", "completions", "responses", "anthropic", "ollama", "ollama_models",
-             "embeddings", "ops", "admin", "metrics", "ui"]  # fmt: skip
+    names = ["openai.chat", "openai.completions", "openai.responses", "openai.embeddings",
+             "model_list", "anthropic.messages", "ollama.chat", "ollama.models", "ollama.pull",
+             "ollama.embed", "ops.health", "ops.admin", "ops.metrics", "ops.ui"]  # fmt: skip
     found = set()
     for module in (importlib.import_module(f"gateway.{name}") for name in names):
         for item in getattr(module, "ROUTES", []):

@@ -25,8 +25,8 @@ from PIL import Image
 
 from engines.mlx import platform
 from gateway.app import create_app
-from gateway.config import load_config
-from gateway.logging import setup_logging
+from gateway.control.config import load_config
+from gateway.logs.setup import setup_logging
 
 setup_logging("info")
 apps = []

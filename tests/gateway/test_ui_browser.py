@@ -10,7 +10,7 @@ import shutil
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
-from gateway.events_feed import EventsFeed
+from gateway.ops.events_feed import EventsFeed
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = [

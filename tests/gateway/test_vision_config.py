@@ -8,8 +8,8 @@ import textwrap
 import pytest
 
 from engines.errors import ConfigInvalid
-from gateway.config import parse_config, summarize
-from gateway.reload import ENGINE_FIELDS
+from gateway.control.config import parse_config, summarize
+from gateway.control.reload import ENGINE_FIELDS
 
 
 def parse(text: str):

@@ -1,0 +1,1 @@
+"""The Anthropic Messages protocol: messages, their stream, token counting, `claude-` names."""

@@ -1,0 +1,42 @@
+"""What the listings say about a model, read from its engine so that it is true: the task it
+serves (inferred from the weights when the config leaves `task` out) and whether it reasons.
+Nothing here loads a model."""
+
+from __future__ import annotations
+
+from gateway.control.registry import Generation
+from schemas.config import ModelConfig
+
+
+def task_of(generation: Generation, model: ModelConfig) -> str:
+    """ "embed" or "chat": the engine the runner built, which inferred what the config omits."""
+    runner = generation.runners.get(model.id)
+    return getattr(runner.engine, "task", "chat") if runner else model.task or "chat"
+
+
+def reasons(generation: Generation, model: ModelConfig) -> bool:
+    """Whether the model thinks: its `reasoning` is on, or its engine says so (template)."""
+    if model.reasoning not in (None, False, "off"):
+        return True
+    runner = generation.runners.get(model.id)
+    told = getattr(runner.engine, "reasons", None) if runner else None
+    return bool(told()) if told else False
+
+
+def capabilities(generation: Generation, model: ModelConfig) -> list[str]:
+    """Ollama's `capabilities` list for `/api/show`."""
+    if task_of(generation, model) == "embed":
+        return ["embedding"]
+    thinking = ["thinking"] if reasons(generation, model) else []
+    return [
+        "completion",
+        "tools",
+        *thinking,
+        *(["vision"] if reads_images(generation, model) else []),
+    ]
+
+
+def reads_images(generation: Generation, model: ModelConfig) -> bool:
+    """Whether the engine takes images: chosen from the checkpoint's config, not loaded."""
+    runner = generation.runners.get(model.id)
+    return bool(getattr(runner.engine, "reads_images", False)) if runner else False

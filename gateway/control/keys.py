@@ -1,0 +1,50 @@
+"""API keys as the control plane knows them: each key's models, and what the request's key
+may use (set by the HTTP guard, read where a model name is resolved). No HTTP here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextvars import ContextVar
+
+from engines.errors import Forbidden
+from schemas.config import ApiKey, ModelConfig, ServerConfig
+
+# The model names the request's key may use; None when it may use every model. Set by the
+# guard in the request's own task, read where a model name is resolved.
+ALLOWED_MODELS: ContextVar[tuple[str, ...] | None] = ContextVar("allowed_models", default=None)
+
+
+def key_entries(server: ServerConfig) -> list[tuple[str, tuple[str, ...] | None]]:
+    """Each configured key with the model names it may use (None: every model)."""
+    entries = []
+    for entry in server.api_keys:
+        if isinstance(entry, ApiKey):
+            if entry.key:  # a key read from an unset ${VAR} is no key at all
+                entries.append((entry.key, tuple(entry.models)))
+        else:
+            entries.append((entry, None))
+    return entries
+
+
+def usable_models(
+    models: list[ModelConfig], resolve_name: Callable[[str], str | None]
+) -> list[ModelConfig]:
+    """The models the request's key may use, for the listing routes (every one without keys)."""
+    names = ALLOWED_MODELS.get()
+    if names is None:
+        return list(models)
+    allowed = {resolve_name(n) for n in names}
+    return [m for m in models if m.id in allowed]
+
+
+def check_model_allowed(
+    resolve_name: Callable[[str], str | None], requested: str, served: str
+) -> None:
+    """`Forbidden` when the request's key may not use the model `served` (asked as `requested`)."""
+    names = ALLOWED_MODELS.get()
+    if names is None:
+        return
+    allowed = {resolve_name(n) for n in names} - {None}
+    if served not in allowed:
+        listed = ", ".join(names) or "none"
+        raise Forbidden(f"this API key may not use model {requested!r} (it may use: {listed})")

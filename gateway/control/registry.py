@@ -1,0 +1,89 @@
+"""Names to runners, one config generation at a time."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from engines.errors import ModelNotFound
+from engines.log import emit
+from engines.runner import Runner
+from gateway.control.keys import check_model_allowed, usable_models
+from schemas.config import GatewayConfig, ModelConfig
+from schemas.events import RequestRouted
+
+
+class Route(NamedTuple):
+    runner: Runner
+    requested: str
+    alias: str | None
+    fallback: bool
+    model: ModelConfig  # as this request's config generation declares it
+
+    @property
+    def served(self) -> str:
+        return self.runner.model.id
+
+
+class Generation:
+    """One config and the runners serving it. Never mutated: a reload builds a new one.
+
+    A request resolves against exactly one generation, captured once when it arrives.
+    """
+
+    def __init__(self, config: GatewayConfig, runners: dict[str, Runner]) -> None:
+        self.config = config
+        self.runners = runners
+        self.models = {m.id: m for m in config.models}
+        self._names: dict[str, tuple[str, str | None]] = {}
+        for model in config.models:
+            self._names[model.id] = (model.id, None)
+            for alias in model.aliases:
+                self._names[alias] = (model.id, alias)
+
+    def resolve(self, name: str) -> Route:
+        """The runner for a model id or alias, else the fallback, else `ModelNotFound`;
+        `Forbidden` when the request's API key may not use the model it resolves to."""
+        route = self._lookup(name)
+        check_model_allowed(self.resolve_name, route.requested, route.served)
+        return route
+
+    def listed(self) -> list[ModelConfig]:
+        """What the listing routes show: the models the request's API key may use."""
+        return usable_models(self.config.models, self.resolve_name)
+
+    def resolve_name(self, name: str) -> str | None:
+        """The model id an id or alias names, or None."""
+        return self._names[name][0] if name in self._names else None
+
+    def _lookup(self, name: str) -> Route:
+        if name in self._names:
+            model_id, alias = self._names[name]
+            return Route(self.runners[model_id], name, alias, False, self.models[model_id])
+        fallback = self.config.server.fallback
+        if fallback is not None:
+            model_id, _ = self._names[fallback]
+            return Route(self.runners[model_id], name, None, True, self.models[model_id])
+        known = ", ".join(sorted(self._names))
+        raise ModelNotFound(f"model {name!r} not found; known models: {known}")
+
+
+class Registry:
+    """Holds the current config generation; a reload swaps the one reference."""
+
+    def __init__(self, generation: Generation) -> None:
+        self.current = generation
+
+
+def announce(route: Route, *, stream: bool, protocol: str) -> Route:
+    """Log which model serves the request (`request_routed`), and hand the route on."""
+    emit(
+        RequestRouted(
+            requested=route.requested,
+            served=route.served,
+            alias=route.alias,
+            fallback=route.fallback,
+            stream=stream,
+            protocol=protocol,
+        )
+    )
+    return route

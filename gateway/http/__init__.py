@@ -1,0 +1,2 @@
+"""HTTP plumbing every route shares: middleware, body and limits, connection caps, auth,
+error rendering, the stream helper, shutdown."""

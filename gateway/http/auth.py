@@ -1,0 +1,57 @@
+"""The API-key guard: checked after routing, on every route not marked public.
+
+The guard runs on the route the router actually chose, so whatever spelling of a path
+reaches a handler (`//v1/models`, `%2F`, trailing slashes) meets the same check, and a path
+that reaches no handler is a 404 that carries no data.
+"""
+
+from __future__ import annotations
+
+import hmac
+
+from litestar.connection import ASGIConnection
+from litestar.handlers.base import BaseRouteHandler
+
+from engines.errors import Unauthorized
+from gateway.control.keys import ALLOWED_MODELS, key_entries
+
+
+def presented_key(connection: ASGIConnection) -> str | None:
+    """The key a client sent, as OpenAI (`Authorization: Bearer`) or Anthropic (`x-api-key`)."""
+    authorization = connection.headers.get("authorization", "")
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        return token.strip()
+    return connection.headers.get("x-api-key") or None
+
+
+def same_secret(presented: str | None, secret: str) -> bool:
+    """Constant-time comparison: how long it takes says nothing about the secret."""
+    return hmac.compare_digest((presented or "").encode(), secret.encode())
+
+
+async def require_api_key(connection: ASGIConnection, handler: BaseRouteHandler) -> None:
+    """Litestar guard: when `server.api_keys` is set, every non-public route needs one of them.
+
+    Ops reads (`opt={"ops": True}`: metrics, the ops page's data and event feed) also open to
+    the admin key. Admin routes are left to their own guard. Async on purpose: litestar runs
+    a sync guard in a worker thread, whose context would not carry `ALLOWED_MODELS` back.
+    """
+    ALLOWED_MODELS.set(None)
+    server = connection.app.state.registry.current.config.server
+    entries = key_entries(server)
+    if not entries or handler.opt.get("public") or handler.opt.get("admin"):
+        return
+    key = presented_key(connection)
+    # Compare against every key, always: which key matched (if any) takes the same time.
+    matched: tuple[str, ...] | None | bool = False
+    for secret, models in entries:
+        if same_secret(key, secret) and key is not None and matched is False:
+            matched = models
+    if matched is False and handler.opt.get("ops") and server.admin_key:
+        matched = None if same_secret(key, server.admin_key) and key else False
+    if matched is False:
+        raise Unauthorized(
+            "missing or invalid API key: send it as 'Authorization: Bearer <key>' or 'x-api-key'"
+        )
+    ALLOWED_MODELS.set(matched)

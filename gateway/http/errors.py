@@ -1,0 +1,223 @@
+"""Every error, rendered once per protocol in that protocol's own envelope."""
+
+from __future__ import annotations
+
+import math
+import traceback
+from typing import NamedTuple
+
+import structlog
+from litestar import Request, Response
+from litestar.exceptions import HTTPException, ValidationException
+
+from engines import errors as e
+from engines.log import emit
+from gateway.logs.setup import current_redactor
+from schemas.events import InternalError
+
+# Each class of the tree (engines/errors.py) as HTTP sees it: its status and the `type`
+# OpenAI's envelope gives it. A subclass not listed takes its nearest listed ancestor's.
+RENDERING: dict[type[e.GatewayError], tuple[int, str]] = {
+    e.BadRequest: (400, "invalid_request_error"),
+    e.Unauthorized: (401, "authentication_error"),
+    e.Forbidden: (403, "permission_error"),
+    e.ModelNotFound: (404, "not_found_error"),
+    e.StoredNotFound: (404, "invalid_request_error"),  # OpenAI's type for a missing response
+    e.ModelBusy: (409, "conflict"),
+    e.PayloadTooLarge: (413, "invalid_request_error"),
+    e.BodyTimeout: (408, "invalid_request_error"),
+    e.UnsupportedMediaType: (415, "invalid_request_error"),
+    e.QueueFull: (429, "rate_limit_error"),
+    e.QueueTimeout: (503, "overloaded_error"),
+    # Not "overloaded": clients back off and retry an overload for as long as it lasts, and a
+    # model that failed to load will not come back by waiting.
+    e.ModelUnavailable: (503, "server_error"),
+    e.ToolCallRefused: (502, "invalid_tool_call"),
+    e.DownloadFailed: (502, "server_error"),
+    e.UpstreamError: (502, "bad_gateway"),
+    e.UpstreamUnavailable: (503, "overloaded_error"),
+    e.UpstreamTimeout: (504, "timeout_error"),
+    e.ClientGone: (499, "client_closed_request"),
+    e.ConfigInvalid: (400, "invalid_request_error"),
+    e.ContextTooLarge: (503, "server_error"),
+    e.GatewayError: (500, "server_error"),
+}
+
+OPENAI_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    415: "invalid_request_error",
+    429: "rate_limit_error",
+    431: "invalid_request_error",
+    503: "overloaded_error",
+}
+
+
+ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "request_too_large",
+    415: "invalid_request_error",
+    429: "rate_limit_error",
+    500: "api_error",
+    503: "overloaded_error",
+}
+
+
+class Rendered(NamedTuple):
+    status: int
+    message: str
+    kind: str  # OpenAI's error `type`
+
+
+def render(error: Exception) -> Rendered:
+    """Status, client-facing message and OpenAI type of any exception: a gateway error as
+    its class says; anything else a generic 500 that tells the client no internals."""
+    if not isinstance(error, e.GatewayError):
+        return Rendered(500, "internal error", "server_error")
+    for cls in type(error).__mro__:
+        if cls in RENDERING:
+            status, kind = RENDERING[cls]
+            return Rendered(status, error.message, kind)
+    raise AssertionError("unreachable: GatewayError is in RENDERING")
+
+
+# Statuses a retry can change: a timeout, a conflict that ends, a full queue, a server hiccup.
+RETRYABLE_STATUSES = {408, 409, 429}
+# Server-side errors that a retry cannot fix: the same prompt fails the same checks.
+NOT_RETRYABLE = (e.ToolCallRefused,)
+
+
+def should_retry(status: int, error: Exception | None = None) -> str | None:
+    """The `x-should-retry` header's value: "false" where a retry cannot change the answer.
+
+    The OpenAI and Anthropic SDKs retry 408/409/429 and every 5xx twice unless told not
+    to; a request the gateway refused as written, or a tool call its model got wrong past
+    the guardrails (a 502 that would cost two more generations), fails the same way again.
+    """
+    if isinstance(error, NOT_RETRYABLE):
+        return "false"
+    if 400 <= status < 500 and status not in RETRYABLE_STATUSES:
+        return "false"
+    return None
+
+
+def protocol_of(path: str) -> str:
+    """Which protocol's envelope an error on `path` is written in."""
+    if path.startswith("/v1/messages"):
+        return "anthropic"
+    if path.startswith("/api/"):
+        return "ollama"
+    return "openai"
+
+
+def error_body(protocol: str, status: int, message: str, kind: str | None = None) -> dict:
+    """The error envelope of `protocol`: OpenAI's, Anthropic's or Ollama's."""
+    client_error = status < 500
+    if protocol == "anthropic":
+        if kind == "server_error":  # a fault, not an overload, whatever its status
+            kind = "api_error"
+        else:
+            kind = ANTHROPIC_TYPES.get(
+                status, "invalid_request_error" if client_error else "api_error"
+            )
+        return {"type": "error", "error": {"type": kind, "message": message}}
+    if protocol == "ollama":
+        return {"error": message}
+    kind = kind or OPENAI_TYPES.get(
+        status, "invalid_request_error" if client_error else "server_error"
+    )
+    return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+
+
+def error_response(request: Request, error: Exception) -> Response:
+    """One app-wide exception handler: status, headers and body from the error's kind."""
+    headers: dict[str, str] = {}
+    if isinstance(error, e.GatewayError):
+        status, message, kind = render(error)
+        if error.retry_after is not None:
+            headers["Retry-After"] = str(max(1, math.ceil(error.retry_after)))
+    elif isinstance(error, ValidationException):
+        status, kind = 400, "invalid_request_error"
+        message = _validation_message(error)
+    elif isinstance(error, HTTPException):
+        status, message, kind = error.status_code, error.detail, None
+        headers.update(error.headers or {})  # a 405's `Allow`, for one
+    else:
+        status, message, kind = 500, unexpected(error, _where(request)), "server_error"
+    if should_retry(status, error):
+        headers["x-should-retry"] = "false"
+    protocol = protocol_of(request.url.path)
+    if protocol == "anthropic" and isinstance(error, e.ContextOverflow):
+        message = anthropic_overflow(error)
+    message = current_redactor().redact(message)  # an error body never echoes a key back
+    # The event log gets the real cause; the client gets no internals.
+    logged = message if status != 500 else f"internal error: {error!r}"
+    request.scope.setdefault("state", {})["error"] = logged
+    body = error_body(protocol, status, message, kind)
+    return Response(body, status_code=status, headers=headers)
+
+
+def anthropic_overflow(error: e.ContextOverflow) -> str:
+    """Anthropic's own wording first: Claude Code reads `prompt is too long: N tokens > W
+    maximum` to know the prompt, not the request, is at fault (and to compact)."""
+    return (
+        f"prompt is too long: {error.prompt_tokens} tokens > {error.window} maximum; "
+        f"{error.message}"
+    )
+
+
+def stream_failure(request: Request, error: Exception) -> tuple[int, str, str]:
+    """A failure after the 200 went out, as (status, message, kind) for the protocol's own
+    in-stream error; recorded so `request_finished` carries the error and a failing status.
+
+    Any exception counts, not only the gateway's own: an engine fault mid-stream must end
+    the stream with an error the client can see, never cut it short as if it had finished.
+    """
+    status, message, kind = render(error)
+    message = current_redactor().redact(message)
+    logged = message if isinstance(error, e.GatewayError) else f"internal error: {error!r}"
+    if not isinstance(error, e.GatewayError):
+        message = unexpected(error, _where(request))
+    state = request.scope.setdefault("state", {})
+    state["error"] = f"mid-stream: {logged}"
+    state["failed_status"] = status  # the 200 is out; the summary line says what happened
+    return status, message, kind
+
+
+def unexpected(error: BaseException, where: str) -> str:
+    """Log an unexpected exception once, with its traceback (the redactor hides secrets in
+    it, as in every line); return the generic message a client gets in its place."""
+    emit(
+        InternalError(
+            where=where,
+            type=f"{type(error).__module__}.{type(error).__qualname__}",
+            message=str(error),
+            traceback="".join(traceback.format_exception(error)),
+        ),
+        level="error",
+    )
+    request_id = structlog.contextvars.get_contextvars().get("request_id")
+    if request_id is None:
+        return "internal error"
+    return f"internal error (request id {request_id}); the gateway's log has the details"
+
+
+def _where(request: Request) -> str:
+    return f"{request.method} {request.url.path}"
+
+
+def _validation_message(error: ValidationException) -> str:
+    """litestar's decoding error, with msgspec's precise reason where it has one."""
+    extra = error.extra if isinstance(error.extra, list) else []
+    reasons = [
+        str(item.get("message", item)) if isinstance(item, dict) else str(item) for item in extra
+    ]
+    return "; ".join([error.detail, *reasons]) if reasons else error.detail

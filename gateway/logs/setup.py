@@ -1,0 +1,172 @@
+"""structlog set-up: one JSON object per line, to stdout and optionally a file, secrets redacted.
+
+Every line passes the redactor before it is rendered, and every rendered line is offered to
+the taps (the ops page's live feed), so what a watcher sees is exactly what the log holds.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Callable
+from contextvars import ContextVar
+from pathlib import Path
+from typing import IO, Any
+
+import msgspec
+import structlog
+
+from engines.log import LISTENERS
+from gateway.control.yaml_source import ENV_REF
+from gateway.logs.writer import LineWriter
+from schemas.config import ApiKey, GatewayConfig
+from schemas.events import Event
+
+LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
+REDACTED = "***"
+# Values read from the environment shorter than this are not taken for secrets: a port or
+# a flag redacted would garble every line, and a secret that short protects nothing.
+MIN_ENV_SECRET = 8
+
+# The Authorization / x-api-key values the current request presented, right or wrong.
+PRESENTED: ContextVar[tuple[str, ...]] = ContextVar("presented_secrets", default=())
+
+
+class Redactor:
+    """Replaces every known secret inside every string of an event with `***`.
+
+    Known secrets: the API keys and the admin key of the config in force, the values the
+    config read from `${VAR}` (MIN_ENV_SECRET characters or more), and the keys the current
+    request presented. A secret once known stays known, across reloads.
+    """
+
+    def __init__(self) -> None:
+        self._config: Callable[[], GatewayConfig] | None = None
+        self._path: Path | None = None
+        self._seen: GatewayConfig | None = None
+        self._known: set[str] = set()
+        self._ordered: tuple[str, ...] = ()
+
+    def follow(self, config: Callable[[], GatewayConfig], path: Path) -> None:
+        """Take secrets from `config()` (the generation in force) and the file at `path`."""
+        self._config, self._path, self._seen = config, path, None
+
+    def secrets(self) -> tuple[str, ...]:
+        current = self._config() if self._config else None
+        if current is not None and current is not self._seen:
+            self._seen = current
+            self._known |= config_secrets(current, self._path)
+            # Longest first, so a secret containing another is replaced whole.
+            self._ordered = tuple(sorted(self._known, key=len, reverse=True))
+        return self._ordered
+
+    def redact(self, text: str) -> str:
+        """`text` with every known secret (and the request's presented keys) replaced."""
+        for secret in (*self.secrets(), *PRESENTED.get()):
+            if secret and secret in text:
+                text = text.replace(secret, REDACTED)
+        return text
+
+    def __call__(self, _logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:
+        """The structlog processor: walks every value of the event."""
+        return {key: self._walk(value) for key, value in event.items()}
+
+    def _walk(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self.redact(value)
+        if isinstance(value, dict):
+            return {k: self._walk(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self._walk(v) for v in value]
+        return value
+
+
+def config_secrets(config: GatewayConfig, path: Path | None) -> set[str]:
+    """The API keys, admin key, Hugging Face tokens and upstream keys of `config`, the
+    environment values its file reads, and HF_TOKEN (which huggingface_hub reads by itself)."""
+    found = {k.key if isinstance(k, ApiKey) else k for k in config.server.api_keys}
+    found.add(config.server.admin_key)
+    found |= {m.hf_token for m in config.models} | {config.defaults.hf_token}
+    if len(hf_token := os.environ.get("HF_TOKEN") or "") >= MIN_ENV_SECRET:
+        found.add(hf_token)
+    # The keys the gateway itself sends to upstream replicas (engine upstream).
+    found |= {m.upstream.api_key for m in config.models if m.upstream}
+    try:
+        text = path.read_text(encoding="utf-8") if path else ""
+    except OSError:
+        text = ""
+    for match in ENV_REF.finditer(text):
+        value = os.environ.get(match.group(1)) or ""
+        if len(value) >= MIN_ENV_SECRET:
+            found.add(value)
+    return {secret for secret in found if secret}
+
+
+class LogScope:
+    """One app's share of the process-wide log: its event listeners (metrics), its taps
+    (the ops page's feed, called with every rendered line) and its redactor.
+
+    `enter()` makes it the scope of the current context: an app enters its own for its
+    lifespan (tasks started there inherit it) and for each request, so two apps in one
+    process neither hear each other's events nor redact with each other's secrets.
+    """
+
+    def __init__(self, redactor: Redactor | None = None) -> None:
+        self.redactor = redactor or Redactor()
+        self.listeners: list[Callable[[Event], None]] = []
+        self.taps: list[Callable[[str], None]] = []
+
+    def enter(self) -> None:
+        _SCOPE.set(self)
+        LISTENERS.set(self.listeners)
+
+
+# Outside any app (the CLI before serving, a test): no listeners, no taps, and a redactor
+# that knows only the keys the request presented.
+_OUTSIDE = LogScope()
+_SCOPE: ContextVar[LogScope | None] = ContextVar("log_scope", default=None)
+
+
+def current_redactor() -> Redactor:
+    """The redactor of the app the current code serves."""
+    return (_SCOPE.get() or _OUTSIDE).redactor
+
+
+def _redact(logger: Any, name: str, event: dict[str, Any]) -> dict[str, Any]:
+    return current_redactor()(logger, name, event)
+
+
+def _taps() -> list[Callable[[str], None]]:
+    return (_SCOPE.get() or _OUTSIDE).taps
+
+
+def _render(_logger: Any, _name: str, event: dict[str, Any]) -> str:
+    # The fields every line has come first, so a line reads well in a terminal too.
+    head = {key: event.pop(key) for key in ("event", "ts", "level", "request_id") if key in event}
+    return msgspec.json.encode(head | event).decode()
+
+
+def setup_logging(level: str = "info", log_file: str | None = None) -> None:
+    """Route every event to stdout (and `log_file`) as JSON lines, filtered by `level`."""
+    streams: list[IO[str]] = [sys.stdout]
+    if log_file:
+        streams.append(open(log_file, "a", encoding="utf-8"))  # noqa: SIM115 - lives with the process
+    writer = LineWriter(streams, _taps)
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),
+            _redact,
+            _render,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(LEVELS[level]),
+        logger_factory=lambda *_: writer,
+        cache_logger_on_first_use=False,
+    )

@@ -1,0 +1,1 @@
+"""The Ollama protocol: chat, generate, embed, model routes, options, pull."""

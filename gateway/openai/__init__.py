@@ -1,0 +1,1 @@
+"""The OpenAI protocol: chat completions, completions, Responses (and their store), embeddings."""

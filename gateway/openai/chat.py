@@ -1,0 +1,280 @@
+"""OpenAI chat completions, plain and SSE."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+import msgspec
+from litestar import Request, Response, post
+from litestar.response import ServerSentEvent
+from msgspec import UNSET
+
+from engines.errors import BadRequest
+from gateway.canonical.chat_request import OutputControls, build_chat_request
+from gateway.canonical.choices import answers, check_n, collect_all, merged, refuse_set, variants
+from gateway.canonical.images import image_part, message_with_parts, resolve_images
+from gateway.control.registry import Generation, announce
+from gateway.http.body import decode_body
+from gateway.http.errors import error_body, stream_failure
+from gateway.http.streaming import Collected, unless_client_leaves
+from gateway.openai.controls import (
+    controls,
+    logprobs_request,
+    output_format,
+    tool_choice,
+    wire_logprobs,
+)
+from schemas import openai as wire
+from schemas.canonical import (
+    Finished,
+    Logprobs,
+    Message,
+    Output,
+    Part,
+    ReasoningDelta,
+    TextDelta,
+    TextPart,
+    ToolCall,
+    ToolCallOutput,
+    ToolSpec,
+)
+
+FINISH_REASONS = {
+    "stop": "stop",
+    "stop_string": "stop",
+    "cancelled": "stop",
+    "length": "length",
+    "tool_calls": "tool_calls",
+}
+
+
+def to_messages(messages: list[wire.ChatMessage]) -> list[Message]:
+    canonical = []
+    for i, message in enumerate(messages):
+        calls = [
+            ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments)
+            for c in message.tool_calls or []
+        ]
+        fields = {"tool_calls": calls, "tool_call_id": message.tool_call_id, "name": message.name}
+        content = message.content
+        if isinstance(content, list):
+            parts = [_part(part, f"$.messages[{i}].content[{j}]") for j, part in enumerate(content)]
+            canonical.append(message_with_parts(message.role, parts, **fields))
+        else:
+            canonical.append(Message(role=message.role, content=content or "", **fields))
+    return canonical
+
+
+def _part(part: wire.ContentPart, where: str) -> Part:
+    """A text part, or an `image_url` part (data URL, or http(s) when fetching is on)."""
+    if part.type == "text":
+        return TextPart(text=part.text or "")
+    if part.type == "image_url":
+        image = part.image_url
+        if image is None:
+            raise BadRequest(f"{where}.image_url: an image_url part needs its url")
+        if isinstance(image, str):
+            return image_part(image, f"{where}.image_url")
+        return image_part(image.url, f"{where}.image_url", image.detail)
+    raise BadRequest(f"{where}: content parts of type {part.type!r} are not supported")
+
+
+def to_tools(tools: list[wire.Tool] | None) -> list[ToolSpec]:
+    return [
+        ToolSpec(
+            name=t.function.name,
+            description=t.function.description,
+            parameters=t.function.parameters,
+        )
+        for t in tools or []
+    ]
+
+
+def effort(asked: str | None):
+    """OpenAI's `reasoning_effort` as the gateway's effort; None leaves the model's default."""
+    return None if asked is None else wire.EFFORTS.get(asked, asked)
+
+
+def wire_tool_call(call: ToolCall) -> wire.ToolCall:
+    return wire.ToolCall(
+        id=call.id, function=wire.FunctionCall(name=call.name, arguments=call.arguments)
+    )
+
+
+# Fields OpenAI defines that this gateway cannot honour: a 400 naming each when set to
+# anything but its no-op value. (Penalties of 0 change nothing; "text" is the only modality.)
+REFUSED = {
+    "presence_penalty": lambda v: v != 0,
+    "frequency_penalty": lambda v: v != 0,
+    "logit_bias": bool,
+    "prediction": lambda v: True,
+    "modalities": lambda v: v != ["text"],
+    "audio": lambda v: True,
+    "web_search_options": lambda v: True,
+    "functions": lambda v: True,
+    "function_call": lambda v: True,
+    "store": bool,
+    "service_tier": lambda v: v not in ("auto", "default"),
+    "verbosity": lambda v: v != "medium",
+}
+
+
+def chat_controls(data: wire.ChatCompletionRequest) -> tuple[list[ToolSpec], OutputControls]:
+    """The tools the model is offered and the request's output controls, canonical."""
+    asked = data.response_format
+    fmt = None
+    if asked is not None:
+        schema = asked.json_schema.schema if asked.json_schema else None
+        if asked.type == "json_schema" and asked.json_schema is None:
+            raise BadRequest("$.response_format.json_schema is required for type json_schema")
+        fmt = output_format(asked.type, schema, "$.response_format.json_schema")
+        if asked.type == "json_object":
+            fmt = output_format(asked.type, None, "$.response_format")
+    tools, choice, forced = tool_choice(data.tool_choice, to_tools(data.tools))
+    strict = [t.function.name for t in data.tools or [] if t.function.strict]
+    logprobs = logprobs_request(data.logprobs, data.top_logprobs, "$.top_logprobs")
+    return tools, controls(
+        format=fmt,
+        choice=choice,
+        forced=forced,
+        tools=tools,
+        strict=strict,
+        parallel=data.parallel_tool_calls,
+        logprobs=logprobs,
+    )
+
+
+@post("/v1/chat/completions", status_code=200)
+async def chat_completions(request: Request, generation: Generation) -> Response | ServerSentEvent:
+    """Chat completions; `stream: true` answers as server-sent events."""
+    data = await decode_body(request, wire.ChatCompletionRequest)
+    refuse_set(data, REFUSED)
+    route = announce(generation.resolve(data.model), stream=data.stream, protocol="openai")
+    n = check_n(route.model, data.n)
+    stop = [data.stop] if isinstance(data.stop, str) else data.stop
+    messages = await resolve_images(to_messages(data.messages), generation.config.server)
+    tools, output = chat_controls(data)
+    chat = build_chat_request(
+        route.model,
+        messages,
+        max_tokens=data.max_completion_tokens or data.max_tokens,
+        temperature=data.temperature,
+        top_p=data.top_p,
+        top_k=data.top_k,
+        min_p=data.min_p,
+        seed=data.seed,
+        stop=stop,
+        tools=tools,
+        reasoning=effort(data.reasoning_effort),
+        controls=output,
+    )
+    streams = answers(route.runner, variants(chat, n))
+    completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
+    created = int(time.time())
+    if not data.stream:
+        wholes = await unless_client_leaves(request, collect_all(streams))
+        body = wire.ChatCompletion(
+            id=completion_id,
+            created=created,
+            model=route.served,
+            choices=[_choice(i, whole, bool(chat.logprobs)) for i, whole in enumerate(wholes)],
+            usage=_usage_of([w.finished for w in wholes]),
+        )
+        return Response(body)
+    results = merged(streams)
+    # Wait for the first output before answering, so queue and load errors keep their status.
+    first = await unless_client_leaves(request, anext(results))
+    include_usage = bool(data.stream_options and data.stream_options.include_usage)
+    chunks = _chunks(
+        request, first, results, n, completion_id, created, route.served, include_usage
+    )
+    return ServerSentEvent(chunks)
+
+
+def _choice(index: int, whole: Collected, logprobs: bool) -> wire.Choice:
+    return wire.Choice(
+        index=index,
+        message=wire.AssistantMessage(
+            content=whole.text if whole.text or not whole.tool_calls else None,
+            tool_calls=[wire_tool_call(c) for c in whole.tool_calls] or UNSET,
+            reasoning_content=whole.reasoning or UNSET,
+        ),
+        finish_reason=FINISH_REASONS[whole.finished.stop_reason],
+        logprobs=wire.ChoiceLogprobs(content=wire_logprobs(whole.logprobs)) if logprobs else None,
+    )
+
+
+def _usage_of(finished: list[Finished]) -> wire.Usage:
+    # The prompt is counted once, as OpenAI counts it for n choices.
+    prompt = finished[0].prompt_tokens
+    new = sum(f.new_tokens for f in finished)
+    return wire.Usage(prompt_tokens=prompt, completion_tokens=new, total_tokens=prompt + new)
+
+
+async def _chunks(
+    request: Request,
+    first: tuple[int, Output],
+    results: AsyncIterator[tuple[int, Output]],
+    n: int,
+    completion_id: str,
+    created: int,
+    model: str,
+    include_usage: bool,
+) -> AsyncIterator[str]:
+    def chunk(
+        index: int = 0, delta: wire.Delta | None = None, finish=None, usage=UNSET, logprobs=None
+    ) -> str:
+        choice = wire.ChunkChoice(
+            index=index, delta=delta or wire.Delta(), finish_reason=finish, logprobs=logprobs
+        )
+        body = wire.ChatCompletionChunk(
+            id=completion_id,
+            created=created,
+            model=model,
+            usage=usage,
+            choices=[] if usage else [choice],
+        )
+        return msgspec.json.encode(body).decode()
+
+    async def outputs() -> AsyncIterator[tuple[int, Output]]:
+        yield first
+        async for item in results:
+            yield item
+
+    try:
+        for index in range(n):
+            yield chunk(index, wire.Delta(role="assistant", content=""))
+        calls = [0] * n
+        finished: list[Finished] = []
+        async for index, output in outputs():
+            if isinstance(output, TextDelta):
+                yield chunk(index, wire.Delta(content=output.text))
+            elif isinstance(output, ReasoningDelta):
+                yield chunk(index, wire.Delta(reasoning_content=output.text))
+            elif isinstance(output, Logprobs):
+                content = wire.ChoiceLogprobs(content=wire_logprobs(output.tokens))
+                yield chunk(index, logprobs=content)
+            elif isinstance(output, ToolCallOutput):
+                call = output.call
+                function = wire.FunctionCallDelta(name=call.name, arguments=call.arguments)
+                delta = wire.ToolCallDelta(index=calls[index], id=call.id, function=function)
+                yield chunk(index, wire.Delta(tool_calls=[delta]))
+                calls[index] += 1
+            elif isinstance(output, Finished):
+                finished.append(output)
+                yield chunk(index, finish=FINISH_REASONS[output.stop_reason])
+        if include_usage:
+            yield chunk(usage=_usage_of(finished))
+        yield "[DONE]"
+    except Exception as error:
+        # The 200 is out: OpenAI reports a failure mid-stream as a chunk holding `error`.
+        status, message, kind = stream_failure(request, error)
+        yield msgspec.json.encode(error_body("openai", status, message, kind)).decode()
+    finally:
+        # The client went away (or the stream ended): stop the jobs within a token.
+        await results.aclose()
+
+
+ROUTES = [chat_completions]

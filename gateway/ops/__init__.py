@@ -1,0 +1,1 @@
+"""Ops: /health, /metrics, the /ui page and its event feed, admin routes."""

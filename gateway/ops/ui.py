@@ -1,0 +1,107 @@
+"""The ops page: `/ui` (plain HTML/JS, no build step), its data and its live event feed.
+
+The page and its two static files hold no data and are public (a browser cannot send a key
+when it navigates); everything they show comes from routes behind the API key (or the
+admin key): `/ui/state` and the feed `/ui/events`. `/health` stays public as ever.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from functools import cache
+from importlib.resources import files
+
+from litestar import Response, get
+from litestar.datastructures import State
+from litestar.response import ServerSentEvent
+from litestar.response.sse import ServerSentEventMessage
+from litestar.static_files import create_static_files_router
+
+from gateway.ops.health import download_state
+from gateway.ops.metrics import STATE_NAMES
+
+STATIC_DIR = files("gateway") / "static"
+PAGE_HEADERS = {
+    # The page runs only its own script and talks only to this gateway.
+    "content-security-policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+        "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    ),
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "cache-control": "no-cache",
+}
+PUBLIC = {"public": True}
+OPS = {"ops": True}
+
+
+@cache
+def _page() -> bytes:
+    return (STATIC_DIR / "index.html").read_bytes()
+
+
+@get("/ui", opt=PUBLIC, sync_to_thread=False)
+def page() -> Response:
+    """The ops page itself."""
+    return Response(_page(), media_type="text/html; charset=utf-8", headers=PAGE_HEADERS)
+
+
+def _page_headers(response: Response) -> Response:
+    response.headers.update(PAGE_HEADERS)
+    return response
+
+
+# The page's script and style sheet, through litestar's static-files router: it confines
+# every path to the directory (no `..`, no symlinks out) and answers 404 for the rest.
+static = create_static_files_router(
+    "/ui/static",
+    directories=[STATIC_DIR],
+    opt=PUBLIC,
+    after_request=_page_headers,
+    name="ui-static",
+)
+
+
+@get("/ui/state", opt=OPS, sync_to_thread=False)
+def ui_state(state: State) -> dict:
+    """Each model: load state, aliases, queue depth, running, recent tokens/s. Reads only."""
+    generation = state.registry.current
+    models = []
+    for model in generation.config.models:
+        runner = generation.runners[model.id]
+        models.append(
+            {
+                "id": model.id,
+                "state": STATE_NAMES[runner.state],
+                "aliases": list(model.aliases),
+                "engine": model.engine,
+                "residency": "pinned" if model.pinned else "on_demand",
+                "queue_depth": runner.queue_depth,
+                "running": runner.running,
+                "tokens_per_s": state.metrics.tokens_per_s(model.id),
+                "error": runner.error,
+                "download": download_state(runner),
+            }
+        )
+    return {"draining": state.admission.draining, "models": models}
+
+
+@get("/ui/events", opt=OPS, sync_to_thread=False)
+def ui_events(state: State) -> ServerSentEvent:
+    """The live event feed: every log line as an SSE `data:` message, recent ones first."""
+    return ServerSentEvent(_feed(state), headers={"cache-control": "no-cache"})
+
+
+async def _feed(state: State) -> AsyncIterator[ServerSentEventMessage]:
+    reported = 0
+    async for line, dropped in state.feed.subscribe():
+        if dropped != reported:  # this browser fell behind: say how much it missed
+            reported = dropped
+            yield ServerSentEventMessage(event="dropped", data=str(dropped))
+        if line is None:
+            yield ServerSentEventMessage(comment="keep-alive")
+        else:
+            yield ServerSentEventMessage(event="log", data=line)
+
+
+ROUTES = [page, static, ui_state, ui_events]
