@@ -101,7 +101,7 @@ class ChatRequest(msgspec.Struct, frozen=True, kw_only=True):
     # A plain completion's prompt as token ids (evaluation harnesses send these); with it,
     # `raw_prompt` is "" and the ids are the prompt.
     prompt_ids: list[int] | None = None
-    # The model's policies, resolved once by gateway/chat_request.py for every protocol.
+    # The model's policies, resolved once by engines/policy/request.py for every protocol.
     reasoning: Effort = "off"
     tool_policy: ToolPolicy = "off"
     overflow: OverflowPolicy = "reject"
@@ -124,6 +124,42 @@ class ChatRequest(msgspec.Struct, frozen=True, kw_only=True):
     strict_tools: list[str] = []
     parallel_tool_calls: bool = True
     logprobs: LogprobsRequest | None = None
+
+
+class OutputControls(msgspec.Struct, frozen=True, kw_only=True):
+    """A request's output controls, as each adapter reads them from its protocol's fields."""
+
+    format: OutputFormat | None = None
+    tool_choice: ToolChoice = "auto"
+    forced_tool: str | None = None
+    strict_tools: list[str] = []
+    parallel_tool_calls: bool = True
+    logprobs: LogprobsRequest | None = None
+
+
+class ChatAsk(msgspec.Struct, frozen=True, kw_only=True):
+    """What a client asked for, in canonical terms, before its model's policy is applied.
+
+    Each protocol adapter fills one from its wire request and hands it through the one door
+    (`engines/chat.py`); None leaves a value to the model's settings. `reasoning` is the
+    effort asked in the protocol's own field, already read as off/low/medium/high.
+    `raw_prompt` (plain completions) skips the chat template.
+    """
+
+    messages: list[Message]
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    seed: int | None = None
+    stop: list[str] | None = None
+    tools: list[ToolSpec] | None = None
+    raw_prompt: str | None = None
+    prompt_ids: list[int] | None = None
+    reasoning: Effort | None = None
+    window: int | None = None
+    controls: OutputControls = OutputControls()
 
 
 def request_images(request: ChatRequest) -> list[ImagePart]:

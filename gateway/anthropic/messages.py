@@ -8,23 +8,23 @@ import uuid
 from litestar import Request, Response, post
 from litestar.response import ServerSentEvent
 
+from engines.chat import count_chat, serve_chat
 from engines.errors import BadRequest
-from engines.policy.answer import answer
 from gateway.anthropic.models import resolve
 from gateway.anthropic.stream import NO_SIGNATURE, stop_of, stream_events, tool_input
-from gateway.canonical.chat_request import OutputControls, build_chat_request
 from gateway.canonical.choices import refuse_set
 from gateway.canonical.images import image_part, message_with_parts, resolve_images
-from gateway.control.registry import Generation, Route, announce
+from gateway.control.registry import Generation, announce
 from gateway.http.body import decode_body
 from gateway.http.streaming import Collected, collect, unless_client_leaves
 from schemas import anthropic as wire
 from schemas.canonical import (
-    ChatRequest,
+    ChatAsk,
     Effort,
     Finished,
     ImagePart,
     Message,
+    OutputControls,
     OutputFormat,
     Part,
     TextPart,
@@ -164,9 +164,9 @@ def _join(parts: str | list[str] | list[wire.TextBlock]) -> str:
     return "\n\n".join(p.text if isinstance(p, wire.TextBlock) else p for p in parts)
 
 
-async def to_chat(route: Route, data: wire.PromptRequest, server: ServerConfig) -> ChatRequest:
-    """The canonical request (remote images fetched where allowed); sampling fields only where
-    the request is a messages request."""
+async def to_ask(data: wire.PromptRequest, server: ServerConfig) -> ChatAsk:
+    """What the client asked, canonical (remote images fetched where allowed); sampling
+    fields only where the request is a messages request."""
     tools, controls = _controls(data)
     sampling = {}
     if isinstance(data, wire.MessagesRequest):
@@ -185,8 +185,8 @@ async def to_chat(route: Route, data: wire.PromptRequest, server: ServerConfig) 
         messages = await resolve_images(messages, server)
     except BadRequest as refused:
         raise _could_not(refused) from None
-    return build_chat_request(
-        route.model, messages, tools=tools, reasoning=reasoning, controls=controls, **sampling
+    return ChatAsk(
+        messages=messages, tools=tools, reasoning=reasoning, controls=controls, **sampling
     )
 
 
@@ -263,9 +263,9 @@ async def create_message(request: Request, generation: Generation) -> Response |
     refuse_set(data, REFUSED)
     route = resolve(generation, data.model)
     announce(route, stream=data.stream, protocol="anthropic")
-    chat = await to_chat(route, data, generation.config.server)
+    ask = await to_ask(data, generation.config.server)
     runner = route.runner
-    results = answer(runner, chat)
+    chat, (results,) = await serve_chat(runner, ask)
     message_id = f"msg_{uuid.uuid4().hex[:24]}"
     if not data.stream:
         whole = await unless_client_leaves(request, collect(results))
@@ -277,7 +277,7 @@ async def create_message(request: Request, generation: Generation) -> Response |
         if isinstance(first, Finished):
             input_tokens = first.prompt_tokens
         else:
-            input_tokens = await unless_client_leaves(request, runner.count_prompt(chat))
+            input_tokens = await unless_client_leaves(request, count_chat(runner, chat))
     except BaseException:
         await results.aclose()
         raise
@@ -322,8 +322,8 @@ async def count_tokens(request: Request, generation: Generation) -> wire.TokenCo
     data = await decode_body(request, wire.CountTokensRequest)
     route = resolve(generation, data.model)
     announce(route, stream=False, protocol="anthropic")
-    chat = await to_chat(route, data, generation.config.server)
-    counted = await unless_client_leaves(request, route.runner.count_prompt(chat))
+    ask = await to_ask(data, generation.config.server)
+    counted = await unless_client_leaves(request, count_chat(route.runner, ask))
     return wire.TokenCount(input_tokens=counted)
 
 

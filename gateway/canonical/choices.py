@@ -1,8 +1,6 @@
-"""Several answers to one request (`n`), and the protocol fields a gateway refuses by name.
-
-`n` answers are `n` jobs submitted together, so the runner admits them into one batch
-(up to the model's `concurrency`); `guardrails.max_n` caps how many one request may ask.
-"""
+"""Several answers to one request (`n`) gathered or interleaved, and the protocol fields a
+gateway refuses by name. (The door, `engines/chat.py`, caps `n` and submits the answers
+together so the runner batches them.)"""
 
 from __future__ import annotations
 
@@ -10,27 +8,11 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from msgspec.structs import replace
-
 from engines.errors import BadRequest
-from engines.policy.answer import answer
-from engines.runner import Runner
 from gateway.http.streaming import Collected, collect
-from schemas.canonical import ChatRequest, Output
-from schemas.config import ModelConfig
+from schemas.canonical import Output
 
 _DONE = object()
-
-
-def check_n(model: ModelConfig, n: int | None, field: str = "$.n") -> int:
-    """How many answers were asked for, within the model's `guardrails.max_n`."""
-    n = n or 1
-    if n > model.guardrails.max_n:
-        raise BadRequest(
-            f"{field} is {n}; model {model.id!r} gives at most {model.guardrails.max_n} "
-            "answers per request (guardrails.max_n)"
-        )
-    return n
 
 
 def refuse_set(data: Any, fields: dict[str, Callable[[Any], bool]], why: str = "") -> None:
@@ -40,19 +22,6 @@ def refuse_set(data: Any, fields: dict[str, Callable[[Any], bool]], why: str = "
         value = getattr(data, name)
         if value is not None and harmful(value):
             raise BadRequest(f"$.{name} is not supported by this gateway{why}")
-
-
-def variants(request: ChatRequest, n: int) -> list[ChatRequest]:
-    """The request `n` times; a seed becomes seed, seed+1, ... so the answers differ and
-    each stays reproducible."""
-    seed = request.sampling.seed
-    if n == 1 or seed is None:
-        return [request] * n
-    return [replace(request, sampling=replace(request.sampling, seed=seed + i)) for i in range(n)]
-
-
-def answers(runner: Runner, requests: list[ChatRequest]) -> list[AsyncIterator[Output]]:
-    return [answer(runner, r) for r in requests]
 
 
 async def collect_all(streams: list[AsyncIterator[Output]]) -> list[Collected]:

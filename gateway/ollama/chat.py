@@ -12,10 +12,9 @@ from litestar import Request, Response, post
 from litestar.response import Stream
 
 from engines.base import EngineState
+from engines.chat import serve_chat
 from engines.errors import BadRequest, ModelUnavailable
-from engines.policy.answer import answer
 from engines.runner import Runner
-from gateway.canonical.chat_request import build_chat_request
 from gateway.canonical.images import image_part, message_with_parts, resolve_images
 from gateway.control.registry import Generation, Route
 from gateway.http.body import decode_body
@@ -26,7 +25,7 @@ from gateway.ollama.models import json_reply, now, ollama_route
 from gateway.ollama.options import keep, options
 from schemas import ollama as wire
 from schemas.canonical import (
-    ChatRequest,
+    ChatAsk,
     Effort,
     Finished,
     Logprobs,
@@ -153,9 +152,9 @@ async def _load_or_unload(runner: Runner) -> bool:
 
 
 async def _answer(
-    request: Request, route: Route, chat: ChatRequest, stream: bool, frame: Frame
+    request: Request, route: Route, ask: ChatAsk, stream: bool, frame: Frame
 ) -> Response | Stream:
-    results = answer(route.runner, chat)
+    _, (results,) = await serve_chat(route.runner, ask)
     if not stream:
         whole = await unless_client_leaves(request, collect(results))
         reply = frame(whole.text, whole.tool_calls, whole.finished, whole.reasoning)
@@ -241,9 +240,8 @@ async def chat(request: Request, generation: Generation) -> Response | Stream:
         for t in data.tools or []
     ]
     messages = await resolve_images(to_messages(data.messages), generation.config.server)
-    chat = build_chat_request(
-        route.model,
-        messages,
+    chat = ChatAsk(
+        messages=messages,
         tools=tools,
         reasoning=effort(data.think),
         controls=output,
@@ -261,7 +259,7 @@ async def generate(request: Request, generation: Generation) -> Response | Strea
     output = controls(data.format, data.logprobs, data.top_logprobs)
     route = ollama_route(generation, data.model, data.stream)
     keep(route.runner, data.keep_alive)
-    served, model = route.served, route.model
+    served = route.served
 
     def frame(
         text: str, _calls: list[ToolCall], finished: Finished | None, thinking: str
@@ -285,15 +283,15 @@ async def generate(request: Request, generation: Generation) -> Response | Strea
     if data.raw:  # no template, and so no system prompt either
         if data.images:
             raise BadRequest("$.images: a raw prompt has no template to place images in")
-        chat = build_chat_request(
-            model, [], raw_prompt=data.prompt, controls=output, **options(data.options)
+        chat = ChatAsk(
+            messages=[], raw_prompt=data.prompt, controls=output, **options(data.options)
         )
     else:
         system = [Message(role="system", content=data.system)] if data.system else []
         user = with_images("user", data.prompt, data.images, "$.images")
         prompt = await resolve_images([*system, user], generation.config.server)
-        chat = build_chat_request(
-            model, prompt, reasoning=effort(data.think), controls=output, **options(data.options)
+        chat = ChatAsk(
+            messages=prompt, reasoning=effort(data.think), controls=output, **options(data.options)
         )
     return await _answer(request, route, chat, data.stream, frame)
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from engines.errors import BadRequest
-from gateway.canonical.chat_request import OutputControls
 from schemas import ollama as wire
-from schemas.canonical import LogprobsRequest, OutputFormat, TokenLogprob
+from schemas.canonical import LogprobsRequest, OutputControls, OutputFormat, TokenLogprob
 
 
 def controls(format: Any, logprobs: bool | None, top: int | None) -> OutputControls:

@@ -65,7 +65,7 @@ def keep(runner: Runner, value: str | float | None) -> None:
 
 
 def options(value: wire.Options | None) -> dict[str, Any]:
-    """Ollama's options as `build_chat_request` keywords; unsupported ones set: 400."""
+    """Ollama's options as `ChatAsk` fields; unsupported ones set: 400."""
     o = value or wire.Options()
     refused = [name for name in UNSUPPORTED if getattr(o, name) is not None]
     if refused:

@@ -11,9 +11,9 @@ from litestar import Request, Response, post
 from litestar.response import ServerSentEvent
 from msgspec import UNSET
 
+from engines.chat import check_n, serve_chat
 from engines.errors import BadRequest
-from gateway.canonical.chat_request import OutputControls, build_chat_request
-from gateway.canonical.choices import answers, check_n, collect_all, merged, refuse_set, variants
+from gateway.canonical.choices import collect_all, merged, refuse_set
 from gateway.canonical.images import image_part, message_with_parts, resolve_images
 from gateway.control.registry import Generation, announce
 from gateway.http.body import decode_body
@@ -28,10 +28,12 @@ from gateway.openai.controls import (
 )
 from schemas import openai as wire
 from schemas.canonical import (
+    ChatAsk,
     Finished,
     Logprobs,
     Message,
     Output,
+    OutputControls,
     Part,
     ReasoningDelta,
     TextDelta,
@@ -156,21 +158,23 @@ async def chat_completions(request: Request, generation: Generation) -> Response
     stop = [data.stop] if isinstance(data.stop, str) else data.stop
     messages = await resolve_images(to_messages(data.messages), generation.config.server)
     tools, output = chat_controls(data)
-    chat = build_chat_request(
-        route.model,
-        messages,
-        max_tokens=data.max_completion_tokens or data.max_tokens,
-        temperature=data.temperature,
-        top_p=data.top_p,
-        top_k=data.top_k,
-        min_p=data.min_p,
-        seed=data.seed,
-        stop=stop,
-        tools=tools,
-        reasoning=effort(data.reasoning_effort),
-        controls=output,
+    chat, streams = await serve_chat(
+        route.runner,
+        ChatAsk(
+            messages=messages,
+            max_tokens=data.max_completion_tokens or data.max_tokens,
+            temperature=data.temperature,
+            top_p=data.top_p,
+            top_k=data.top_k,
+            min_p=data.min_p,
+            seed=data.seed,
+            stop=stop,
+            tools=tools,
+            reasoning=effort(data.reasoning_effort),
+            controls=output,
+        ),
+        n,
     )
-    streams = answers(route.runner, variants(chat, n))
     completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
     created = int(time.time())
     if not data.stream:

@@ -12,10 +12,10 @@ from litestar import Request, Response, post
 from litestar.response import ServerSentEvent
 from msgspec import UNSET
 
+from engines.chat import check_n, serve_prompts
 from engines.errors import BadRequest
-from engines.runner import Job, Runner
-from gateway.canonical.chat_request import OutputControls, build_chat_request
-from gateway.canonical.choices import check_n, refuse_set, variants
+from engines.job import Job
+from gateway.canonical.choices import refuse_set
 from gateway.control.registry import Generation, announce
 from gateway.http.body import decode_body
 from gateway.http.errors import error_body, stream_failure
@@ -23,10 +23,12 @@ from gateway.http.streaming import Collected, collect, unless_client_leaves
 from gateway.openai.chat import FINISH_REASONS
 from schemas import openai_completions as wire
 from schemas.canonical import (
+    ChatAsk,
     Finished,
     Logprobs,
     LogprobsRequest,
     Output,
+    OutputControls,
     TextDelta,
     TokenLogprob,
 )
@@ -105,10 +107,9 @@ async def completions(request: Request, generation: Generation) -> Response | Se
         logprobs = LogprobsRequest(top=data.logprobs, prompt=data.echo)
     if data.echo and logprobs is None and any(isinstance(p, list) for p in prompts):
         raise BadRequest("$.echo of a token-id prompt needs logprobs (its text comes from them)")
-    chats = [
-        build_chat_request(
-            route.model,
-            [],
+    asks = [
+        ChatAsk(
+            messages=[],
             raw_prompt=prompt if isinstance(prompt, str) else "",
             prompt_ids=prompt if isinstance(prompt, list) else None,
             max_tokens=data.max_tokens,
@@ -123,11 +124,8 @@ async def completions(request: Request, generation: Generation) -> Response | Se
         for prompt in prompts
     ]
     # n completions of each prompt, in order: choice i*n + j is prompt i's j-th.
-    chats = [variant for chat in chats for variant in variants(chat, n)]
+    _, jobs, results = await serve_prompts(route.runner, asks, n)
     prompts = [prompt for prompt in prompts for _ in range(n)]
-    # All prompts join the queue now, in order, so no other client's request slips between them.
-    jobs = _submit_all(route.runner, chats)
-    results = [route.runner.results(job) for job in jobs]
     completion_id = f"cmpl-{uuid.uuid4().hex[:24]}"
     created = int(time.time())
     # A token-id prompt's echo is its tokens' text, from the prompt's logprobs.
@@ -161,18 +159,6 @@ async def completions(request: Request, generation: Generation) -> Response | Se
     include_usage = bool(data.stream_options and data.stream_options.include_usage)
     chunk = _Chunker(completion_id, created, route.served)
     return ServerSentEvent(_chunks(request, first, jobs, results, echoes, chunk, include_usage))
-
-
-def _submit_all(runner: Runner, chats: list) -> list[Job]:
-    jobs: list[Job] = []
-    try:
-        for chat in chats:
-            jobs.append(runner.submit(chat))
-    except BaseException:
-        for job in jobs:  # refused part way (queue full): the rest must not run for nobody
-            job.cancel()
-        raise
-    return jobs
 
 
 async def _collect_all(jobs: list[Job], results: list[AsyncIterator[Output]]) -> list[Collected]:

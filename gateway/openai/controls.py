@@ -7,9 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from engines.errors import BadRequest
-from gateway.canonical.chat_request import OutputControls
 from schemas import openai as wire
-from schemas.canonical import LogprobsRequest, OutputFormat, TokenLogprob, ToolSpec
+from schemas.canonical import LogprobsRequest, OutputControls, OutputFormat, TokenLogprob, ToolSpec
 
 
 def output_format(kind: str, schema: dict[str, Any] | None, field: str) -> OutputFormat | None:

@@ -14,9 +14,8 @@ import msgspec
 from litestar import Request, Response, post
 from litestar.response import ServerSentEvent, ServerSentEventMessage
 
+from engines.chat import serve_chat
 from engines.errors import BadRequest, StoredNotFound
-from engines.policy.answer import answer
-from gateway.canonical.chat_request import OutputControls, build_chat_request
 from gateway.canonical.choices import refuse_set
 from gateway.canonical.images import image_part, message_with_parts, resolve_images
 from gateway.control.registry import Generation, announce
@@ -32,10 +31,12 @@ from gateway.openai.response_store import ResponseStore, owner_of
 from gateway.openai.stored_responses import registry_server, store_of
 from schemas import openai_responses as wire
 from schemas.canonical import (
+    ChatAsk,
     ChatRequest,
     LogprobsRequest,
     Message,
     Output,
+    OutputControls,
     Part,
     TextPart,
     ToolCall,
@@ -272,9 +273,8 @@ async def responses(request: Request, generation: Generation) -> Response | Serv
     messages = await resolve_images(messages, generation.config.server)
     route = announce(generation.resolve(data.model), stream=data.stream, protocol="openai")
     tools, output = response_controls(data)
-    chat = build_chat_request(
-        route.model,
-        messages,
+    ask = ChatAsk(
+        messages=messages,
         max_tokens=data.max_output_tokens,
         temperature=data.temperature,
         top_p=data.top_p,
@@ -282,8 +282,8 @@ async def responses(request: Request, generation: Generation) -> Response | Serv
         reasoning=effort(data.reasoning.effort if data.reasoning else None),
         controls=output,
     )
+    chat, (results,) = await serve_chat(route.runner, ask)
     skeleton = _skeleton(data, chat, route.served)
-    results = answer(route.runner, chat)
     summary = bool(data.reasoning and data.reasoning.summary)
     builder = EventBuilder(skeleton, summary=summary)
 

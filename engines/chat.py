@@ -1,0 +1,107 @@
+"""The one door for chat: every protocol adapter turns its wire request into a `ChatAsk`
+and makes one call here; the model's policy is applied in this one place.
+
+`serve_chat(runner, ask, n)`:
+1. refuses `n` past the model's `guardrails.max_n`;
+2. builds the canonical request under the model's settings (defaults, system prompt,
+   output cap, reasoning, tool and overflow policies: `engines/policy/request.py`);
+3. checks tool schemas and compiles output controls on a worker thread, so a client's
+   schema never stalls the event loop;
+4. returns `n` answers, each through `engines/policy/answer.py` (context overflow,
+   tool-call guardrails and the re-ask), submitted together so they batch.
+
+Adapters render what comes back; they never reach past this door into the runner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import NamedTuple
+
+from msgspec.structs import replace
+
+from engines.errors import BadRequest
+from engines.job import Job
+from engines.policy.answer import answer
+from engines.policy.request import build_chat_request, check_chat
+from engines.runner import Runner
+from schemas.canonical import ChatAsk, ChatRequest, Output
+from schemas.config import ModelConfig
+
+
+class Chat(NamedTuple):
+    """What the door gives back: the request as the model will run it, and its answers."""
+
+    request: ChatRequest
+    answers: list[AsyncIterator[Output]]
+
+
+class Prompts(NamedTuple):
+    """Plain completions as queued: each request, its job (in queue order), its outputs."""
+
+    requests: list[ChatRequest]
+    jobs: list[Job]
+    answers: list[AsyncIterator[Output]]
+
+
+async def serve_chat(runner: Runner, ask: ChatAsk, n: int | None = 1, n_field: str = "$.n") -> Chat:
+    """The request's `n` answers under its model's policy; closing an answer cancels it."""
+    count = check_n(runner.model, n, n_field)
+    request = await prepare(runner.model, ask)
+    return Chat(request, [answer(runner, r) for r in variants(request, count)])
+
+
+async def serve_prompts(
+    runner: Runner, asks: list[ChatAsk], n: int | None = 1, n_field: str = "$.n"
+) -> Prompts:
+    """Plain completions (raw prompts: no template, so no tools or overflow to apply): each
+    prompt `n` times, all joining the queue now and in order, so no other client's request
+    slips between them. A refusal part way (queue full) withdraws the ones already queued."""
+    count = check_n(runner.model, n, n_field)
+    requests = []
+    for ask in asks:
+        requests += variants(await prepare(runner.model, ask), count)
+    jobs: list[Job] = []
+    try:
+        for request in requests:
+            jobs.append(runner.submit(request))
+    except BaseException:
+        for job in jobs:
+            job.cancel()
+        raise
+    return Prompts(requests, jobs, [runner.results(job) for job in jobs])
+
+
+async def count_chat(runner: Runner, ask: ChatAsk | ChatRequest) -> int:
+    """Tokens in the prompt the request runs with, template and tools included (loads an
+    on-demand model first); `ask` may be the request `serve_chat` already prepared."""
+    request = ask if isinstance(ask, ChatRequest) else await prepare(runner.model, ask)
+    return await runner.count_prompt(request)
+
+
+async def prepare(model: ModelConfig, ask: ChatAsk) -> ChatRequest:
+    """The canonical request, checked; the checks run on a worker thread."""
+    request = build_chat_request(model, ask)
+    await asyncio.to_thread(check_chat, request)
+    return request
+
+
+def check_n(model: ModelConfig, n: int | None, field: str = "$.n") -> int:
+    """How many answers were asked for, within the model's `guardrails.max_n`."""
+    n = n or 1
+    if n > model.guardrails.max_n:
+        raise BadRequest(
+            f"{field} is {n}; model {model.id!r} gives at most {model.guardrails.max_n} "
+            "answers per request (guardrails.max_n)"
+        )
+    return n
+
+
+def variants(request: ChatRequest, n: int) -> list[ChatRequest]:
+    """The request `n` times; a seed becomes seed, seed+1, ... so the answers differ and
+    each stays reproducible."""
+    seed = request.sampling.seed
+    if n == 1 or seed is None:
+        return [request] * n
+    return [replace(request, sampling=replace(request.sampling, seed=seed + i)) for i in range(n)]
