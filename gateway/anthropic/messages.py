@@ -11,12 +11,12 @@ from litestar.response import ServerSentEvent
 from engines.chat import count_chat, serve_chat
 from engines.errors import BadRequest
 from gateway.anthropic.models import resolve
-from gateway.anthropic.stream import NO_SIGNATURE, stop_of, stream_events, tool_input
+from gateway.anthropic.stream import NO_SIGNATURE, error_event, stop_of, stream_events, tool_input
 from gateway.canonical.choices import refuse_set
 from gateway.canonical.images import image_part, message_with_parts, resolve_images
 from gateway.control.registry import Generation, announce
 from gateway.http.body import decode_body
-from gateway.http.streaming import Collected, collect, unless_client_leaves
+from gateway.http.streaming import Collected, collect, started, stream_body, unless_client_leaves
 from schemas import anthropic as wire
 from schemas.canonical import (
     ChatAsk,
@@ -270,16 +270,16 @@ async def create_message(request: Request, generation: Generation) -> Response |
     if not data.stream:
         whole = await unless_client_leaves(request, collect(results))
         return Response(_message(message_id, route.served, whole, chat.stop))
+    outputs = await started(request, results)
     try:
-        # Wait for the first output before answering, so queue and load errors keep their status.
-        first = await unless_client_leaves(request, anext(results))
+        first = await anext(outputs)  # already in: `started` waited for it
         # message_start carries the prompt's size before the engine's own count is known.
         if isinstance(first, Finished):
             input_tokens = first.prompt_tokens
         else:
             input_tokens = await unless_client_leaves(request, count_chat(runner, chat))
     except BaseException:
-        await results.aclose()
+        await outputs.aclose()
         raise
     start = wire.Message(
         id=message_id,
@@ -287,7 +287,8 @@ async def create_message(request: Request, generation: Generation) -> Response |
         content=[],
         usage=wire.Usage(input_tokens=input_tokens, output_tokens=0),
     )
-    return ServerSentEvent(stream_events(request, start, first, results, chat.stop))
+    events = stream_events(start, first, outputs, chat.stop)
+    return ServerSentEvent(stream_body(request, events, error_event, outputs.aclose))
 
 
 def _message(message_id: str, model: str, answer: Collected, stops: list[str]) -> wire.Message:

@@ -8,10 +8,9 @@ import json
 from collections.abc import AsyncIterator
 
 import msgspec
-from litestar import Request
 from litestar.response.sse import ServerSentEventMessage
 
-from gateway.http.errors import error_body, stream_failure
+from gateway.http.errors import error_body
 from schemas import anthropic as wire
 from schemas.canonical import Finished, Output, ReasoningDelta, TextDelta
 
@@ -140,31 +139,19 @@ def sse(event: wire.StreamEvent) -> ServerSentEventMessage:
 
 
 async def stream_events(
-    request: Request,
-    start: wire.Message,
-    first: Output,
-    results: AsyncIterator[Output],
-    stops: list[str],
+    start: wire.Message, first: Output, rest: AsyncIterator[Output], stops: list[str]
 ) -> AsyncIterator[ServerSentEventMessage]:
+    """The answer as Anthropic's event sequence, message_start to message_stop."""
     framer = Framer(stops)
-    try:
-        yield sse(wire.MessageStart(message=start))
-        output = first
-        while True:
-            for event in framer.feed(output):
-                yield sse(event)
-            if isinstance(output, Finished):
-                return
-            output = await anext(results)
-    except Exception as error:  # the 200 is out: only an error event can tell the client
-        yield _error_event(request, error)
-    finally:
-        # The client went away (or the stream ended): stop the job within a token.
-        await results.aclose()
+    yield sse(wire.MessageStart(message=start))
+    for event in framer.feed(first):
+        yield sse(event)
+    async for output in rest:
+        for event in framer.feed(output):
+            yield sse(event)
 
 
-def _error_event(request: Request, error: Exception) -> ServerSentEventMessage:
+def error_event(status: int, message: str, kind: str) -> ServerSentEventMessage:
     """A failure after the 200 went out, as Anthropic reports it: an `error` event."""
-    status, message, kind = stream_failure(request, error)
     body = error_body("anthropic", status, message, kind)
     return ServerSentEventMessage(event="error", data=msgspec.json.encode(body).decode())

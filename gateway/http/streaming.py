@@ -1,15 +1,17 @@
-"""Waiting on a runner while watching the client: a client that leaves stops its job."""
+"""Waiting on a runner while watching the client (a client that leaves stops its job), and
+the one stream helper every protocol's streamed answer goes through."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
 import msgspec
 from litestar import Request
 
 from engines.errors import ClientGone
+from gateway.http.errors import stream_failure
 from schemas.canonical import (
     Finished,
     Logprobs,
@@ -22,6 +24,7 @@ from schemas.canonical import (
 )
 
 T = TypeVar("T")
+F = TypeVar("F")  # one frame of a stream: an SSE message, a JSON line
 
 
 async def _until_disconnect(request: Request) -> None:
@@ -85,3 +88,52 @@ async def collect(results: AsyncIterator[Output]) -> Collected:
                 prompt_logprobs=logprobs[True],
             )
     raise RuntimeError("engine ended without a Finished output")
+
+
+# The one way every protocol streams an answer: `started` waits for the first output, so an
+# error before it (queue full, model failed to load, bad request) is still the response's
+# HTTP status; `stream_body` then frames the rest, ends a failure with the protocol's own
+# in-stream error (the 200 is out), and always runs the cleanup that stops the job(s).
+
+
+async def started(request: Request, results: AsyncIterator[T]) -> AsyncIterator[T]:
+    """`results` once its first output is in; it yields that output first, then the rest.
+
+    A failure (or the client leaving) before the first output is raised here, with
+    `results` closed, so it becomes the response's status.
+    """
+    try:
+        first = await unless_client_leaves(request, anext(results))
+    except BaseException:
+        await results.aclose()
+        raise
+    return _resumed(first, results)
+
+
+async def _resumed(first: T, rest: AsyncIterator[T]) -> AsyncIterator[T]:
+    try:
+        yield first
+        async for item in rest:
+            yield item
+    finally:
+        await rest.aclose()
+
+
+async def stream_body(
+    request: Request,
+    frames: AsyncIterator[F],
+    error_tail: Callable[[int, str, str], F],
+    cleanup: Callable[[], Awaitable[None]],
+) -> AsyncIterator[F]:
+    """A stream's body after its status line: the protocol's `frames`; if anything fails,
+    one last frame from `error_tail(status, message, kind)` (the protocol's in-stream error);
+    and in every case, the client gone included, `cleanup` (which stops the job within a
+    token)."""
+    try:
+        async for frame in frames:
+            yield frame
+    except Exception as error:
+        yield error_tail(*stream_failure(request, error))
+    finally:
+        await frames.aclose()
+        await cleanup()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -18,8 +18,7 @@ from engines.runner import Runner
 from gateway.canonical.images import image_part, message_with_parts, resolve_images
 from gateway.control.registry import Generation, Route
 from gateway.http.body import decode_body
-from gateway.http.errors import stream_failure
-from gateway.http.streaming import collect, unless_client_leaves
+from gateway.http.streaming import collect, started, stream_body, unless_client_leaves
 from gateway.ollama.controls import controls, wire_logprobs
 from gateway.ollama.models import json_reply, now, ollama_route
 from gateway.ollama.options import keep, options
@@ -160,9 +159,9 @@ async def _answer(
         reply = frame(whole.text, whole.tool_calls, whole.finished, whole.reasoning)
         reply.logprobs = wire_logprobs(whole.logprobs)
         return json_reply(reply)
-    # Wait for the first output before answering, so queue and load errors keep their status.
-    first = await unless_client_leaves(request, anext(results))
-    return Stream(_lines(request, first, results, frame), media_type=NDJSON)
+    outputs = await started(request, results)
+    lines = (_line(output, frame) async for output in outputs)
+    return Stream(stream_body(request, lines, _error_line, outputs.aclose), media_type=NDJSON)
 
 
 def _line(output: Output, frame: Frame) -> bytes:
@@ -180,20 +179,9 @@ def _line(output: Output, frame: Frame) -> bytes:
     return msgspec.json.encode(reply) + b"\n"
 
 
-async def _lines(
-    request: Request, first: Output, results: AsyncIterator[Output], frame: Frame
-) -> AsyncIterator[bytes]:
-    try:
-        yield _line(first, frame)
-        async for output in results:
-            yield _line(output, frame)
-    except Exception as error:
-        # Past the status line Ollama reports a failure as a last `{"error"}` object.
-        _, message, _ = stream_failure(request, error)
-        yield msgspec.json.encode({"error": message}) + b"\n"
-    finally:
-        # The client went away (or the stream ended): stop the job within a token.
-        await results.aclose()
+def _error_line(_status: int, message: str, _kind: str) -> bytes:
+    """Past the status line Ollama reports a failure as a last `{"error"}` object."""
+    return msgspec.json.encode({"error": message}) + b"\n"
 
 
 @post("/api/chat", status_code=200)

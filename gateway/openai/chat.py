@@ -17,8 +17,8 @@ from gateway.canonical.choices import collect_all, merged, refuse_set
 from gateway.canonical.images import image_part, message_with_parts, resolve_images
 from gateway.control.registry import Generation, announce
 from gateway.http.body import decode_body
-from gateway.http.errors import error_body, stream_failure
-from gateway.http.streaming import Collected, unless_client_leaves
+from gateway.http.errors import error_body
+from gateway.http.streaming import Collected, started, stream_body, unless_client_leaves
 from gateway.openai.controls import (
     controls,
     logprobs_request,
@@ -187,14 +187,10 @@ async def chat_completions(request: Request, generation: Generation) -> Response
             usage=_usage_of([w.finished for w in wholes]),
         )
         return Response(body)
-    results = merged(streams)
-    # Wait for the first output before answering, so queue and load errors keep their status.
-    first = await unless_client_leaves(request, anext(results))
+    outputs = await started(request, merged(streams))
     include_usage = bool(data.stream_options and data.stream_options.include_usage)
-    chunks = _chunks(
-        request, first, results, n, completion_id, created, route.served, include_usage
-    )
-    return ServerSentEvent(chunks)
+    chunks = _chunks(outputs, n, completion_id, created, route.served, include_usage)
+    return ServerSentEvent(stream_body(request, chunks, error_chunk, outputs.aclose))
 
 
 def _choice(index: int, whole: Collected, logprobs: bool) -> wire.Choice:
@@ -218,9 +214,7 @@ def _usage_of(finished: list[Finished]) -> wire.Usage:
 
 
 async def _chunks(
-    request: Request,
-    first: tuple[int, Output],
-    results: AsyncIterator[tuple[int, Output]],
+    outputs: AsyncIterator[tuple[int, Output]],
     n: int,
     completion_id: str,
     created: int,
@@ -242,43 +236,35 @@ async def _chunks(
         )
         return msgspec.json.encode(body).decode()
 
-    async def outputs() -> AsyncIterator[tuple[int, Output]]:
-        yield first
-        async for item in results:
-            yield item
+    for index in range(n):
+        yield chunk(index, wire.Delta(role="assistant", content=""))
+    calls = [0] * n
+    finished: list[Finished] = []
+    async for index, output in outputs:
+        if isinstance(output, TextDelta):
+            yield chunk(index, wire.Delta(content=output.text))
+        elif isinstance(output, ReasoningDelta):
+            yield chunk(index, wire.Delta(reasoning_content=output.text))
+        elif isinstance(output, Logprobs):
+            content = wire.ChoiceLogprobs(content=wire_logprobs(output.tokens))
+            yield chunk(index, logprobs=content)
+        elif isinstance(output, ToolCallOutput):
+            call = output.call
+            function = wire.FunctionCallDelta(name=call.name, arguments=call.arguments)
+            delta = wire.ToolCallDelta(index=calls[index], id=call.id, function=function)
+            yield chunk(index, wire.Delta(tool_calls=[delta]))
+            calls[index] += 1
+        elif isinstance(output, Finished):
+            finished.append(output)
+            yield chunk(index, finish=FINISH_REASONS[output.stop_reason])
+    if include_usage:
+        yield chunk(usage=_usage_of(finished))
+    yield "[DONE]"
 
-    try:
-        for index in range(n):
-            yield chunk(index, wire.Delta(role="assistant", content=""))
-        calls = [0] * n
-        finished: list[Finished] = []
-        async for index, output in outputs():
-            if isinstance(output, TextDelta):
-                yield chunk(index, wire.Delta(content=output.text))
-            elif isinstance(output, ReasoningDelta):
-                yield chunk(index, wire.Delta(reasoning_content=output.text))
-            elif isinstance(output, Logprobs):
-                content = wire.ChoiceLogprobs(content=wire_logprobs(output.tokens))
-                yield chunk(index, logprobs=content)
-            elif isinstance(output, ToolCallOutput):
-                call = output.call
-                function = wire.FunctionCallDelta(name=call.name, arguments=call.arguments)
-                delta = wire.ToolCallDelta(index=calls[index], id=call.id, function=function)
-                yield chunk(index, wire.Delta(tool_calls=[delta]))
-                calls[index] += 1
-            elif isinstance(output, Finished):
-                finished.append(output)
-                yield chunk(index, finish=FINISH_REASONS[output.stop_reason])
-        if include_usage:
-            yield chunk(usage=_usage_of(finished))
-        yield "[DONE]"
-    except Exception as error:
-        # The 200 is out: OpenAI reports a failure mid-stream as a chunk holding `error`.
-        status, message, kind = stream_failure(request, error)
-        yield msgspec.json.encode(error_body("openai", status, message, kind)).decode()
-    finally:
-        # The client went away (or the stream ended): stop the jobs within a token.
-        await results.aclose()
+
+def error_chunk(status: int, message: str, kind: str) -> str:
+    """A failure after the 200 went out, as OpenAI reports it: a chunk holding `error`."""
+    return msgspec.json.encode(error_body("openai", status, message, kind)).decode()
 
 
 ROUTES = [chat_completions]

@@ -18,9 +18,8 @@ from engines.job import Job
 from gateway.canonical.choices import refuse_set
 from gateway.control.registry import Generation, announce
 from gateway.http.body import decode_body
-from gateway.http.errors import error_body, stream_failure
-from gateway.http.streaming import Collected, collect, unless_client_leaves
-from gateway.openai.chat import FINISH_REASONS
+from gateway.http.streaming import Collected, collect, started, stream_body, unless_client_leaves
+from gateway.openai.chat import FINISH_REASONS, error_chunk
 from schemas import openai_completions as wire
 from schemas.canonical import (
     ChatAsk,
@@ -151,14 +150,18 @@ async def completions(request: Request, generation: Generation) -> Response | Se
         )
         return Response(body)
     try:
-        # Wait for the first output before answering, so queue and load errors keep their status.
-        first = await unless_client_leaves(request, anext(results[0]))
+        results[0] = await started(request, results[0])
     except BaseException:
         await _close_all(jobs, results)
         raise
     include_usage = bool(data.stream_options and data.stream_options.include_usage)
     chunk = _Chunker(completion_id, created, route.served)
-    return ServerSentEvent(_chunks(request, first, jobs, results, echoes, chunk, include_usage))
+    chunks = _chunks(results, echoes, chunk, include_usage)
+
+    async def cleanup() -> None:
+        await _close_all(jobs, results)
+
+    return ServerSentEvent(stream_body(request, chunks, error_chunk, cleanup))
 
 
 async def _collect_all(jobs: list[Job], results: list[AsyncIterator[Output]]) -> list[Collected]:
@@ -210,49 +213,31 @@ class _Chunker:
 
 
 async def _chunks(
-    request: Request,
-    first: Output,
-    jobs: list[Job],
     results: list[AsyncIterator[Output]],
     echoes: list[str],
     chunk: _Chunker,
     include_usage: bool,
 ) -> AsyncIterator[str]:
     """Choice 0's chunks, then choice 1's, ...: jobs run in queue order anyway."""
-
-    async def outputs(index: int) -> AsyncIterator[Output]:
-        if index == 0:
-            yield first
-        async for output in results[index]:
-            yield output
-
     finished: list[Finished] = []
-    try:
-        for index, echo in enumerate(echoes):
-            if echo:
-                yield chunk(index, echo)
-            offset = len(echo) if echo else 0
-            async for output in outputs(index):
-                if isinstance(output, Logprobs):
-                    entries = _logprobs(output.tokens, 0 if output.prompt else offset)
-                    if not output.prompt:
-                        offset += sum(len(t.token) for t in output.tokens)
-                    yield chunk(index, logprobs=entries)
-                elif isinstance(output, TextDelta):
-                    yield chunk(index, output.text)
-                elif isinstance(output, Finished):
-                    finished.append(output)
-                    yield chunk(index, finish=FINISH_REASONS[output.stop_reason])
-        if include_usage:
-            yield chunk(usage=_usage(finished))
-        yield "[DONE]"
-    except Exception as error:
-        # The 200 is out: OpenAI reports a failure mid-stream as a chunk holding `error`.
-        status, message, kind = stream_failure(request, error)
-        yield msgspec.json.encode(error_body("openai", status, message, kind)).decode()
-    finally:
-        # The client went away (or the stream ended): stop every job within a token.
-        await _close_all(jobs, results)
+    for index, echo in enumerate(echoes):
+        if echo:
+            yield chunk(index, echo)
+        offset = len(echo) if echo else 0
+        async for output in results[index]:
+            if isinstance(output, Logprobs):
+                entries = _logprobs(output.tokens, 0 if output.prompt else offset)
+                if not output.prompt:
+                    offset += sum(len(t.token) for t in output.tokens)
+                yield chunk(index, logprobs=entries)
+            elif isinstance(output, TextDelta):
+                yield chunk(index, output.text)
+            elif isinstance(output, Finished):
+                finished.append(output)
+                yield chunk(index, finish=FINISH_REASONS[output.stop_reason])
+    if include_usage:
+        yield chunk(usage=_usage(finished))
+    yield "[DONE]"
 
 
 ROUTES = [completions]

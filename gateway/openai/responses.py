@@ -21,8 +21,7 @@ from gateway.canonical.images import image_part, message_with_parts, resolve_ima
 from gateway.control.registry import Generation, announce
 from gateway.http.auth import presented_key
 from gateway.http.body import decode_body
-from gateway.http.errors import stream_failure
-from gateway.http.streaming import unless_client_leaves
+from gateway.http.streaming import started, stream_body, unless_client_leaves
 from gateway.openai import stored_responses
 from gateway.openai.chat import effort
 from gateway.openai.controls import controls, output_format, tool_choice
@@ -298,9 +297,13 @@ async def responses(request: Request, generation: Generation) -> Response | Serv
         final = await unless_client_leaves(request, _final(builder, results))
         keep(final)
         return Response(final)
-    # Wait for the first output before answering, so queue and load errors keep their status.
-    first = await unless_client_leaves(request, anext(results))
-    return ServerSentEvent(_events(request, builder, first, results, keep))
+    outputs = await started(request, results)
+
+    def error_event(_status: int, message: str, kind: str) -> ServerSentEventMessage:
+        return _sse(builder.error(kind, message))
+
+    events = _events(builder, outputs, keep)
+    return ServerSentEvent(stream_body(request, events, error_event, outputs.aclose))
 
 
 async def _final(builder: EventBuilder, results: AsyncIterator[Output]) -> wire.Response:
@@ -310,32 +313,22 @@ async def _final(builder: EventBuilder, results: AsyncIterator[Output]) -> wire.
     return builder.response
 
 
+def _sse(event: wire.Event) -> ServerSentEventMessage:
+    data = msgspec.json.encode(event).decode()
+    return ServerSentEventMessage(event=type(event).__struct_config__.tag, data=data)
+
+
 async def _events(
-    request: Request,
     builder: EventBuilder,
-    first: Output,
-    results: AsyncIterator[Output],
+    outputs: AsyncIterator[Output],
     keep: Callable[[wire.Response], None],
 ) -> AsyncIterator[ServerSentEventMessage]:
-    def message(event: wire.Event) -> ServerSentEventMessage:
-        data = msgspec.json.encode(event).decode()
-        return ServerSentEventMessage(event=type(event).__struct_config__.tag, data=data)
-
-    try:
-        for event in builder.start():
-            yield message(event)
-        for event in builder.feed(first):
-            yield message(event)
-        async for output in results:
-            for event in builder.feed(output):
-                yield message(event)
-        keep(builder.response)
-    except Exception as error:  # the 200 is out: only an `error` event can tell the client
-        _, text, kind = stream_failure(request, error)
-        yield message(builder.error(kind, text))
-    finally:
-        # The client went away (or the stream ended): stop the job within a token.
-        await results.aclose()
+    for event in builder.start():
+        yield _sse(event)
+    async for output in outputs:
+        for event in builder.feed(output):
+            yield _sse(event)
+    keep(builder.response)
 
 
 ROUTES = [responses, *stored_responses.ROUTES]

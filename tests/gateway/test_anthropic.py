@@ -14,8 +14,9 @@ from conftest import serving
 from engines.errors import ModelUnavailable
 from gateway.anthropic.messages import to_messages
 from gateway.anthropic.models import model_page
-from gateway.anthropic.stream import Framer, stream_events
+from gateway.anthropic.stream import Framer, error_event, stream_events
 from gateway.control.registry import Generation
+from gateway.http.streaming import stream_body
 from schemas import anthropic as wire
 from schemas.canonical import Finished, TextDelta
 from schemas.config import GatewayConfig
@@ -458,7 +459,9 @@ async def test_a_failure_after_the_first_event_ends_the_stream_with_an_error_eve
     start = wire.Message(
         id="msg_1", model="m", content=[], usage=wire.Usage(input_tokens=1, output_tokens=0)
     )
-    events = [e async for e in stream_events(Request(), start, TextDelta("hi"), outputs, [])]
+    frames = stream_events(start, TextDelta("hi"), outputs, [])
+    body = stream_body(Request(), frames, error_event, outputs.aclose)
+    events = [e async for e in body]
     assert [e.event for e in events] == [
         "message_start",
         "content_block_start",
