@@ -8,7 +8,7 @@ import time
 import msgspec
 import pytest
 
-from engines import serving
+from engines.runner import thread as serving
 from engines.base import EngineState
 from engines.errors import EngineFailed, ModelUnavailable, QueueFull, QueueTimeout
 from engines.job import job_scope

@@ -33,7 +33,7 @@ from engines.errors import (
 from engines.job import Job, own
 from engines.log import emit
 from engines.residency import MemoryBudget
-from engines.serving import ModelThread
+from engines.runner.thread import ModelThread
 from engines.sources.hub_client import FileProgress
 from engines.tasks import Tasks
 from schemas.canonical import (
