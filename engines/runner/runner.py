@@ -433,8 +433,8 @@ class Runner(ModelThread):
             job.started_at = time.perf_counter()
             self._inbox.put(job)
             # A batch whose step() blocks on I/O (engine upstream) is woken to take it now.
-            if (wake := getattr(self._batch, "wake", None)) is not None:
-                wake()
+            if self._batch is not None:
+                self._batch.wake()
         if self._running and not self._serving:
             self._serving = True
             future = self._loop.run_in_executor(self._executor, self._serve)
