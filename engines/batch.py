@@ -3,9 +3,9 @@
 A runner admits up to `concurrency` jobs into its engine's batch and calls `step()` until
 the batch is empty. The MLX engine batches for real (mlx-lm's `BatchGenerator`: one forward
 pass decodes every sequence); `SerialBatch` gives any engine with a `generate()` generator
-the same interface by stepping each request's generator in turn. A batch whose `step()`
-waits on I/O (engine upstream's) also has a thread-safe `wake()`: the runner calls it from
-the event loop when it admits a job, so the job joins the batch at once.
+the same interface by stepping each request's generator in turn. Every batch has a
+thread-safe `wake()`: the runner calls it from the event loop when it admits a job, so a
+batch whose `step()` waits on I/O (engine upstream's) takes the job at once.
 """
 
 from __future__ import annotations
@@ -37,6 +37,11 @@ class Batch(Protocol):
         """
         ...
 
+    def wake(self) -> None:
+        """Thread-safe, from the event loop: a `step()` blocked waiting for outputs returns
+        to take a job just admitted. A no-op for a batch whose `step()` never blocks."""
+        ...
+
 
 class SerialBatch:
     """Round-robin over per-request `generate()` generators: correct, not faster."""
@@ -51,6 +56,9 @@ class SerialBatch:
 
     def add(self, key: Hashable, request: ChatRequest, cancelled: Callable[[], bool]) -> None:
         self._streams[key] = self._generate(request, cancelled)
+
+    def wake(self) -> None:
+        """Nothing to wake: `step()` never waits for arrivals."""
 
     def step(self) -> list[Step]:
         out: list[Step] = []

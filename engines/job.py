@@ -24,7 +24,6 @@ class Job:
         # The request's log context (request_id), for events emitted from the model's thread.
         self.context = contextvars.copy_context()
         self._cancelled = threading.Event()
-        self._expiry: asyncio.TimerHandle | None = None
 
     def cancel(self) -> None:
         self._cancelled.set()

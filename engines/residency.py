@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from engines.errors import ModelUnavailable
-
-if TYPE_CHECKING:
-    from engines.runner import Runner
 
 GiB = 2**30
 # `memory_budget: auto` leaves this share of the machine to the OS and everything else.
@@ -60,6 +57,28 @@ def auto_budget() -> int:
     return int(machine_memory() * share)
 
 
+class Resident(Protocol):
+    """What the budget sees of a model that holds memory (a runner): enough to pick the
+    least recently used idle one and unload it."""
+
+    @property
+    def model_id(self) -> str: ...
+
+    @property
+    def evictable(self) -> bool:
+        """Loaded, not pinned, and with nothing waiting, running or holding it."""
+        ...
+
+    @property
+    def last_used(self) -> float:
+        """`time.monotonic()` of its last use."""
+        ...
+
+    async def unload(self, reason: str) -> bool:
+        """Unload now if idle; False when it was not."""
+        ...
+
+
 def describe(size: int) -> str:
     return f"{size / GiB:.2f} GiB"
 
@@ -69,44 +88,44 @@ class MemoryBudget:
 
     def __init__(self, total: int) -> None:
         self.total = total
-        self._held: dict[Runner, int] = {}
+        self._held: dict[Resident, int] = {}
 
     @property
     def used(self) -> int:
         return sum(self._held.values())
 
-    def hold(self, runner: Runner, size: int) -> None:
-        self._held[runner] = size
+    def hold(self, resident: Resident, size: int) -> None:
+        self._held[resident] = size
 
-    def release(self, runner: Runner) -> None:
-        self._held.pop(runner, None)
+    def release(self, resident: Resident) -> None:
+        self._held.pop(resident, None)
 
-    def could_fit(self, needed: int, *, beside: Runner) -> bool:
+    def could_fit(self, needed: int, *, beside: Resident) -> bool:
         """Whether `needed` bytes fit while `beside` stays resident (idle unpinned models may
         be unloaded to make room, as a load would)."""
         freeable = sum(s for r, s in self._held.items() if r is not beside and r.evictable)
         return self.total - self.used + freeable >= needed
 
-    async def make_room(self, runner: Runner, needed: int) -> int:
+    async def make_room(self, resident: Resident, needed: int) -> int:
         """Unload idle unpinned models, least recently used first, until `needed` fits,
-        and reserve `needed` for `runner` (its load replaces it with what it really holds
+        and reserve `needed` for `resident` (its load replaces it with what it really holds
         through `hold`, or frees it through `release`).
 
-        Returns the bytes then left for `runner`; raises `ModelUnavailable` (503) naming
+        Returns the bytes then left for `resident`; raises `ModelUnavailable` (503) naming
         the numbers when even unloading every candidate cannot make `needed` fit.
         """
-        self.release(runner)
+        self.release(resident)
         while self.total - self.used < needed:
-            candidates = [r for r in self._held if r is not runner and r.evictable]
+            candidates = [r for r in self._held if r is not resident and r.evictable]
             if not candidates:
-                resident = ", ".join(f"{r.model.id} ({describe(s)})" for r, s in self._held.items())
+                held = ", ".join(f"{r.model_id} ({describe(s)})" for r, s in self._held.items())
                 raise ModelUnavailable(
-                    f"model {runner.model.id!r} needs about {describe(needed)} but the memory "
+                    f"model {resident.model_id!r} needs about {describe(needed)} but the memory "
                     f"budget ({describe(self.total)}) has {describe(self.total - self.used)} "
-                    f"left and nothing idle can be unloaded; resident: {resident or 'none'}"
+                    f"left and nothing idle can be unloaded; resident: {held or 'none'}"
                 )
             victim = min(candidates, key=lambda r: r.last_used)
             await victim.unload("evicted")
         left = self.total - self.used
-        self._held[runner] = needed  # no await since the check: nobody else took it
+        self._held[resident] = needed  # no await since the check: nobody else took it
         return left

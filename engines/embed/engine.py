@@ -14,7 +14,7 @@ from pathlib import Path
 import msgspec
 from tokenizers import Tokenizer
 
-from engines.base import LoadInfo
+from engines.base import Capabilities, LoadInfo
 from engines.batch import Batch, SerialBatch
 from engines.embed.bert import (
     BertArgs,
@@ -42,6 +42,7 @@ class EmbeddingEngine:
     """An embedding model behind the Engine protocol: `embed` works, `generate` refuses."""
 
     task = "embed"  # what the model listings report (the config may leave `task` out)
+    capabilities = Capabilities(chat=False, embed=True, images=False)
 
     def __init__(self, model: ModelConfig, base_dir: Path | None) -> None:
         self._config = model

@@ -141,6 +141,9 @@ class MLXBatch:
         seq.uid = self._insert(admitted)
         self._sequences[seq.uid] = (key, seq)
 
+    def wake(self) -> None:
+        """Nothing to wake: `step()` never waits for arrivals."""
+
     def step(self) -> list[Step]:
         out, self._pending = self._pending, []
         for key, seq in self._sequences.values():

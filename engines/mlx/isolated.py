@@ -265,6 +265,9 @@ class IsolatedBatch:
         self._keys[self._next] = (key, cancelled)
         self._adds.append((self._next, request))
 
+    def wake(self) -> None:
+        """Nothing to wake: the runner never interrupts a step of the child's batch."""
+
     def step(self) -> list[Step]:
         try:
             kind, value = self._exchange()

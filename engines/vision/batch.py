@@ -111,6 +111,9 @@ class VisionBatch:
             ),
         )
 
+    def wake(self) -> None:
+        """Nothing to wake: `step()` never waits for arrivals."""
+
     def step(self) -> list[Step]:
         out: list[Step] = []
         for uid in [u for u, (_, seq) in self._sequences.items() if seq.cancelled()]:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from engines.base import LoadInfo
+from engines.base import Capabilities, LoadInfo
 from engines.batch import Batch, SerialBatch
 from engines.errors import BadRequest, ContextOverflow, SourceError
 from engines.mlx.context import size_context
@@ -72,6 +72,7 @@ class Prepared(NamedTuple):
 
 
 class VisionEngine:
+    capabilities = Capabilities(chat=True, embed=False, images=True)
     reads_images = True  # the runner lets image parts through; disabled vision refuses here
 
     def __init__(self, model: ModelConfig, platform: PlatformPath, base_dir: Path | None):

@@ -8,13 +8,12 @@ import time
 import msgspec
 import pytest
 
-from engines import serving
 from engines.base import EngineState
 from engines.errors import EngineFailed, ModelUnavailable, QueueFull, QueueTimeout
 from engines.job import job_scope
 from engines.log import LISTENERS
 from engines.policy.answer import answer
-from engines.runner import Runner
+from engines.runner import Runner, thread
 from engines.scripted import ScriptedEngine
 from schemas.canonical import ChatRequest, Finished, Message, TextDelta
 from schemas.config import ContextConfig, ModelConfig, OnDemand, QueueConfig, ScriptConfig
@@ -201,8 +200,8 @@ class BatchSizeEngine(ScriptedEngine):
 
 async def test_a_burst_of_arrivals_joins_the_batch_together_before_its_next_step(monkeypatch):
     # Generous windows: a loaded CI machine may take many milliseconds per arrival.
-    monkeypatch.setattr(serving, "BURST_GAP_S", 0.5)
-    monkeypatch.setattr(serving, "BURST_MAX_S", 10.0)
+    monkeypatch.setattr(thread, "BURST_GAP_S", 0.5)
+    monkeypatch.setattr(thread, "BURST_MAX_S", 10.0)
     model = ModelConfig(id="m", engine="scripted", concurrency=8)
     engine = BatchSizeEngine(ScriptConfig(reply=" ".join("w" * 30), token_delay=0.01))
     runner = Runner(model, engine)
@@ -223,8 +222,8 @@ async def test_a_burst_of_arrivals_joins_the_batch_together_before_its_next_step
 async def test_a_burst_reaching_an_idle_runner_starts_as_one_batch(monkeypatch):
     # A lone request waits BURST_GAP_S for company before its first step, so a burst is not
     # split into one request started alone and the rest joining it.
-    monkeypatch.setattr(serving, "BURST_GAP_S", 0.5)
-    monkeypatch.setattr(serving, "BURST_MAX_S", 10.0)
+    monkeypatch.setattr(thread, "BURST_GAP_S", 0.5)
+    monkeypatch.setattr(thread, "BURST_MAX_S", 10.0)
     model = ModelConfig(id="m", engine="scripted", concurrency=8)
     engine = BatchSizeEngine(ScriptConfig(reply="a b c", token_delay=0.01))
     runner = Runner(model, engine)

@@ -1,23 +1,30 @@
 """The model's own thread: step the batch, deliver each output to its job, survive a break.
 
-`ModelThread` is the half of a `Runner` that runs on the runner's single worker thread. It
+`ModelThread` is the part of a `Runner` that runs its admitted jobs. The runner hands it
+each job on the event loop (`hand`); the worker thread it starts (`serve_if_needed`) takes
+them from an inbox into the engine's batch and steps it until no job is left. That thread
 touches only the inbox, the batch and the jobs in it; everything else it posts back to the
-event loop. The runner supplies: `model`, `engine`, `_loop`, `_inbox` (admitted jobs),
-`_in_batch`, `_batch` and `_finished_one` (frees a slot, on the loop).
+event loop, where the count of running jobs is kept and the runner hears of a freed slot.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import functools
 import queue
 import time
 import traceback
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
+from engines.base import Engine
 from engines.batch import Batch
 from engines.errors import EngineFailed, ModelUnavailable
 from engines.job import Job, Pace
 from engines.log import emit
 from schemas.canonical import (
+    ChatRequest,
     Embedded,
     EmbedRequest,
     Finished,
@@ -26,6 +33,7 @@ from schemas.canonical import (
     TextDelta,
     ToolCallOutput,
 )
+from schemas.config import ModelConfig
 from schemas.events import BatchFailed, Generated
 
 # A burst of arrivals (many clients at once) joins the batch as one group. Stepping between
@@ -41,7 +49,68 @@ BURST_MAX_S = 0.1
 
 
 class ModelThread:
-    """The thread-side methods of a runner (a mixin: see the module docstring)."""
+    """Runs a model's admitted jobs on its one worker thread, `concurrency` at a time."""
+
+    def __init__(
+        self,
+        settings: Callable[[], ModelConfig],
+        engine: Engine,
+        executor: ThreadPoolExecutor,
+        *,
+        freed: Callable[[], None],
+        stopped: Callable[[], None],
+    ) -> None:
+        """`executor` is the runner's single worker (loads run on it too: one thread per
+        model). On the loop, `freed` is called when a job has ended and `stopped` when the
+        thread has run dry; the runner admits more then."""
+        self._settings = settings
+        self._engine = engine
+        self._executor = executor
+        self._freed = freed
+        self._stopped = stopped
+        self.running = 0  # jobs handed over and not ended; kept on the loop
+        # Admitted jobs cross to the model's thread here; only that thread reads it.
+        self._inbox: queue.SimpleQueue[Job] = queue.SimpleQueue()
+        self._in_batch: set[Job] = set()  # touched only on the model's thread
+        self._batch: Batch | None = None  # made and used only on the model's thread
+        self._serving = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._context = contextvars.copy_context()  # replaced by `bind`'s
+
+    def bind(self, loop: asyncio.AbstractEventLoop, context: contextvars.Context) -> None:
+        """The loop to post back to, and the context its callbacks run in (the runner's)."""
+        self._loop, self._context = loop, context
+
+    def hand(self, job: Job) -> None:
+        """On the loop: take an admitted job; it starts with the thread's next step."""
+        self.running += 1
+        job.started_at = time.perf_counter()
+        self._inbox.put(job)
+        # A batch whose step() blocks on I/O (engine upstream) is woken to take it now.
+        if self._batch is not None:
+            self._batch.wake()
+
+    def serve_if_needed(self) -> None:
+        """On the loop: start the thread's serving loop when jobs run and it is not going."""
+        if self.running and not self._serving:
+            self._serving = True
+            future = self._loop.run_in_executor(self._executor, self._serve)
+            future.add_done_callback(self._served)
+
+    def drop_batch(self) -> None:
+        """On the model's thread, before the engine unloads: the batch goes with it."""
+        self._batch = None
+
+    def _served(self, future: asyncio.Future[None]) -> None:
+        self._serving = False
+        error = future.exception()
+        if error is not None:  # a bug of the runner itself: end what it held, say so loudly
+            self._fail_batch(error)
+        self._stopped()
+
+    def _finished_one(self) -> None:
+        self.running -= 1
+        self._freed()
 
     def _serve(self) -> None:
         """On the runner's thread: step the batch until no admitted request is left.
@@ -52,14 +121,14 @@ class ModelThread:
         """
         try:
             if self._batch is None:
-                self._batch = self.engine.open_batch()
+                self._batch = self._engine.open_batch()
         except Exception as error:  # no batch at all: what waits in the inbox cannot run
             while not self._inbox.empty():
                 self._in_batch.add(self._inbox.get_nowait())
             self._fail_batch(error)
             return
         batch = self._batch
-        pace = Pace(self.model.rate.max_tokens_per_sec)
+        pace = Pace(self._settings().rate.max_tokens_per_sec)
         while True:
             if self._admit_waiting(batch):  # perhaps the first of a burst
                 self._gather_burst(batch)
@@ -88,7 +157,7 @@ class ModelThread:
         """Admit arrivals until none comes for BURST_GAP_S (the event loop, not held back by
         this thread meanwhile, takes them in), the batch is full, or BURST_MAX_S passed."""
         deadline = time.perf_counter() + BURST_MAX_S
-        while batch.active < self.model.concurrency:
+        while batch.active < self._settings().concurrency:
             wait = min(BURST_GAP_S, deadline - time.perf_counter())
             if wait <= 0:
                 return
@@ -102,7 +171,7 @@ class ModelThread:
     def _trim(self) -> None:
         """The batch ran dry: let the engine give back what the burst left cached (MLX
         keeps freed buffers of every shape it met for reuse, growing after each burst)."""
-        trim = getattr(self.engine, "trim", None)  # optional: engines without a cache lack it
+        trim = getattr(self._engine, "trim", None)  # optional: engines without a cache lack it
         if trim is not None:
             trim()
 
@@ -113,7 +182,7 @@ class ModelThread:
         self._post(
             emit,
             BatchFailed(
-                model=self.model.id,
+                model=self._settings().id,
                 requests=len(jobs),
                 error=f"{type(error).__name__}: {error}",
                 traceback="".join(traceback.format_exception(error)),
@@ -124,7 +193,7 @@ class ModelThread:
         # a 503 with Retry-After, not a generation failure.
         failed = error
         if not isinstance(error, ModelUnavailable):
-            failed = EngineFailed(self.model.id, error)
+            failed = EngineFailed(self._settings().id, error)
         for job in jobs:
             self._deliver(job, failed)
 
@@ -137,7 +206,7 @@ class ModelThread:
     def _admit(self, batch: Batch, job: Job) -> None:
         if isinstance(job.request, EmbedRequest):
             try:
-                self._deliver(job, self.engine.embed(job.request))
+                self._deliver(job, self._engine.embed(job.request))
             except Exception as error:
                 self._deliver(job, error)
             return
@@ -202,7 +271,7 @@ class ModelThread:
         first = job.first_token_at
         emit(
             Generated(
-                model=self.model.id,
+                model=self._settings().id,
                 prompt_tokens=done.prompt_tokens,
                 new_tokens=done.new_tokens,
                 prefill_s=round(done.prefill_s, 4),
@@ -212,9 +281,14 @@ class ModelThread:
                 stop_reason=reason,
                 reused_prefix_tokens=done.reused_prefix_tokens,
                 session_evicted=done.session_evicted,
-                truncated_messages=getattr(job.request, "truncated_messages", 0),
+                truncated_messages=truncated_messages(job.request),
                 images=done.images,
                 image_tokens=done.image_tokens,
                 replica=done.replica if isinstance(done, Finished) else None,
             )
         )
+
+
+def truncated_messages(request: ChatRequest | EmbedRequest) -> int:
+    """Messages an overflow policy cut from a chat; an embedding has none to cut."""
+    return request.truncated_messages if isinstance(request, ChatRequest) else 0

@@ -1,0 +1,137 @@
+"""The line a model's requests wait in: first come, first served, bounded in depth and time.
+
+Admission order (the runner's `submit` and `_pump` drive it; this queue keeps it):
+1. `refuse_when_full` refuses at once with `QueueFull` when `queue.max_depth` requests
+   already wait; then `refuse_unable` with `BadRequest` what the engine cannot do.
+2. Otherwise `join` puts the job at the back of the line; nothing overtakes it.
+3. Whenever the engine is ready and free, the runner `take`s the front job and hands it to
+   its model thread.
+4. A job cancelled while waiting (its client went away) leaves the line without generating:
+   `remove` takes it out at once, and `take` passes over one that is still there.
+5. A job still waiting after `queue.max_wait` fails with `QueueTimeout` (503 + Retry-After).
+
+A waiting job is only an entry in a deque: it holds no thread. The queue lives on the event
+loop and is its jobs' only owner until `take` hands one over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+
+from engines.base import Engine
+from engines.errors import BadRequest, QueueFull, QueueTimeout
+from engines.job import Job
+from engines.log import emit
+from schemas.canonical import ChatRequest, EmbedRequest, request_images
+from schemas.config import ModelConfig, seconds
+from schemas.events import RequestQueued
+
+# How long a refused client is told to wait before retrying, when nothing better is known.
+DEFAULT_RETRY_AFTER_S = 1.0
+
+
+class AdmissionQueue:
+    """The waiting jobs of one model, in arrival order, each with its `max_wait` timer."""
+
+    def __init__(self, settings: Callable[[], ModelConfig], left: Callable[[], None]) -> None:
+        """`settings` gives the model's config as it is now (a reload may retune `queue`);
+        `left` is called when a job leaves the line other than by `take`."""
+        self._settings = settings
+        self._left = left
+        self._waiting: deque[Job] = deque()
+        self._expiry: dict[Job, asyncio.TimerHandle] = {}
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def refuse_when_full(self) -> None:
+        """Step 1: `QueueFull` (429 + Retry-After) when `queue.max_depth` jobs wait."""
+        model = self._settings()
+        if len(self._waiting) >= model.queue.max_depth:
+            raise QueueFull(
+                f"model {model.id!r} has {len(self._waiting)} requests queued "
+                f"(queue.max_depth {model.queue.max_depth}); retry later",
+                retry_after=DEFAULT_RETRY_AFTER_S,
+            )
+
+    def join(self, job: Job, loop: asyncio.AbstractEventLoop) -> None:
+        """Step 2: the back of the line, and the `max_wait` timer armed (step 5)."""
+        model = self._settings()
+        self._waiting.append(job)
+        emit(RequestQueued(model=model.id, position=len(self._waiting)))
+        self._expiry[job] = loop.call_later(seconds(model.queue.max_wait), self._expire, job)
+
+    def take(self) -> Job | None:
+        """Step 3: the front job, passing over any cancelled while it waited; None if none."""
+        while self._waiting:
+            job = self._leave()
+            if not job.is_cancelled():  # its client left while it waited: never generate
+                return job
+        return None
+
+    def remove(self, job: Job) -> bool:
+        """Step 4: take `job` out of the line; False when it is not waiting (any more)."""
+        if job not in self._waiting:
+            return False
+        self._waiting.remove(job)
+        self._expiry.pop(job).cancel()
+        return True
+
+    def empty_out(self) -> list[Job]:
+        """Every waiting job, front first, out of the line (the runner tells each why)."""
+        jobs = []
+        while self._waiting:
+            jobs.append(self._leave())
+        return jobs
+
+    def _leave(self) -> Job:
+        job = self._waiting.popleft()
+        self._expiry.pop(job).cancel()
+        return job
+
+    def _expire(self, job: Job) -> None:
+        """Step 5, on the loop when the job's timer fires."""
+        if job not in self._waiting:
+            return
+        self._waiting.remove(job)
+        del self._expiry[job]
+        self._left()
+        model = self._settings()
+        waited = model.queue.max_wait
+        job.outputs.put_nowait(
+            QueueTimeout(
+                f"model {model.id!r}: waited {waited} in the queue (queue.max_wait)",
+                retry_after=seconds(waited),
+            )
+        )
+
+
+def refuse_unable(engine: Engine, model_id: str, request: ChatRequest | EmbedRequest) -> None:
+    """`BadRequest`, before the request queues, for what the engine cannot do (its
+    `capabilities`): a chat for an embedding model, an embedding for a chat model, images
+    for a model that reads none. A vision engine whose vision is disabled refuses images
+    itself."""
+    if isinstance(request, EmbedRequest):
+        if not engine.capabilities.embed:
+            raise BadRequest(f"model {model_id!r} is a chat model; it does not embed")
+        return
+    if not engine.capabilities.chat:
+        raise BadRequest(
+            f"model {model_id!r} is an embedding model; it does not generate text: "
+            "send it embedding requests"
+        )
+    refuse_images(engine, model_id, request)
+
+
+def refuse_images(engine: Engine, model_id: str, request: ChatRequest) -> None:
+    """`BadRequest` for images sent to an engine that reads none."""
+    images = request_images(request)
+    if images and not engine.capabilities.images:
+        # "Could not process image" first: Anthropic's wording, which Claude Code recovers
+        # from by sending the conversation again without the images.
+        raise BadRequest(
+            f"Could not process image: model {model_id!r} reads text only; send images to a "
+            f"vision model ({images[0].where or 'an image'})"
+        )
