@@ -4,7 +4,8 @@ and makes one call here; the model's policy is applied in this one place.
 `serve_chat(runner, ask, n)`:
 1. refuses `n` past the model's `guardrails.max_n`;
 2. builds the canonical request under the model's settings (defaults, system prompt,
-   output cap, reasoning, tool and overflow policies: `engines/policy/request.py`);
+   output cap, reasoning, tool and overflow policies: `engines/policy/request.py`), and
+   refuses images sent to a model that reads none;
 3. checks tool schemas and compiles output controls on a worker thread, so a client's
    schema never stalls the event loop;
 4. returns `n` answers, each through `engines/policy/answer.py` (context overflow,
@@ -21,12 +22,13 @@ from typing import NamedTuple
 
 from msgspec.structs import replace
 
+from engines.base import Engine
 from engines.errors import BadRequest
 from engines.job import Job
 from engines.policy.answer import answer
 from engines.policy.request import build_chat_request, check_chat
 from engines.runner import Runner
-from schemas.canonical import ChatAsk, ChatRequest, Output
+from schemas.canonical import ChatAsk, ChatRequest, Output, request_images
 from schemas.config import ModelConfig
 
 
@@ -48,7 +50,7 @@ class Prompts(NamedTuple):
 async def serve_chat(runner: Runner, ask: ChatAsk, n: int | None = 1, n_field: str = "$.n") -> Chat:
     """The request's `n` answers under its model's policy; closing an answer cancels it."""
     count = check_n(runner.model, n, n_field)
-    request = await prepare(runner.model, ask)
+    request = await prepare(runner, ask)
     return Chat(request, [answer(runner, r) for r in variants(request, count)])
 
 
@@ -61,7 +63,7 @@ async def serve_prompts(
     count = check_n(runner.model, n, n_field)
     requests = []
     for ask in asks:
-        requests += variants(await prepare(runner.model, ask), count)
+        requests += variants(await prepare(runner, ask), count)
     jobs: list[Job] = []
     try:
         for request in requests:
@@ -76,13 +78,14 @@ async def serve_prompts(
 async def count_chat(runner: Runner, ask: ChatAsk | ChatRequest) -> int:
     """Tokens in the prompt the request runs with, template and tools included (loads an
     on-demand model first); `ask` may be the request `serve_chat` already prepared."""
-    request = ask if isinstance(ask, ChatRequest) else await prepare(runner.model, ask)
+    request = ask if isinstance(ask, ChatRequest) else await prepare(runner, ask)
     return await runner.count_prompt(request)
 
 
-async def prepare(model: ModelConfig, ask: ChatAsk) -> ChatRequest:
-    """The canonical request, checked; the checks run on a worker thread."""
-    request = build_chat_request(model, ask)
+async def prepare(runner: Runner, ask: ChatAsk) -> ChatRequest:
+    """The canonical request, checked; the schema checks run on a worker thread."""
+    request = build_chat_request(runner.model, ask)
+    refuse_images(runner.engine, runner.model.id, request)
     await asyncio.to_thread(check_chat, request)
     return request
 
@@ -105,3 +108,15 @@ def variants(request: ChatRequest, n: int) -> list[ChatRequest]:
     if n == 1 or seed is None:
         return [request] * n
     return [replace(request, sampling=replace(request.sampling, seed=seed + i)) for i in range(n)]
+
+
+def refuse_images(engine: Engine, model_id: str, request: ChatRequest) -> None:
+    """`BadRequest` for images sent to an engine that reads none."""
+    images = request_images(request)
+    if images and not engine.capabilities.images:
+        # "Could not process image" first: Anthropic's wording, which Claude Code recovers
+        # from by sending the conversation again without the images.
+        raise BadRequest(
+            f"Could not process image: model {model_id!r} reads text only; send images to a "
+            f"vision model ({images[0].where or 'an image'})"
+        )

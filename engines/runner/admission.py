@@ -24,7 +24,7 @@ from engines.base import Engine
 from engines.errors import BadRequest, QueueFull, QueueTimeout
 from engines.job import Job
 from engines.log import emit
-from schemas.canonical import ChatRequest, EmbedRequest, request_images
+from schemas.canonical import ChatRequest, EmbedRequest
 from schemas.config import ModelConfig, seconds
 from schemas.events import RequestQueued
 
@@ -110,9 +110,9 @@ class AdmissionQueue:
 
 def refuse_unable(engine: Engine, model_id: str, request: ChatRequest | EmbedRequest) -> None:
     """`BadRequest`, before the request queues, for what the engine cannot do (its
-    `capabilities`): a chat for an embedding model, an embedding for a chat model, images
-    for a model that reads none. A vision engine whose vision is disabled refuses images
-    itself."""
+    `capabilities`): a chat for an embedding model, an embedding for a chat model. (Images
+    for a model that reads none are refused by the door, `engines/chat.py`, with the rest
+    of a chat's policy.)"""
     if isinstance(request, EmbedRequest):
         if not engine.capabilities.embed:
             raise BadRequest(f"model {model_id!r} is a chat model; it does not embed")
@@ -121,17 +121,4 @@ def refuse_unable(engine: Engine, model_id: str, request: ChatRequest | EmbedReq
         raise BadRequest(
             f"model {model_id!r} is an embedding model; it does not generate text: "
             "send it embedding requests"
-        )
-    refuse_images(engine, model_id, request)
-
-
-def refuse_images(engine: Engine, model_id: str, request: ChatRequest) -> None:
-    """`BadRequest` for images sent to an engine that reads none."""
-    images = request_images(request)
-    if images and not engine.capabilities.images:
-        # "Could not process image" first: Anthropic's wording, which Claude Code recovers
-        # from by sending the conversation again without the images.
-        raise BadRequest(
-            f"Could not process image: model {model_id!r} reads text only; send images to a "
-            f"vision model ({images[0].where or 'an image'})"
         )

@@ -17,7 +17,6 @@ from engines.residency import MemoryBudget
 from engines.runner.admission import (
     DEFAULT_RETRY_AFTER_S,
     AdmissionQueue,
-    refuse_images,
     refuse_unable,
 )
 from engines.runner.loader import Loader
@@ -216,7 +215,6 @@ class Runner:
         Rendering and tokenizing touch no MLX state, so a worker thread other than the
         model's may do it while the model generates. The model is held meanwhile.
         """
-        refuse_images(self.engine, self.model.id, request)
         async with self.hold():
             if self.state is not EngineState.READY:
                 await self.load()
