@@ -11,8 +11,17 @@ from engines.base import LoadInfo
 from engines.batch import Batch, SerialBatch
 from engines.errors import BadRequest, ContextOverflow, ContextTooLarge, SourceError
 from engines.mlx.constrain import Grammar
-from engines.mlx.context import size_context
 from engines.mlx.facts import source_chat_template
+from engines.mlx.kit.sizing import kv_bytes_per_token, size_context, trained_context
+from engines.mlx.kit.weights import (
+    EXPANDED,
+    FLOAT32_EXPANSION,
+    expand_quantized,
+    expansion_bytes,
+    held_element,
+    quantized_layers,
+    weight_bytes,
+)
 from engines.mlx.logprobs import logprobs_of
 from engines.mlx.platform import PlatformPath
 from engines.mlx.sampling import make_request_sampler
@@ -34,11 +43,6 @@ from schemas.canonical import (
     Output,
 )
 from schemas.config import ModelConfig
-
-# 4-bit weights (plus scales) grow about this much when expanded to float32.
-FLOAT32_EXPANSION = 6
-# What a platform may expand quantized weights to (PlatformPath.weights).
-EXPANDED = ("float32", "bfloat16")
 
 
 class Prepared(NamedTuple):
@@ -101,7 +105,7 @@ class MLXEngine:
 
         path = resolve_source(self._config.id, self._config.source, base_dir=self._base_dir)
         model, tokenizer = load_model_dir(self._config.id, self._config.source, path)
-        trained = trained_context(model)
+        trained = trained_context(getattr(model, "args", None))
         # The KV caches counted against the budget: one window per request decoded
         # together, and the parked sessions' caches, bounded to `parked` windows in all.
         parked = self._parked_windows()
@@ -111,7 +115,7 @@ class MLXEngine:
             expand_quantized(model, held)
         mx.eval(model.parameters())
         weights = weight_bytes(model)
-        per_token = kv_bytes_per_token(model, held, self._config.kv_bits)
+        per_token = kv_per_token(model, held, self._config.kv_bits)
         self._context = self._window(trained, weights, per_token, memory_left, windows)
         self.parked_bytes = per_token * self._context * parked
         self._model, self._tokenizer = model, tokenizer
@@ -290,7 +294,7 @@ class MLXEngine:
             return wanted
         stored = weight_bytes(model)
         expanded = stored + expansion_bytes(model, 2)
-        per_token = kv_bytes_per_token(model, wanted, self._config.kv_bits)
+        per_token = kv_per_token(model, wanted, self._config.kv_bits)
 
         def window(weights: int) -> int | None:
             try:
@@ -382,91 +386,7 @@ def load_model_dir(model_id: str, source: str, path: Path):
         raise SourceError(model_id, where, f"{type(error).__name__}: {error}") from None
 
 
-def kv_bytes_per_token(model, weights: str, kv_bits: int | None) -> int:
-    """Keys and values of every layer for one token, in the dtype the cache will hold: that
-    of the weights held (`_weights_held`), float32 when expanded to it, else the model's
-    own floating dtype (a quantized model's scales)."""
-    import mlx.core as mx
-    from mlx.utils import tree_flatten
-
-    args = model.args
-    heads = getattr(args, "num_key_value_heads", None) or args.num_attention_heads
-    head_dim = getattr(args, "head_dim", None) or args.hidden_size // args.num_attention_heads
-    if weights in EXPANDED:
-        element = 4 if weights == "float32" else 2
-    else:
-        floating = (
-            v for _, v in tree_flatten(model.parameters()) if mx.issubdtype(v.dtype, mx.floating)
-        )
-        element = next(floating).dtype.size
-    per_token = 2 * args.num_hidden_layers * heads * head_dim * element
-    return per_token * kv_bits // (8 * element) if kv_bits else per_token
-
-
-def trained_context(model) -> int:
-    args = getattr(model, "args", None)
-    return int(getattr(args, "max_position_embeddings", None) or 4096)
-
-
-def quantized_layers(model) -> list:
-    """(name, module) of every quantized linear or embedding layer."""
-    import mlx.nn as nn
-
-    return [
-        (name, module)
-        for name, module in model.named_modules()
-        if isinstance(module, nn.QuantizedLinear | nn.QuantizedEmbedding)
-    ]
-
-
-def weight_bytes(model) -> int:
-    """The bytes of every parameter, as held now (known from the shapes: nothing is computed)."""
-    from mlx.utils import tree_flatten
-
-    return sum(v.nbytes for _, v in tree_flatten(model.parameters()))
-
-
-def expansion_bytes(model, element: int) -> int:
-    """How much the weights grow when every quantized layer becomes `element`-byte values
-    (known from the shapes: nothing is computed)."""
-    grown = 0
-    for _, module in quantized_layers(model):
-        rows, packed = module.weight.shape
-        dense = rows * packed * 32 // module.bits * element
-        held = sum(getattr(module, k).nbytes for k in ("weight", "scales", "biases") if k in module)
-        grown += dense - held
-    return grown
-
-
-def expand_as_platform(model, platform: PlatformPath) -> str:
-    """Hold `model`'s weights as `platform` runs them fastest, with no memory check (for the
-    benchmarks' in-process references); what they are held as."""
-    if platform.weights not in EXPANDED or not quantized_layers(model):
-        return "as stored"
-    expand_quantized(model, platform.weights)
-    return platform.weights
-
-
-def expand_quantized(model, dtype: str = "float32") -> None:
-    """Replace quantized layers by dense ones of `dtype` (one of EXPANDED): faster on the
-    CPU and, for batches, on CUDA (see engines/mlx/platform.py)."""
-    import mlx.core as mx
-    import mlx.nn as nn
-    from mlx.utils import tree_unflatten
-
-    dtype = getattr(mx, dtype)
-    swaps = []
-    for name, module in quantized_layers(model):
-        weight = mx.dequantize(
-            module.weight, module.scales, module.biases, module.group_size, module.bits
-        ).astype(dtype)
-        if isinstance(module, nn.QuantizedLinear):
-            dense = nn.Linear(weight.shape[1], weight.shape[0], bias="bias" in module)
-            if "bias" in module:
-                dense.bias = module.bias.astype(dtype)
-        else:
-            dense = nn.Embedding(weight.shape[0], weight.shape[1])
-        dense.weight = weight
-        swaps.append((name, dense))
-    if swaps:
-        model.update_modules(tree_unflatten(swaps))
+def kv_per_token(model, weights: str, kv_bits: int | None) -> int:
+    """The KV bytes of one token, in the dtype the cache will hold: that of the weights held
+    (`_weights_held`)."""
+    return kv_bytes_per_token(model.args, held_element(model, weights), kv_bits)

@@ -22,9 +22,9 @@ from typing import NamedTuple
 from engines.base import LoadInfo
 from engines.batch import Batch, SerialBatch
 from engines.errors import BadRequest, ContextOverflow, SourceError
-from engines.mlx.context import size_context
-from engines.mlx.engine import FLOAT32_EXPANSION
 from engines.mlx.isolated import refuse_isolation
+from engines.mlx.kit.sizing import kv_bytes_per_token, size_context, trained_context
+from engines.mlx.kit.weights import FLOAT32_EXPANSION, weight_bytes
 from engines.mlx.platform import PlatformPath
 from engines.mlx.sampling import make_request_sampler
 from engines.sources.resolve import check_source, resolve_source
@@ -33,7 +33,7 @@ from engines.text.output import DEFAULT_TOOL_PARSER, OutputParser, load_tool_for
 from engines.text.reasoning import template_kwargs, thinking_markers
 from engines.text.tools import template_knows_tools, tool_specs
 from engines.vision.budget import Plan, cap_processor, fit_image, geometry_of, plan_pixels
-from engines.vision.checkpoint import check_markers, float32_bytes, kv_bytes_per_token, to_float32
+from engines.vision.checkpoint import check_markers, float32_bytes, to_float32
 from engines.vision.prompt import cache_keys, decode_image, vision_messages
 from engines.vision.sessions import Sessions
 from schemas.canonical import (
@@ -112,7 +112,6 @@ class VisionEngine:
     def load(self, memory_left: int | None = None) -> LoadInfo:
         import mlx.core as mx
         import mlx_vlm
-        from mlx.utils import tree_flatten
 
         refuse_isolation(self._config, "a vision model")
         path = resolve_source(self._config.id, self._config.source, base_dir=self._base_dir)
@@ -125,9 +124,9 @@ class VisionEngine:
         if self._held() == "float32":
             to_float32(model)
         mx.eval(model.parameters())
-        weights = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
+        weights = weight_bytes(model)
         text = model.config.text_config
-        trained = int(getattr(text, "max_position_embeddings", None) or 4096)
+        trained = trained_context(text)
         element = 4 if self._held() == "float32" else 2
         per_token = kv_bytes_per_token(text, element)
         geometry = geometry_of(model.config, processor, element)
