@@ -13,6 +13,7 @@ from engines.errors import BadRequest, ContextOverflow, ContextTooLarge, SourceE
 from engines.mlx.constrain import Grammar
 from engines.mlx.facts import source_chat_template
 from engines.mlx.kit.sizing import kv_bytes_per_token, size_context, trained_context
+from engines.mlx.kit.template import render_chat
 from engines.mlx.kit.weights import (
     EXPANDED,
     FLOAT32_EXPANSION,
@@ -28,12 +29,10 @@ from engines.mlx.sampling import make_request_sampler
 from engines.residency import describe
 from engines.sources.resolve import check_source, resolve_source
 from engines.text.output import DEFAULT_TOOL_PARSER, OutputParser, ToolFormat, load_tool_format
-from engines.text.reasoning import template_kwargs, template_reasons, thinking_markers
+from engines.text.reasoning import template_reasons, thinking_markers
 from engines.text.tools import (
     fold_system_turns,
-    template_knows_tools,
     template_messages,
-    tool_specs,
 )
 from schemas.canonical import (
     ChatRequest,
@@ -354,22 +353,7 @@ class MLXEngine:
             return list(request.prompt_ids)
         if request.raw_prompt is not None:
             return self._tokenizer.encode(request.raw_prompt)
-        knows_tools = template_knows_tools(self._tokenizer.chat_template)
-        messages = template_messages(request.messages, request.tools, knows_tools)
-        extra = {"tools": tool_specs(request.tools)} if request.tools and knows_tools else {}
-        extra |= template_kwargs(request.reasoning)
-        try:
-            text = self._tokenizer.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=False, **extra
-            )
-        except Exception:
-            # Templates that allow a system turn only first: fold later ones into it.
-            folded = fold_system_turns(messages)
-            if folded is None:
-                raise
-            text = self._tokenizer.apply_chat_template(
-                folded, add_generation_prompt=True, tokenize=False, **extra
-            )
+        text = render_chat(self._tokenizer, request, template_messages, fold_system_turns)
         # The template already wrote any BOS it wants; encoding must not add a second.
         return self._tokenizer.encode(text, add_special_tokens=False)
 

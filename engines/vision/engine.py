@@ -24,14 +24,14 @@ from engines.batch import Batch, SerialBatch
 from engines.errors import BadRequest, ContextOverflow, SourceError
 from engines.mlx.isolated import refuse_isolation
 from engines.mlx.kit.sizing import kv_bytes_per_token, size_context, trained_context
+from engines.mlx.kit.template import render_chat
 from engines.mlx.kit.weights import FLOAT32_EXPANSION, weight_bytes
 from engines.mlx.platform import PlatformPath
 from engines.mlx.sampling import make_request_sampler
 from engines.sources.resolve import check_source, resolve_source
 from engines.text.constrain import plan_needed
 from engines.text.output import DEFAULT_TOOL_PARSER, OutputParser, load_tool_format
-from engines.text.reasoning import template_kwargs, thinking_markers
-from engines.text.tools import template_knows_tools, tool_specs
+from engines.text.reasoning import thinking_markers
 from engines.vision.budget import Plan, cap_processor, fit_image, geometry_of, plan_pixels
 from engines.vision.checkpoint import check_markers, float32_bytes, to_float32
 from engines.vision.prompt import cache_keys, decode_image, vision_messages
@@ -257,14 +257,7 @@ class VisionEngine:
         if request.raw_prompt is not None:
             text = request.raw_prompt
         else:
-            template = getattr(self._tokenizer, "chat_template", None)
-            knows_tools = template_knows_tools(template)
-            messages = vision_messages(request.messages, request.tools, knows_tools)
-            extra = {"tools": tool_specs(request.tools)} if request.tools and knows_tools else {}
-            extra |= template_kwargs(request.reasoning)
-            text = self._tokenizer.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=False, **extra
-            )
+            text = render_chat(self._tokenizer, request, vision_messages)
         pictures = [
             fit_image(decode_image(part), self._plan, low=part.detail == "low") for part in images
         ]
