@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -13,6 +12,7 @@ from engines.errors import BadRequest, ContextOverflow, ContextTooLarge, SourceE
 from engines.mlx.constrain import Grammar
 from engines.mlx.facts import source_chat_template
 from engines.mlx.kit.sizing import kv_bytes_per_token, size_context, trained_context
+from engines.mlx.kit.stream import StreamRun
 from engines.mlx.kit.template import render_chat
 from engines.mlx.kit.weights import (
     EXPANDED,
@@ -196,14 +196,20 @@ class MLXEngine:
             extra |= {"kv_bits": self._config.kv_bits, "quantized_kv_start": 0}
         if self._draft is not None:
             extra |= {"draft_model": self._draft, "num_draft_tokens": self._config.draft.tokens}
-        parser = job.parser
-        started = time.perf_counter()
+        run = StreamRun(job.parser)
         echoed = self.prompt_logprobs(request, job.prompt)
         if echoed is not None:
             yield echoed
-        first_at = None
-        new_tokens, stop_reason = 0, "stop"
-        for response in stream_generate(
+
+        def eos(response) -> bool:
+            # Counted as the batch path counts: the end-of-sequence token is not output.
+            return response.finish_reason == "stop" and response.token in self._eos_ids
+
+        def lead(response) -> Iterator[Output]:
+            if job.logprobs is not None and not eos(response):
+                yield logprobs_of(response.logprobs, response.token, job.logprobs, job.piece)
+
+        responses = stream_generate(
             self._model,
             self._tokenizer,
             mx.array(job.prompt),
@@ -211,29 +217,11 @@ class MLXEngine:
             sampler=job.sampler,
             logits_processors=list(job.logits_processors) or None,
             **extra,
-        ):
-            first_at = first_at or time.perf_counter()
-            # Counted as the batch path counts: the end-of-sequence token is not output.
-            eos = response.finish_reason == "stop" and response.token in self._eos_ids
-            new_tokens = response.generation_tokens - eos
-            if job.logprobs is not None and not eos:
-                yield logprobs_of(response.logprobs, response.token, job.logprobs, job.piece)
-            yield from parser.feed(response.text)
-            if parser.stopped:
-                stop_reason = "stop_string"
-                break
-            if response.finish_reason:
-                stop_reason = response.finish_reason
-            if cancelled():
-                stop_reason = "cancelled"
-                break
-        yield from parser.end(
-            stop_reason,
-            started=started,
-            first_at=first_at,
-            prompt_tokens=len(job.prompt),
-            new_tokens=new_tokens,
         )
+        yield from run.follow(responses, cancelled, lead)
+        last = run.last
+        new_tokens = last.generation_tokens - eos(last) if last is not None else 0
+        yield from run.end(len(job.prompt), new_tokens)
 
     def embed(self, request: EmbedRequest) -> Embedded:
         raise BadRequest(f"model {self._config.id!r} is a chat model; it does not embed")
