@@ -11,6 +11,7 @@ from engines.batch import Batch, SerialBatch
 from engines.errors import BadRequest, ContextOverflow, ContextTooLarge, SourceError
 from engines.mlx.constrain import Grammar
 from engines.mlx.facts import source_chat_template
+from engines.mlx.kit.memory import release_buffers
 from engines.mlx.kit.sizing import kv_bytes_per_token, size_context, trained_context
 from engines.mlx.kit.stream import StreamRun
 from engines.mlx.kit.template import render_chat
@@ -228,15 +229,11 @@ class MLXEngine:
 
     def trim(self) -> None:
         """Free MLX's cache of buffers once the runner is idle (see `EmbeddingEngine.trim`)."""
-        import mlx.core as mx
-
-        mx.clear_cache()
+        release_buffers()
 
     def unload(self) -> None:
-        import mlx.core as mx
-
         self._model = self._tokenizer = self._draft = None
-        mx.clear_cache()
+        release_buffers()
 
     def _parked_windows(self) -> int:
         """Windows of KV cache the parked sessions may hold together: one per slot, at most

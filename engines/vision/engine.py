@@ -23,6 +23,7 @@ from engines.base import LoadInfo
 from engines.batch import Batch, SerialBatch
 from engines.errors import BadRequest, ContextOverflow, SourceError
 from engines.mlx.isolated import refuse_isolation
+from engines.mlx.kit.memory import release_buffers
 from engines.mlx.kit.sizing import kv_bytes_per_token, size_context, trained_context
 from engines.mlx.kit.template import render_chat
 from engines.mlx.kit.weights import FLOAT32_EXPANSION, weight_bytes
@@ -232,17 +233,13 @@ class VisionEngine:
 
     def trim(self) -> None:
         """Free MLX's cache of buffers once the runner is idle (as the MLX engine does)."""
-        import mlx.core as mx
-
-        mx.clear_cache()
+        release_buffers()
 
     def unload(self) -> None:
-        import mlx.core as mx
-
         self._model = self._processor = self._tokenizer = None
         self._sessions.clear()
         self._recent = []
-        mx.clear_cache()
+        release_buffers()
 
     def _preprocess(self, request: ChatRequest) -> Inputs:
         """Render, decode and fit the images, and run the processor; no MLX model work."""
