@@ -8,10 +8,11 @@ from typing import NamedTuple
 
 from engines.base import LoadInfo
 from engines.batch import Batch, SerialBatch
-from engines.errors import BadRequest, ContextOverflow, ContextTooLarge, SourceError
+from engines.errors import BadRequest, ContextTooLarge, SourceError
 from engines.mlx.constrain import Grammar
 from engines.mlx.facts import source_chat_template
 from engines.mlx.kit.memory import release_buffers
+from engines.mlx.kit.prepare import start
 from engines.mlx.kit.sizing import kv_bytes_per_token, size_context, trained_context
 from engines.mlx.kit.stream import StreamRun
 from engines.mlx.kit.template import render_chat
@@ -26,7 +27,6 @@ from engines.mlx.kit.weights import (
 )
 from engines.mlx.logprobs import logprobs_of
 from engines.mlx.platform import PlatformPath
-from engines.mlx.sampling import make_request_sampler
 from engines.residency import describe
 from engines.sources.resolve import check_source, resolve_source
 from engines.text.output import DEFAULT_TOOL_PARSER, OutputParser, ToolFormat, load_tool_format
@@ -144,26 +144,30 @@ class MLXEngine:
         """Everything one generation needs: prompt tokens, budget, sampler, output parser."""
         prompt = self._encode(request)
         window = request.window_of(self._context)
-        if len(prompt) >= window:
-            raise ContextOverflow(self._config.id, len(prompt), window)
-        sampler, processors = self.decoding(request)
-        tail = self._tokenizer.decode(prompt[-8:])  # has the template opened a think block?
-        parser = OutputParser.for_request(request, self._tool_format, self._think, tail)
-        max_tokens = min(request.max_tokens, window - len(prompt))
+        begun = start(
+            self._config.id,
+            prompt,
+            window,
+            request,
+            self._tokenizer,
+            self._tool_format,
+            self._think,
+        )
         # The grammar's mask (engines/mlx/constrain.py) joins the request's processors.
-        processors = [*processors, *self._grammar.processors(request, tail)]
+        processors = self._grammar.processors(request, begun.tail)
         top = request.logprobs.top if request.logprobs else None
         piece = self._grammar.piece if request.logprobs else None
         seed = request.sampling.seed
-        return Prepared(prompt, max_tokens, sampler, parser, seed, tuple(processors), top, piece)
-
-    def decoding(self, request: ChatRequest) -> tuple[Callable, list[Callable]]:
-        """The request's sampler and logits processors: every decoding path takes these."""
-        sampling = request.sampling
-        sampler = make_request_sampler(
-            sampling.temperature, sampling.top_p, sampling.min_p, sampling.top_k, sampling.seed
+        return Prepared(
+            prompt,
+            begun.max_tokens,
+            begun.sampler,
+            begun.parser,
+            seed,
+            tuple(processors),
+            top,
+            piece,
         )
-        return sampler, []
 
     def prompt_logprobs(self, request: ChatRequest, prompt: list[int]) -> Logprobs | None:
         """The prompt's own token logprobs, when the request asked for them (echo)."""

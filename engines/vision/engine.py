@@ -21,14 +21,14 @@ from typing import NamedTuple
 
 from engines.base import LoadInfo
 from engines.batch import Batch, SerialBatch
-from engines.errors import BadRequest, ContextOverflow, SourceError
+from engines.errors import BadRequest, SourceError
 from engines.mlx.isolated import refuse_isolation
 from engines.mlx.kit.memory import release_buffers
+from engines.mlx.kit.prepare import start
 from engines.mlx.kit.sizing import kv_bytes_per_token, size_context, trained_context
 from engines.mlx.kit.template import render_chat
 from engines.mlx.kit.weights import FLOAT32_EXPANSION, weight_bytes
 from engines.mlx.platform import PlatformPath
-from engines.mlx.sampling import make_request_sampler
 from engines.sources.resolve import check_source, resolve_source
 from engines.text.constrain import plan_needed
 from engines.text.output import DEFAULT_TOOL_PARSER, OutputParser, load_tool_format
@@ -208,15 +208,16 @@ class VisionEngine:
                 "calls and logprobs, or use a text model"
             )
         inputs = self._inputs(request)
-        if len(inputs.ids) >= self._context:
-            raise ContextOverflow(self._config.id, len(inputs.ids), self._context)
-        s = request.sampling
-        # A seeded request draws from its own key, never the generator its batch-mates share.
-        sampler = make_request_sampler(s.temperature, s.top_p, s.min_p, s.top_k, s.seed)
-        tail = self._tokenizer.decode(inputs.ids[-8:])
-        parser = OutputParser.for_request(request, self._tool_format, self._think, tail)
-        budget = min(request.max_tokens, self._context - len(inputs.ids))
-        return Prepared(inputs, sampler, parser, budget)
+        begun = start(
+            self._config.id,
+            inputs.ids,
+            self._context,
+            request,
+            self._tokenizer,
+            self._tool_format,
+            self._think,
+        )
+        return Prepared(inputs, begun.sampler, begun.parser, begun.max_tokens)
 
     def generate(self, request: ChatRequest, cancelled: Callable[[], bool]) -> Iterator[Output]:
         """One request through mlx-vlm's `stream_generate`, on this (the model's) thread: the
