@@ -20,7 +20,7 @@ def main() -> None:
     import mlx_lm
     from mlx_lm.sample_utils import make_sampler
 
-    from engines.mlx.engine import expand_as_platform
+    from engines.mlx.kit.weights import expand_as_platform
     from engines.mlx.platform import detect
     from engines.sources.resolve import resolve_source
 

@@ -72,7 +72,7 @@ def main() -> None:
     sys.path.insert(0, product)
     from concurrency import prompt  # the product's own prompts
 
-    from engines.mlx.engine import expand_as_platform
+    from engines.mlx.kit.weights import expand_as_platform
     from engines.mlx.platform import detect
 
     model, tokenizer = load(model_dir)

@@ -27,6 +27,8 @@ from engines.embed.bert import (
 )
 from engines.errors import BadRequest, GatewayError, SourceError
 from engines.mlx.isolated import refuse_isolation
+from engines.mlx.kit.memory import release_buffers
+from engines.mlx.kit.weights import weight_bytes
 from engines.sources.resolve import check_source, resolve_source
 from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Output
 from schemas.config import ModelConfig
@@ -63,7 +65,6 @@ class EmbeddingEngine:
     def load(self, memory_left: int | None = None) -> LoadInfo:
         """Load the encoder; `memory_left` is not needed: activations are bounded per batch."""
         import mlx.core as mx
-        from mlx.utils import tree_flatten
 
         refuse_isolation(self._config, "an embedding model")
         model_id = self._config.id
@@ -99,7 +100,7 @@ class EmbeddingEngine:
         mx.eval(encoder.parameters())
         self._encoder, self._tokenizer, self._counter = encoder, tokenizer, counter
         self._pooling, self._window = pooling, window
-        memory = sum(v.nbytes for _, v in tree_flatten(encoder.parameters()))
+        memory = weight_bytes(encoder)
         detail = {"path": str(path), "task": "embed", "dimensions": str(args.hidden_size)}
         return LoadInfo(memory_bytes=memory, context=window, detail=detail)
 
@@ -145,15 +146,11 @@ class EmbeddingEngine:
     def trim(self) -> None:
         """Free MLX's cache of buffers (batches of every shape fill it); the runner calls
         this when it goes idle, so memory after a burst returns to what the model holds."""
-        import mlx.core as mx
-
-        mx.clear_cache()
+        release_buffers()
 
     def unload(self) -> None:
-        import mlx.core as mx
-
         self._encoder = self._tokenizer = self._counter = None
-        mx.clear_cache()
+        release_buffers()
 
     def _pool(self, states, real):
         import mlx.core as mx

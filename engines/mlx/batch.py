@@ -15,9 +15,10 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from engines.batch import Step
+from engines.mlx.kit.sequence import Sequence, cancelled_uids
 from engines.mlx.logprobs import logprobs_of
 from engines.mlx.single import Solo
 from schemas.canonical import ChatRequest
@@ -50,24 +51,6 @@ def prefill_batch_size(concurrency: int) -> int:
     and within 1-14% of the best (32) at 64; mlx-lm's default of 8 was never the best.
     """
     return concurrency
-
-
-@dataclass
-class Sequence:
-    """One request in the batch and what is known of it so far."""
-
-    uid: int
-    parser: object
-    detokenizer: object
-    cancelled: Callable[[], bool]
-    prompt_tokens: int
-    reused: int
-    evicted: bool
-    started: float
-    first_at: float | None = None
-    new_tokens: int = 0
-    outputs: list = field(default_factory=list)
-    job: object = None
 
 
 @dataclass
@@ -125,7 +108,6 @@ class MLXBatch:
             cancelled=cancelled,
             prompt_tokens=len(job.prompt),
             reused=reused,
-            evicted=False,
             started=time.perf_counter(),
             outputs=[echoed] if echoed is not None else [],
             job=job,
@@ -150,14 +132,14 @@ class MLXBatch:
             if seq.outputs:  # the prompt's logprobs (echo), before the first token
                 out += [(key, o) for o in seq.outputs]
                 seq.outputs = []
-        gone = [uid for uid, (_, seq) in self._sequences.items() if seq.cancelled()]
+        gone = cancelled_uids(self._sequences)
         if gone:
             if SOLO in gone:
                 self._solo = self._solo_start = None
             self._generator.remove([uid for uid in gone if uid != SOLO])
             for uid in gone:
                 key, seq = self._sequences.pop(uid)
-                out += [(key, o) for o in self._finish(seq, "cancelled")]
+                out += [(key, o) for o in seq.finish("cancelled")]
         if not self._sequences:
             return out
         if SOLO in self._sequences:
@@ -243,42 +225,21 @@ class MLXBatch:
         is the step's log-softmax, for a request that asked for logprobs.
         """
         key, seq = self._sequences[uid]
-        seq.first_at = seq.first_at or time.perf_counter()
-        ended = finish_reason is not None
-        lead = []
-        if token not in self._eos:
-            seq.new_tokens += 1
-            seq.detokenizer.add_token(token)
-            job = seq.job
-            if job is not None and job.logprobs is not None and row is not None:
-                lead.append((key, logprobs_of(row, token, job.logprobs, job.piece)))
-        if ended:
-            seq.detokenizer.finalize()
-        outputs = seq.parser.feed(seq.detokenizer.last_segment)
-        reason = None
-        if seq.parser.stopped:
-            reason = "stop_string"
-            if not ended and uid != SOLO:
+        lead, job = [], seq.job
+        asked = job is not None and job.logprobs is not None and row is not None
+        if asked and token not in self._eos:
+            lead.append((key, logprobs_of(row, token, job.logprobs, job.piece)))
+        outputs, reason = seq.take(token, finish_reason, self._eos)
+        if reason == "stop_string":
+            if finish_reason is None and uid != SOLO:
                 self._generator.remove([uid])
-        elif ended:
-            reason = finish_reason
+        elif reason:
             self._park(*parked(), seq)
         out = lead + [(key, o) for o in outputs]
         if reason:
             del self._sequences[uid]
-            out += [(key, o) for o in self._finish(seq, reason)]
+            out += [(key, o) for o in seq.finish(reason)]
         return out
-
-    def _finish(self, seq: Sequence, reason: str) -> list:
-        return seq.parser.end(
-            reason,
-            started=seq.started,
-            first_at=seq.first_at,
-            prompt_tokens=seq.prompt_tokens,
-            new_tokens=seq.new_tokens,
-            reused_prefix_tokens=seq.reused,
-            session_evicted=seq.evicted,
-        )
 
     def _nearest_cache(self, prompt: list[int]):
         """The parked cache sharing the longest prefix with `prompt`, and the tokens left."""

@@ -2,29 +2,38 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
 from engines.base import Capabilities, LoadInfo
 from engines.batch import Batch, SerialBatch
-from engines.errors import BadRequest, ContextOverflow, ContextTooLarge, SourceError
+from engines.errors import BadRequest, ContextTooLarge, SourceError
 from engines.mlx.constrain import Grammar
-from engines.mlx.context import size_context
 from engines.mlx.facts import source_chat_template
+from engines.mlx.kit.memory import release_buffers
+from engines.mlx.kit.prepare import start
+from engines.mlx.kit.sizing import kv_bytes_per_token, size_context, trained_context
+from engines.mlx.kit.stream import StreamRun
+from engines.mlx.kit.template import render_chat
+from engines.mlx.kit.weights import (
+    EXPANDED,
+    FLOAT32_EXPANSION,
+    expand_quantized,
+    expansion_bytes,
+    held_element,
+    quantized_layers,
+    weight_bytes,
+)
 from engines.mlx.logprobs import logprobs_of
 from engines.mlx.platform import PlatformPath
-from engines.mlx.sampling import make_request_sampler
 from engines.residency import describe
 from engines.sources.resolve import check_source, resolve_source
 from engines.text.output import DEFAULT_TOOL_PARSER, OutputParser, ToolFormat, load_tool_format
-from engines.text.reasoning import template_kwargs, template_reasons, thinking_markers
+from engines.text.reasoning import template_reasons, thinking_markers
 from engines.text.tools import (
     fold_system_turns,
-    template_knows_tools,
     template_messages,
-    tool_specs,
 )
 from schemas.canonical import (
     ChatRequest,
@@ -34,11 +43,6 @@ from schemas.canonical import (
     Output,
 )
 from schemas.config import ModelConfig
-
-# 4-bit weights (plus scales) grow about this much when expanded to float32.
-FLOAT32_EXPANSION = 6
-# What a platform may expand quantized weights to (PlatformPath.weights).
-EXPANDED = ("float32", "bfloat16")
 
 
 class Prepared(NamedTuple):
@@ -103,7 +107,7 @@ class MLXEngine:
 
         path = resolve_source(self._config.id, self._config.source, base_dir=self._base_dir)
         model, tokenizer = load_model_dir(self._config.id, self._config.source, path)
-        trained = trained_context(model)
+        trained = trained_context(getattr(model, "args", None))
         # The KV caches counted against the budget: one window per request decoded
         # together, and the parked sessions' caches, bounded to `parked` windows in all.
         parked = self._parked_windows()
@@ -113,7 +117,7 @@ class MLXEngine:
             expand_quantized(model, held)
         mx.eval(model.parameters())
         weights = weight_bytes(model)
-        per_token = kv_bytes_per_token(model, held, self._config.kv_bits)
+        per_token = kv_per_token(model, held, self._config.kv_bits)
         self._context = self._window(trained, weights, per_token, memory_left, windows)
         self.parked_bytes = per_token * self._context * parked
         self._model, self._tokenizer = model, tokenizer
@@ -142,26 +146,30 @@ class MLXEngine:
         """Everything one generation needs: prompt tokens, budget, sampler, output parser."""
         prompt = self._encode(request)
         window = request.window_of(self._context)
-        if len(prompt) >= window:
-            raise ContextOverflow(self._config.id, len(prompt), window)
-        sampler, processors = self.decoding(request)
-        tail = self._tokenizer.decode(prompt[-8:])  # has the template opened a think block?
-        parser = OutputParser.for_request(request, self._tool_format, self._think, tail)
-        max_tokens = min(request.max_tokens, window - len(prompt))
+        begun = start(
+            self._config.id,
+            prompt,
+            window,
+            request,
+            self._tokenizer,
+            self._tool_format,
+            self._think,
+        )
         # The grammar's mask (engines/mlx/constrain.py) joins the request's processors.
-        processors = [*processors, *self._grammar.processors(request, tail)]
+        processors = self._grammar.processors(request, begun.tail)
         top = request.logprobs.top if request.logprobs else None
         piece = self._grammar.piece if request.logprobs else None
         seed = request.sampling.seed
-        return Prepared(prompt, max_tokens, sampler, parser, seed, tuple(processors), top, piece)
-
-    def decoding(self, request: ChatRequest) -> tuple[Callable, list[Callable]]:
-        """The request's sampler and logits processors: every decoding path takes these."""
-        sampling = request.sampling
-        sampler = make_request_sampler(
-            sampling.temperature, sampling.top_p, sampling.min_p, sampling.top_k, sampling.seed
+        return Prepared(
+            prompt,
+            begun.max_tokens,
+            begun.sampler,
+            begun.parser,
+            seed,
+            tuple(processors),
+            top,
+            piece,
         )
-        return sampler, []
 
     def prompt_logprobs(self, request: ChatRequest, prompt: list[int]) -> Logprobs | None:
         """The prompt's own token logprobs, when the request asked for them (echo)."""
@@ -195,14 +203,20 @@ class MLXEngine:
             extra |= {"kv_bits": self._config.kv_bits, "quantized_kv_start": 0}
         if self._draft is not None:
             extra |= {"draft_model": self._draft, "num_draft_tokens": self._config.draft.tokens}
-        parser = job.parser
-        started = time.perf_counter()
+        run = StreamRun(job.parser)
         echoed = self.prompt_logprobs(request, job.prompt)
         if echoed is not None:
             yield echoed
-        first_at = None
-        new_tokens, stop_reason = 0, "stop"
-        for response in stream_generate(
+
+        def eos(response) -> bool:
+            # Counted as the batch path counts: the end-of-sequence token is not output.
+            return response.finish_reason == "stop" and response.token in self._eos_ids
+
+        def lead(response) -> Iterator[Output]:
+            if job.logprobs is not None and not eos(response):
+                yield logprobs_of(response.logprobs, response.token, job.logprobs, job.piece)
+
+        responses = stream_generate(
             self._model,
             self._tokenizer,
             mx.array(job.prompt),
@@ -210,44 +224,22 @@ class MLXEngine:
             sampler=job.sampler,
             logits_processors=list(job.logits_processors) or None,
             **extra,
-        ):
-            first_at = first_at or time.perf_counter()
-            # Counted as the batch path counts: the end-of-sequence token is not output.
-            eos = response.finish_reason == "stop" and response.token in self._eos_ids
-            new_tokens = response.generation_tokens - eos
-            if job.logprobs is not None and not eos:
-                yield logprobs_of(response.logprobs, response.token, job.logprobs, job.piece)
-            yield from parser.feed(response.text)
-            if parser.stopped:
-                stop_reason = "stop_string"
-                break
-            if response.finish_reason:
-                stop_reason = response.finish_reason
-            if cancelled():
-                stop_reason = "cancelled"
-                break
-        yield from parser.end(
-            stop_reason,
-            started=started,
-            first_at=first_at,
-            prompt_tokens=len(job.prompt),
-            new_tokens=new_tokens,
         )
+        yield from run.follow(responses, cancelled, lead)
+        last = run.last
+        new_tokens = last.generation_tokens - eos(last) if last is not None else 0
+        yield from run.end(len(job.prompt), new_tokens)
 
     def embed(self, request: EmbedRequest) -> Embedded:
         raise BadRequest(f"model {self._config.id!r} is a chat model; it does not embed")
 
     def trim(self) -> None:
         """Free MLX's cache of buffers once the runner is idle (see `EmbeddingEngine.trim`)."""
-        import mlx.core as mx
-
-        mx.clear_cache()
+        release_buffers()
 
     def unload(self) -> None:
-        import mlx.core as mx
-
         self._model = self._tokenizer = self._draft = None
-        mx.clear_cache()
+        release_buffers()
 
     def _parked_windows(self) -> int:
         """Windows of KV cache the parked sessions may hold together: one per slot, at most
@@ -292,7 +284,7 @@ class MLXEngine:
             return wanted
         stored = weight_bytes(model)
         expanded = stored + expansion_bytes(model, 2)
-        per_token = kv_bytes_per_token(model, wanted, self._config.kv_bits)
+        per_token = kv_per_token(model, wanted, self._config.kv_bits)
 
         def window(weights: int) -> int | None:
             try:
@@ -352,22 +344,7 @@ class MLXEngine:
             return list(request.prompt_ids)
         if request.raw_prompt is not None:
             return self._tokenizer.encode(request.raw_prompt)
-        knows_tools = template_knows_tools(self._tokenizer.chat_template)
-        messages = template_messages(request.messages, request.tools, knows_tools)
-        extra = {"tools": tool_specs(request.tools)} if request.tools and knows_tools else {}
-        extra |= template_kwargs(request.reasoning)
-        try:
-            text = self._tokenizer.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=False, **extra
-            )
-        except Exception:
-            # Templates that allow a system turn only first: fold later ones into it.
-            folded = fold_system_turns(messages)
-            if folded is None:
-                raise
-            text = self._tokenizer.apply_chat_template(
-                folded, add_generation_prompt=True, tokenize=False, **extra
-            )
+        text = render_chat(self._tokenizer, request, template_messages, fold_system_turns)
         # The template already wrote any BOS it wants; encoding must not add a second.
         return self._tokenizer.encode(text, add_special_tokens=False)
 
@@ -384,91 +361,7 @@ def load_model_dir(model_id: str, source: str, path: Path):
         raise SourceError(model_id, where, f"{type(error).__name__}: {error}") from None
 
 
-def kv_bytes_per_token(model, weights: str, kv_bits: int | None) -> int:
-    """Keys and values of every layer for one token, in the dtype the cache will hold: that
-    of the weights held (`_weights_held`), float32 when expanded to it, else the model's
-    own floating dtype (a quantized model's scales)."""
-    import mlx.core as mx
-    from mlx.utils import tree_flatten
-
-    args = model.args
-    heads = getattr(args, "num_key_value_heads", None) or args.num_attention_heads
-    head_dim = getattr(args, "head_dim", None) or args.hidden_size // args.num_attention_heads
-    if weights in EXPANDED:
-        element = 4 if weights == "float32" else 2
-    else:
-        floating = (
-            v for _, v in tree_flatten(model.parameters()) if mx.issubdtype(v.dtype, mx.floating)
-        )
-        element = next(floating).dtype.size
-    per_token = 2 * args.num_hidden_layers * heads * head_dim * element
-    return per_token * kv_bits // (8 * element) if kv_bits else per_token
-
-
-def trained_context(model) -> int:
-    args = getattr(model, "args", None)
-    return int(getattr(args, "max_position_embeddings", None) or 4096)
-
-
-def quantized_layers(model) -> list:
-    """(name, module) of every quantized linear or embedding layer."""
-    import mlx.nn as nn
-
-    return [
-        (name, module)
-        for name, module in model.named_modules()
-        if isinstance(module, nn.QuantizedLinear | nn.QuantizedEmbedding)
-    ]
-
-
-def weight_bytes(model) -> int:
-    """The bytes of every parameter, as held now (known from the shapes: nothing is computed)."""
-    from mlx.utils import tree_flatten
-
-    return sum(v.nbytes for _, v in tree_flatten(model.parameters()))
-
-
-def expansion_bytes(model, element: int) -> int:
-    """How much the weights grow when every quantized layer becomes `element`-byte values
-    (known from the shapes: nothing is computed)."""
-    grown = 0
-    for _, module in quantized_layers(model):
-        rows, packed = module.weight.shape
-        dense = rows * packed * 32 // module.bits * element
-        held = sum(getattr(module, k).nbytes for k in ("weight", "scales", "biases") if k in module)
-        grown += dense - held
-    return grown
-
-
-def expand_as_platform(model, platform: PlatformPath) -> str:
-    """Hold `model`'s weights as `platform` runs them fastest, with no memory check (for the
-    benchmarks' in-process references); what they are held as."""
-    if platform.weights not in EXPANDED or not quantized_layers(model):
-        return "as stored"
-    expand_quantized(model, platform.weights)
-    return platform.weights
-
-
-def expand_quantized(model, dtype: str = "float32") -> None:
-    """Replace quantized layers by dense ones of `dtype` (one of EXPANDED): faster on the
-    CPU and, for batches, on CUDA (see engines/mlx/platform.py)."""
-    import mlx.core as mx
-    import mlx.nn as nn
-    from mlx.utils import tree_unflatten
-
-    dtype = getattr(mx, dtype)
-    swaps = []
-    for name, module in quantized_layers(model):
-        weight = mx.dequantize(
-            module.weight, module.scales, module.biases, module.group_size, module.bits
-        ).astype(dtype)
-        if isinstance(module, nn.QuantizedLinear):
-            dense = nn.Linear(weight.shape[1], weight.shape[0], bias="bias" in module)
-            if "bias" in module:
-                dense.bias = module.bias.astype(dtype)
-        else:
-            dense = nn.Embedding(weight.shape[0], weight.shape[1])
-        dense.weight = weight
-        swaps.append((name, dense))
-    if swaps:
-        model.update_modules(tree_unflatten(swaps))
+def kv_per_token(model, weights: str, kv_bits: int | None) -> int:
+    """The KV bytes of one token, in the dtype the cache will hold: that of the weights held
+    (`_weights_held`)."""
+    return kv_bytes_per_token(model.args, held_element(model, weights), kv_bits)

@@ -13,28 +13,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field
 
 from engines.batch import Step
+from engines.mlx.kit.sequence import Sequence, cancelled_uids
 from schemas.canonical import ChatRequest
 
 APC_BLOCK_TOKENS = 16
-
-
-@dataclass
-class Sequence:
-    uid: int
-    parser: object
-    detokenizer: object
-    cancelled: Callable[[], bool]
-    prompt_tokens: int
-    images: int
-    image_tokens: int
-    started: float
-    reused: int = 0
-    first_at: float | None = None
-    new_tokens: int = 0
-    outputs: list = field(default_factory=list)
 
 
 def drawn_by(sampler: Callable) -> Callable:
@@ -116,10 +100,10 @@ class VisionBatch:
 
     def step(self) -> list[Step]:
         out: list[Step] = []
-        for uid in [u for u, (_, seq) in self._sequences.items() if seq.cancelled()]:
+        for uid in cancelled_uids(self._sequences):
             self._generator.remove(uid)
             key, seq = self._sequences.pop(uid)
-            out += [(key, o) for o in self._finish(seq, "cancelled")]
+            out += [(key, o) for o in seq.finish("cancelled")]
         if not self._sequences:
             return out
         prompts, responses = self._generator.next()
@@ -130,36 +114,12 @@ class VisionBatch:
             if response.uid not in self._sequences:
                 continue
             key, seq = self._sequences[response.uid]
-            seq.first_at = seq.first_at or time.perf_counter()
-            ended = response.finish_reason is not None
-            token = response.token
-            if token is not None and int(token) not in self._eos:
-                seq.new_tokens += 1
-                seq.detokenizer.add_token(int(token))
-            if ended:
-                seq.detokenizer.finalize()
-            outputs = seq.parser.feed(seq.detokenizer.last_segment)
-            reason = None
-            if seq.parser.stopped:
-                reason = "stop_string"
-                if not ended:
-                    self._generator.remove(response.uid)
-            elif ended:
-                reason = response.finish_reason
+            token = None if response.token is None else int(response.token)
+            outputs, reason = seq.take(token, response.finish_reason, self._eos)
+            if reason == "stop_string" and response.finish_reason is None:
+                self._generator.remove(response.uid)
             out += [(key, o) for o in outputs]
             if reason:
                 del self._sequences[response.uid]
-                out += [(key, o) for o in self._finish(seq, reason)]
+                out += [(key, o) for o in seq.finish(reason)]
         return out
-
-    def _finish(self, seq: Sequence, reason: str) -> list:
-        return seq.parser.end(
-            reason,
-            started=seq.started,
-            first_at=seq.first_at,
-            prompt_tokens=seq.prompt_tokens,
-            new_tokens=seq.new_tokens,
-            reused_prefix_tokens=seq.reused,
-            images=seq.images,
-            image_tokens=seq.image_tokens,
-        )

@@ -1,5 +1,5 @@
-"""What a vision checkpoint holds, read or fixed at load: the image marker check, the KV and
-weight sizes, and the float32 expansion for the CPU."""
+"""What a vision checkpoint holds, read or fixed at load: the image marker check, the weights'
+float32 size, and the float32 expansion for the CPU."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import struct
 from pathlib import Path
 
 from engines.errors import SourceError
-from engines.mlx.engine import expand_quantized
+from engines.mlx.kit.weights import expand_quantized
 
 
 def float32_bytes(file: Path, group_size: int) -> int:
@@ -53,15 +53,6 @@ def check_markers(model_id: str, path: str, model, processor) -> int:
             f"image_token_index is {wanted} (vocabulary {vocab}): images would be misplaced",
         )
     return int(wanted)
-
-
-def kv_bytes_per_token(text_config, element: int) -> int:
-    """Keys and values of every language-model layer for one token."""
-    heads = getattr(text_config, "num_key_value_heads", None) or text_config.num_attention_heads
-    head_dim = getattr(text_config, "head_dim", None) or (
-        text_config.hidden_size // text_config.num_attention_heads
-    )
-    return 2 * text_config.num_hidden_layers * heads * head_dim * element
 
 
 def to_float32(model) -> None:

@@ -21,19 +21,20 @@ from typing import NamedTuple
 
 from engines.base import Capabilities, LoadInfo
 from engines.batch import Batch, SerialBatch
-from engines.errors import BadRequest, ContextOverflow, SourceError
-from engines.mlx.context import size_context
-from engines.mlx.engine import FLOAT32_EXPANSION
+from engines.errors import BadRequest, SourceError
 from engines.mlx.isolated import refuse_isolation
+from engines.mlx.kit.memory import release_buffers
+from engines.mlx.kit.prepare import start
+from engines.mlx.kit.sizing import kv_bytes_per_token, size_context, trained_context
+from engines.mlx.kit.template import render_chat
+from engines.mlx.kit.weights import FLOAT32_EXPANSION, weight_bytes
 from engines.mlx.platform import PlatformPath
-from engines.mlx.sampling import make_request_sampler
 from engines.sources.resolve import check_source, resolve_source
 from engines.text.constrain import plan_needed
 from engines.text.output import DEFAULT_TOOL_PARSER, OutputParser, load_tool_format
-from engines.text.reasoning import template_kwargs, thinking_markers
-from engines.text.tools import template_knows_tools, tool_specs
+from engines.text.reasoning import thinking_markers
 from engines.vision.budget import Plan, cap_processor, fit_image, geometry_of, plan_pixels
-from engines.vision.checkpoint import check_markers, float32_bytes, kv_bytes_per_token, to_float32
+from engines.vision.checkpoint import check_markers, float32_bytes, to_float32
 from engines.vision.prompt import cache_keys, decode_image, vision_messages
 from engines.vision.sessions import Sessions
 from schemas.canonical import (
@@ -113,7 +114,6 @@ class VisionEngine:
     def load(self, memory_left: int | None = None) -> LoadInfo:
         import mlx.core as mx
         import mlx_vlm
-        from mlx.utils import tree_flatten
 
         refuse_isolation(self._config, "a vision model")
         path = resolve_source(self._config.id, self._config.source, base_dir=self._base_dir)
@@ -126,9 +126,9 @@ class VisionEngine:
         if self._held() == "float32":
             to_float32(model)
         mx.eval(model.parameters())
-        weights = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
+        weights = weight_bytes(model)
         text = model.config.text_config
-        trained = int(getattr(text, "max_position_embeddings", None) or 4096)
+        trained = trained_context(text)
         element = 4 if self._held() == "float32" else 2
         per_token = kv_bytes_per_token(text, element)
         geometry = geometry_of(model.config, processor, element)
@@ -209,15 +209,16 @@ class VisionEngine:
                 "calls and logprobs, or use a text model"
             )
         inputs = self._inputs(request)
-        if len(inputs.ids) >= self._context:
-            raise ContextOverflow(self._config.id, len(inputs.ids), self._context)
-        s = request.sampling
-        # A seeded request draws from its own key, never the generator its batch-mates share.
-        sampler = make_request_sampler(s.temperature, s.top_p, s.min_p, s.top_k, s.seed)
-        tail = self._tokenizer.decode(inputs.ids[-8:])
-        parser = OutputParser.for_request(request, self._tool_format, self._think, tail)
-        budget = min(request.max_tokens, self._context - len(inputs.ids))
-        return Prepared(inputs, sampler, parser, budget)
+        begun = start(
+            self._config.id,
+            inputs.ids,
+            self._context,
+            request,
+            self._tokenizer,
+            self._tool_format,
+            self._think,
+        )
+        return Prepared(inputs, begun.sampler, begun.parser, begun.max_tokens)
 
     def generate(self, request: ChatRequest, cancelled: Callable[[], bool]) -> Iterator[Output]:
         """One request through mlx-vlm's `stream_generate`, on this (the model's) thread: the
@@ -234,17 +235,13 @@ class VisionEngine:
 
     def trim(self) -> None:
         """Free MLX's cache of buffers once the runner is idle (as the MLX engine does)."""
-        import mlx.core as mx
-
-        mx.clear_cache()
+        release_buffers()
 
     def unload(self) -> None:
-        import mlx.core as mx
-
         self._model = self._processor = self._tokenizer = None
         self._sessions.clear()
         self._recent = []
-        mx.clear_cache()
+        release_buffers()
 
     def _preprocess(self, request: ChatRequest) -> Inputs:
         """Render, decode and fit the images, and run the processor; no MLX model work."""
@@ -259,14 +256,7 @@ class VisionEngine:
         if request.raw_prompt is not None:
             text = request.raw_prompt
         else:
-            template = getattr(self._tokenizer, "chat_template", None)
-            knows_tools = template_knows_tools(template)
-            messages = vision_messages(request.messages, request.tools, knows_tools)
-            extra = {"tools": tool_specs(request.tools)} if request.tools and knows_tools else {}
-            extra |= template_kwargs(request.reasoning)
-            text = self._tokenizer.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=False, **extra
-            )
+            text = render_chat(self._tokenizer, request, vision_messages)
         pictures = [
             fit_image(decode_image(part), self._plan, low=part.detail == "low") for part in images
         ]

@@ -4,10 +4,10 @@ sessions (`engines/vision/sessions.py`), keyed by the pictures' hash."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
+from engines.mlx.kit.stream import StreamRun
 from engines.vision.sessions import Sessions
 from schemas.canonical import ChatRequest, Output
 
@@ -29,9 +29,7 @@ def generate_one(
     inputs, sampler, parser, max_tokens = prepared
     state, evicted = sessions.take(inputs.keys), False
     tensors = dict(inputs.tensors)
-    started = time.perf_counter()
-    first_at = None
-    new_tokens, stop_reason, reused, completed = 0, "stop", 0, False
+    run = StreamRun(parser)
     stream = stream_generate(
         model,
         processor,
@@ -45,33 +43,21 @@ def generate_one(
         **tensors,
     )
     try:
-        for response in stream:
-            first_at = first_at or time.perf_counter()
-            reused = response.cached_tokens or 0
-            # The end-of-sequence token is counted by mlx-vlm, not output: not counted here.
-            eos = response.finish_reason == "stop"
-            new_tokens = response.generation_tokens - eos if response.token is not None else 0
-            yield from parser.feed(response.text)
-            if parser.stopped:
-                stop_reason = "stop_string"
-                break
-            if response.finish_reason:
-                stop_reason = response.finish_reason
-            if cancelled():
-                stop_reason = "cancelled"
-                break
-        else:
-            completed = True  # run to its end: mlx-vlm has stored the cache in `state`
+        yield from run.follow(stream, cancelled)
     finally:
         stream.close()
-    if completed and state is not None and state.cache is not None:
+    last = run.last
+    reused = (last.cached_tokens or 0) if last is not None else 0
+    # The end-of-sequence token is counted by mlx-vlm, not output: not counted here.
+    new_tokens = 0
+    if last is not None and last.token is not None:
+        new_tokens = last.generation_tokens - (last.finish_reason == "stop")
+    # Run to its end, mlx-vlm has stored the cache in `state`.
+    if run.completed and state is not None and state.cache is not None:
         evicted = sessions.park(inputs.keys, len(inputs.ids), state)
-    yield from parser.end(
-        stop_reason,
-        started=started,
-        first_at=first_at,
-        prompt_tokens=len(inputs.ids),
-        new_tokens=new_tokens,
+    yield from run.end(
+        len(inputs.ids),
+        new_tokens,
         reused_prefix_tokens=reused,
         session_evicted=evicted,
         images=inputs.images,

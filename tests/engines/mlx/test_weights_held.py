@@ -10,7 +10,8 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from engines.mlx.engine import MLXEngine, quantized_layers
+from engines.mlx.engine import MLXEngine
+from engines.mlx.kit.weights import quantized_layers
 from engines.mlx.platform import PlatformPath
 from schemas.canonical import ChatRequest
 from schemas.config import ModelConfig

@@ -1,4 +1,5 @@
-"""Sizing a model's context window against the memory left for its KV cache."""
+"""Sizing a model's context window: the KV bytes one token costs, the window it was trained
+with, and the window the memory left for its KV caches affords."""
 
 from __future__ import annotations
 
@@ -7,6 +8,22 @@ from engines.residency import describe
 
 # A window smaller than this is not worth loading a chat model for.
 MIN_CONTEXT = 256
+# The window of a checkpoint whose config names none.
+DEFAULT_TRAINED_CONTEXT = 4096
+
+
+def kv_bytes_per_token(args, element: int, kv_bits: int | None = None) -> int:
+    """Keys and values of every (language-model) layer for one token: `args` is the text
+    model's config, `element` the bytes of one cached value, `kv_bits` a quantized cache's."""
+    heads = getattr(args, "num_key_value_heads", None) or args.num_attention_heads
+    head_dim = getattr(args, "head_dim", None) or args.hidden_size // args.num_attention_heads
+    per_token = 2 * args.num_hidden_layers * heads * head_dim * element
+    return per_token * kv_bits // (8 * element) if kv_bits else per_token
+
+
+def trained_context(args) -> int:
+    """The window the text model was trained with (`args`: its config, or None)."""
+    return int(getattr(args, "max_position_embeddings", None) or DEFAULT_TRAINED_CONTEXT)
 
 
 def size_context(

@@ -1,0 +1,67 @@
+"""One request of a batch, token by token: the record both batch generators' sequences keep
+(the text engine's on mlx-lm, the vision engine's on mlx-vlm), each token through its
+detokenizer and output parser, and its `Finished` when it ends."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Container
+from dataclasses import dataclass, field
+
+from engines.text.output import OutputParser
+from schemas.canonical import Output
+
+
+@dataclass
+class Sequence:
+    """One request in the batch and what is known of it so far."""
+
+    uid: int
+    parser: OutputParser
+    detokenizer: object
+    cancelled: Callable[[], bool]
+    prompt_tokens: int
+    started: float
+    reused: int = 0  # prompt tokens served from a parked or block cache
+    evicted: bool = False  # parking this conversation evicted another one
+    images: int = 0
+    image_tokens: int = 0
+    first_at: float | None = None
+    new_tokens: int = 0
+    outputs: list = field(default_factory=list)  # made before its first token (echo)
+    job: object = None  # the engine's prepared request, where the batch needs it again
+
+    def take(
+        self, token: int | None, finish_reason: str | None, eos: Container[int]
+    ) -> tuple[list[Output], str | None]:
+        """One generated token (None: none this step) through the detokenizer and the parser:
+        its outputs, and why the sequence ends (`stop_string`, the generator's reason) or None.
+
+        An end-of-sequence token is neither counted nor detokenized."""
+        self.first_at = self.first_at or time.perf_counter()
+        if token is not None and token not in eos:
+            self.new_tokens += 1
+            self.detokenizer.add_token(token)
+        if finish_reason is not None:
+            self.detokenizer.finalize()
+        outputs = self.parser.feed(self.detokenizer.last_segment)
+        return outputs, "stop_string" if self.parser.stopped else finish_reason
+
+    def finish(self, reason: str) -> list[Output]:
+        """What ends it (`OutputParser.end`), with its counts."""
+        return self.parser.end(
+            reason,
+            started=self.started,
+            first_at=self.first_at,
+            prompt_tokens=self.prompt_tokens,
+            new_tokens=self.new_tokens,
+            reused_prefix_tokens=self.reused,
+            session_evicted=self.evicted,
+            images=self.images,
+            image_tokens=self.image_tokens,
+        )
+
+
+def cancelled_uids(sequences: dict) -> list[int]:
+    """The uids of `sequences` (uid → (key, Sequence)) whose requests were cancelled."""
+    return [uid for uid, (_, seq) in sequences.items() if seq.cancelled()]
