@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
-from engines.base import LoadInfo
+from engines.base import Capabilities, LoadInfo
 from engines.batch import Batch, SerialBatch, Step
 from engines.errors import BadRequest, ContextOverflow, GatewayError
 from engines.text.constrain import ConstraintState, make_tokenizer, plan_for
@@ -68,6 +68,8 @@ def render_chatml(request: ChatRequest) -> str:
 
 
 class ScriptedEngine:
+    capabilities = Capabilities(chat=True)
+
     def __init__(
         self,
         script: ScriptConfig,

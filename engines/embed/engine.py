@@ -14,7 +14,7 @@ from pathlib import Path
 import msgspec
 from tokenizers import Tokenizer
 
-from engines.base import LoadInfo
+from engines.base import Capabilities, LoadInfo
 from engines.batch import Batch, SerialBatch
 from engines.embed.bert import (
     BertArgs,
@@ -41,6 +41,7 @@ DEFAULT_BATCH_TOKENS = 4096
 class EmbeddingEngine:
     """An embedding model behind the Engine protocol: `embed` works, `generate` refuses."""
 
+    capabilities = Capabilities(chat=False, embed=True)
     task = "embed"  # what the model listings report (the config may leave `task` out)
 
     def __init__(self, model: ModelConfig, base_dir: Path | None) -> None:

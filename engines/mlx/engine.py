@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from engines.base import LoadInfo
+from engines.base import Capabilities, LoadInfo
 from engines.batch import Batch, SerialBatch
 from engines.errors import BadRequest, ContextOverflow, ContextTooLarge, SourceError
 from engines.mlx.constrain import Grammar
@@ -55,6 +55,8 @@ class Prepared(NamedTuple):
 
 
 class MLXEngine:
+    capabilities = Capabilities(chat=True)
+
     def __init__(
         self,
         model: ModelConfig,

@@ -13,7 +13,7 @@ import concurrent.futures
 import contextlib
 from collections.abc import Callable, Iterator
 
-from engines.base import LoadInfo
+from engines.base import Capabilities, LoadInfo
 from engines.batch import Batch
 from engines.errors import BadRequest
 from engines.upstream.batch import UpstreamBatch
@@ -26,6 +26,9 @@ from schemas.config import ModelConfig, UpstreamConfig, seconds
 
 class UpstreamEngine:
     """A model whose requests go to `upstream.urls` (or, for engine process, to its child)."""
+
+    # Text only: image parts are refused before they queue, as for a local text model.
+    capabilities = Capabilities(chat=True)
 
     def __init__(self, model: ModelConfig, settings: UpstreamConfig | None = None) -> None:
         self._model = model
