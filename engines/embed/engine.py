@@ -39,7 +39,7 @@ DEFAULT_BATCH_TOKENS = 4096
 
 
 class EmbeddingEngine:
-    """An embedding model behind the Engine protocol: `embed` works, `generate` refuses."""
+    """An embedding model behind the Engine protocol: `embed`, and `count_prompt` for usage."""
 
     capabilities = Capabilities(chat=False, embed=True)
     task = "embed"  # what the model listings report (the config may leave `task` out)
@@ -104,7 +104,9 @@ class EmbeddingEngine:
         return LoadInfo(memory_bytes=memory, context=window, detail=detail)
 
     def open_batch(self) -> Batch:
-        return SerialBatch(self.generate)
+        """The empty batch a runner's thread opens before it takes any job, embeddings too
+        (they are answered by `embed` and never join it)."""
+        return SerialBatch(self._refuse_text)
 
     def embed(self, request: EmbedRequest) -> Embedded:
         """One vector per input, in order; batched by length so padding stays small."""
@@ -136,7 +138,9 @@ class EmbeddingEngine:
             text = "\n".join(m.content for m in request.messages)
         return len(self._counter.encode(text).ids)
 
-    def generate(self, request: ChatRequest, cancelled: Callable[[], bool]) -> Iterator[Output]:
+    def _refuse_text(self, request: ChatRequest, cancelled: Callable[[], bool]) -> Iterator[Output]:
+        # No `generate` (`capabilities.chat` is false): a runner refuses chat requests before
+        # they queue; one that still lets one through meets the same refusal here.
         raise BadRequest(
             f"model {self._config.id!r} is an embedding model; it does not generate text: "
             "send it embedding requests"

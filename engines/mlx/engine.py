@@ -28,8 +28,6 @@ from engines.text.tools import (
 )
 from schemas.canonical import (
     ChatRequest,
-    Embedded,
-    EmbedRequest,
     Logprobs,
     Output,
 )
@@ -233,9 +231,6 @@ class MLXEngine:
             prompt_tokens=len(job.prompt),
             new_tokens=new_tokens,
         )
-
-    def embed(self, request: EmbedRequest) -> Embedded:
-        raise BadRequest(f"model {self._config.id!r} is a chat model; it does not embed")
 
     def trim(self) -> None:
         """Free MLX's cache of buffers once the runner is idle (see `EmbeddingEngine.trim`)."""

@@ -8,7 +8,7 @@ loop that turns outputs into SSE chunks is such a thread. In a process of its ow
 batch has a GIL of its own: it steps on its own, between steps taking in what the gateway
 sent (requests to add, cancellations), and sends each step's outputs back in one message.
 
-Two pipes: `control` for calls answered in turn (load, count, embed, trim, unload), and
+Two pipes: `control` for calls answered in turn (load, count, trim, unload), and
 `batch` for the batch's traffic in both directions, which never waits on a call. The
 requests the runner admits between two steps go down in one message, so a burst joins the
 child's batch as one group, as it would join the batch on the gateway's thread. The
@@ -35,7 +35,7 @@ from engines.errors import ModelUnavailable
 from engines.log import emit
 from engines.mlx.engine import MLXEngine
 from engines.mlx.platform import PlatformPath
-from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Finished, Output
+from schemas.canonical import ChatRequest, Finished, Output
 from schemas.config import ModelConfig
 from schemas.events import ModelAttached, ModelFailed
 
@@ -100,9 +100,6 @@ class IsolatedEngine(MLXEngine):
 
     def count_prompt(self, request: ChatRequest) -> int:
         return self._call("count_prompt", request)
-
-    def embed(self, request: EmbedRequest) -> Embedded:
-        return self._call("embed", request)
 
     def trim(self) -> None:
         if self._alive():

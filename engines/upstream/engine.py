@@ -20,7 +20,7 @@ from engines.upstream.batch import UpstreamBatch
 from engines.upstream.client import Upstream
 from engines.upstream.loop import LoopThread
 from engines.upstream.replicas import ReplicaPool
-from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Finished, Output
+from schemas.canonical import ChatRequest, Finished, Output
 from schemas.config import ModelConfig, UpstreamConfig, seconds
 
 
@@ -122,9 +122,6 @@ class UpstreamEngine:
 
     def open_batch(self) -> Batch:
         return UpstreamBatch(self._loop, self._upstream)
-
-    def embed(self, request: EmbedRequest) -> Embedded:
-        raise BadRequest(f"model {self._model.id!r} is served upstream for chat; it does not embed")
 
     def unload(self) -> None:
         if self._loop is None:

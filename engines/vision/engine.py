@@ -38,8 +38,6 @@ from engines.vision.prompt import cache_keys, decode_image, vision_messages
 from engines.vision.sessions import Sessions
 from schemas.canonical import (
     ChatRequest,
-    Embedded,
-    EmbedRequest,
     ImagePart,
     Message,
     Output,
@@ -228,9 +226,6 @@ class VisionEngine:
         return generate_one(
             self._model, self._processor, self._sessions, prepared, request, cancelled
         )
-
-    def embed(self, request: EmbedRequest) -> Embedded:
-        raise BadRequest(f"model {self._config.id!r} is a chat model; it does not embed")
 
     def trim(self) -> None:
         """Free MLX's cache of buffers once the runner is idle (as the MLX engine does)."""
