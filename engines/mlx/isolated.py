@@ -29,7 +29,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
 from engines.backoff import Backoff
-from engines.base import LoadInfo
+from engines.base import Capabilities, LoadInfo
 from engines.batch import Step
 from engines.errors import ModelUnavailable
 from engines.log import emit
@@ -64,9 +64,16 @@ def unpack_error(packed: tuple) -> BaseException:
     return error
 
 
-class IsolatedEngine(MLXEngine):
-    """`MLXEngine`'s interface, served by an `MLXEngine` in a child process. What needs
-    no weights (the memory estimate, whether the template reasons) is answered here."""
+class IsolatedEngine:
+    """The Engine protocol, served by an `MLXEngine` in a child process.
+
+    It wraps rather than inherits: every method is forwarded by name, so one it lacks is an
+    AttributeError here, never `MLXEngine`'s own code running in the gateway with no
+    weights. What needs no weights (the memory estimate, whether the template reasons) is
+    answered by an `MLXEngine` held here that is never loaded.
+    """
+
+    capabilities = Capabilities(chat=True)
 
     def __init__(
         self,
@@ -75,7 +82,11 @@ class IsolatedEngine(MLXEngine):
         base_dir: Path | None,
         draft: ModelConfig | None = None,
     ) -> None:
-        super().__init__(model, platform, base_dir, draft)
+        self._config = model
+        self._platform = platform
+        self._base_dir = base_dir
+        self._draft_config = draft
+        self._unloaded = MLXEngine(model, platform, base_dir, draft)  # never loads
         self._process: multiprocessing.Process | None = None
         self._control: Connection | None = None
         self._batch_pipe: Connection | None = None
@@ -85,6 +96,13 @@ class IsolatedEngine(MLXEngine):
         self._death_reported = False  # its last death is told (model_failed), not yet restarted
         self._backoff = Backoff(at_once_first=True)
         self._retry_at = 0.0
+
+    def estimate_memory(self) -> int:
+        return self._unloaded.estimate_memory()
+
+    def reasons(self) -> bool:
+        """Read from the model directory's tokenizer files: no weights needed."""
+        return self._unloaded.reasons()
 
     def load(self, memory_left: int | None = None) -> LoadInfo:
         with self._calls:
@@ -111,6 +129,7 @@ class IsolatedEngine(MLXEngine):
         return IsolatedBatch(self._batch_pipe, self._gone)
 
     def generate(self, request: ChatRequest, cancelled: Callable[[], bool]) -> Iterator[Output]:
+        # The child holds one batch, the runner's: a request decoded alone would need another.
         raise NotImplementedError("an isolated model decodes through open_batch")
 
     def unload(self) -> None:
