@@ -14,8 +14,8 @@ from engines.mlx.constrain import Grammar
 from engines.mlx.context import size_context
 from engines.mlx.facts import source_chat_template
 from engines.mlx.logprobs import logprobs_of
-from engines.mlx.platform import PlatformPath
 from engines.mlx.sampling import make_request_sampler
+from engines.platform import PlatformPath
 from engines.residency import describe
 from engines.sources.resolve import check_source, resolve_source
 from engines.text.output import DEFAULT_TOOL_PARSER, OutputParser, ToolFormat, load_tool_format

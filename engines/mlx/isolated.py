@@ -34,7 +34,7 @@ from engines.batch import Step
 from engines.errors import ModelUnavailable
 from engines.log import emit
 from engines.mlx.engine import MLXEngine
-from engines.mlx.platform import PlatformPath
+from engines.platform import PlatformPath
 from schemas.canonical import ChatRequest, Finished, Output
 from schemas.config import ModelConfig
 from schemas.events import ModelAttached, ModelFailed

@@ -25,8 +25,8 @@ from engines.errors import BadRequest, ContextOverflow, SourceError
 from engines.mlx.context import size_context
 from engines.mlx.engine import FLOAT32_EXPANSION
 from engines.mlx.isolated import refuse_isolation
-from engines.mlx.platform import PlatformPath
 from engines.mlx.sampling import make_request_sampler
+from engines.platform import PlatformPath
 from engines.sources.resolve import check_source, resolve_source
 from engines.text.constrain import plan_needed
 from engines.text.output import DEFAULT_TOOL_PARSER, OutputParser, load_tool_format

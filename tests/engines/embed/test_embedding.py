@@ -17,7 +17,7 @@ from engines.embed.engine import EmbeddingEngine
 from engines.errors import BadRequest, GatewayError, SourceError
 from engines.factory import make_engine
 from engines.mlx.engine import MLXEngine
-from engines.mlx.platform import PlatformPath
+from engines.platform import PlatformPath
 from engines.runner import Runner
 from engines.sources.resolve import resolve_source
 from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Message

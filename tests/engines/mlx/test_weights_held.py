@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from engines.mlx.engine import MLXEngine, quantized_layers
-from engines.mlx.platform import PlatformPath
+from engines.platform import PlatformPath
 from schemas.canonical import ChatRequest
 from schemas.config import ModelConfig
 
