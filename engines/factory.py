@@ -7,7 +7,7 @@ from pathlib import Path
 
 from engines.base import Engine
 from engines.errors import GatewayError
-from engines.mlx.platform import PlatformPath
+from engines.platform import PlatformPath
 from engines.sources.resolve import check_source
 from schemas.config import ModelConfig, ScriptConfig
 

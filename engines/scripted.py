@@ -20,15 +20,13 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 from engines.base import Capabilities, LoadInfo
 from engines.batch import Batch, SerialBatch, Step
-from engines.errors import BadRequest, ContextOverflow, GatewayError
+from engines.errors import ContextOverflow, GatewayError
 from engines.text.constrain import ConstraintState, make_tokenizer, plan_for
 from engines.text.output import DEFAULT_TOOL_PARSER, OutputParser, load_tool_format
 from engines.text.reasoning import DEFAULT_THINK
 from engines.text.tools import template_messages
 from schemas.canonical import (
     ChatRequest,
-    Embedded,
-    EmbedRequest,
     Finished,
     Logprobs,
     Output,
@@ -68,7 +66,7 @@ def render_chatml(request: ChatRequest) -> str:
 
 
 class ScriptedEngine:
-    capabilities = Capabilities(chat=True, embed=False, images=False)
+    capabilities = Capabilities(chat=True)
 
     def __init__(
         self,
@@ -155,8 +153,8 @@ class ScriptedEngine:
     def open_batch(self) -> Batch:
         return ScriptedBatch(self.generate, self._steps, self._script.fail_step)
 
-    def embed(self, request: EmbedRequest) -> Embedded:
-        raise BadRequest("a scripted model is a chat model; it does not embed")
+    def trim(self) -> None:
+        """Nothing cached: a scripted model holds no buffers."""
 
     def unload(self) -> None:
         pass

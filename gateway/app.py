@@ -15,7 +15,7 @@ from litestar.datastructures import State
 from litestar.di import Provide
 
 from engines.errors import ConfigInvalid
-from engines.mlx.platform import PlatformPath
+from engines.platform import PlatformPath
 from engines.residency import MemoryBudget, auto_budget
 from engines.tasks import Tasks
 from gateway import model_list

@@ -29,7 +29,8 @@ import mlx.core as mx
 print("mlx", mx.__version__, "| default device", mx.default_device(), "| metal", mx.metal.is_available(),
       "| cuda", mx.cuda.is_available() if hasattr(mx, "cuda") else "n/a")
 print("device_info", mx.device_info())
-from engines.mlx.platform import detect, find_openblas
+from engines.mlx.platform import detect
+from engines.platform import find_openblas
 from engines.residency import auto_budget, machine_memory
 print("product platform path (detect()):", detect().as_dict())
 print("OpenBLAS the product would preload:", find_openblas())

@@ -41,9 +41,9 @@ DEFAULT_BATCH_TOKENS = 4096
 
 
 class EmbeddingEngine:
-    """An embedding model behind the Engine protocol: `embed` works, `generate` refuses."""
+    """An embedding model behind the Engine protocol: `embed`, and `count_prompt` for usage."""
 
-    task = "embed"  # what the model listings report (the config may leave `task` out)
+    capabilities = Capabilities(chat=False, embed=True)
     capabilities = Capabilities(chat=False, embed=True, images=False)
 
     def __init__(self, model: ModelConfig, base_dir: Path | None) -> None:
@@ -105,7 +105,9 @@ class EmbeddingEngine:
         return LoadInfo(memory_bytes=memory, context=window, detail=detail)
 
     def open_batch(self) -> Batch:
-        return SerialBatch(self.generate)
+        """The empty batch a runner's thread opens before it takes any job, embeddings too
+        (they are answered by `embed` and never join it)."""
+        return SerialBatch(self._refuse_text)
 
     def embed(self, request: EmbedRequest) -> Embedded:
         """One vector per input, in order; batched by length so padding stays small."""
@@ -137,7 +139,9 @@ class EmbeddingEngine:
             text = "\n".join(m.content for m in request.messages)
         return len(self._counter.encode(text).ids)
 
-    def generate(self, request: ChatRequest, cancelled: Callable[[], bool]) -> Iterator[Output]:
+    def _refuse_text(self, request: ChatRequest, cancelled: Callable[[], bool]) -> Iterator[Output]:
+        # No `generate` (`capabilities.chat` is false): a runner refuses chat requests before
+        # they queue; one that still lets one through meets the same refusal here.
         raise BadRequest(
             f"model {self._config.id!r} is an embedding model; it does not generate text: "
             "send it embedding requests"
@@ -147,6 +151,10 @@ class EmbeddingEngine:
         """Free MLX's cache of buffers (batches of every shape fill it); the runner calls
         this when it goes idle, so memory after a burst returns to what the model holds."""
         release_buffers()
+
+    def reasons(self) -> bool:
+        """An embedding model does not generate, so it never thinks."""
+        return False
 
     def unload(self) -> None:
         self._encoder = self._tokenizer = self._counter = None

@@ -26,7 +26,7 @@ from engines.mlx.kit.weights import (
     weight_bytes,
 )
 from engines.mlx.logprobs import logprobs_of
-from engines.mlx.platform import PlatformPath
+from engines.platform import PlatformPath
 from engines.residency import describe
 from engines.sources.resolve import check_source, resolve_source
 from engines.text.output import DEFAULT_TOOL_PARSER, OutputParser, ToolFormat, load_tool_format
@@ -37,8 +37,6 @@ from engines.text.tools import (
 )
 from schemas.canonical import (
     ChatRequest,
-    Embedded,
-    EmbedRequest,
     Logprobs,
     Output,
 )
@@ -59,7 +57,7 @@ class Prepared(NamedTuple):
 
 
 class MLXEngine:
-    capabilities = Capabilities(chat=True, embed=False, images=False)
+    capabilities = Capabilities(chat=True)
 
     def __init__(
         self,
@@ -229,9 +227,6 @@ class MLXEngine:
         last = run.last
         new_tokens = last.generation_tokens - eos(last) if last is not None else 0
         yield from run.end(len(job.prompt), new_tokens)
-
-    def embed(self, request: EmbedRequest) -> Embedded:
-        raise BadRequest(f"model {self._config.id!r} is a chat model; it does not embed")
 
     def trim(self) -> None:
         """Free MLX's cache of buffers once the runner is idle (see `EmbeddingEngine.trim`)."""

@@ -8,7 +8,7 @@ loop that turns outputs into SSE chunks is such a thread. In a process of its ow
 batch has a GIL of its own: it steps on its own, between steps taking in what the gateway
 sent (requests to add, cancellations), and sends each step's outputs back in one message.
 
-Two pipes: `control` for calls answered in turn (load, count, embed, trim, unload), and
+Two pipes: `control` for calls answered in turn (load, count, trim, unload), and
 `batch` for the batch's traffic in both directions, which never waits on a call. The
 requests the runner admits between two steps go down in one message, so a burst joins the
 child's batch as one group, as it would join the batch on the gateway's thread. The
@@ -19,23 +19,21 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
-import os
-import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable, Hashable, Iterator
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 from engines.backoff import Backoff
-from engines.base import LoadInfo
+from engines.base import Capabilities, LoadInfo
 from engines.batch import Step
 from engines.errors import ModelUnavailable
 from engines.log import emit
 from engines.mlx.engine import MLXEngine
-from engines.mlx.platform import PlatformPath
-from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Finished, Output
+from engines.mlx.isolated_child import serve, unpack_error
+from engines.platform import PlatformPath
+from schemas.canonical import ChatRequest, Finished, Output
 from schemas.config import ModelConfig
 from schemas.events import ModelAttached, ModelFailed
 
@@ -50,23 +48,16 @@ def refuse_isolation(model: ModelConfig, kind: str) -> None:
         )
 
 
-def pack_error(error: BaseException) -> tuple:
-    """An exception as its class, args and attributes: gateway errors rebuild from these
-    even where their constructor takes other arguments than their args (pickle's way)."""
-    return type(error), error.args, dict(vars(error))
+class IsolatedEngine:
+    """The Engine protocol, served by an `MLXEngine` in a child process.
 
+    It wraps rather than inherits: every method is forwarded by name, so one it lacks is an
+    AttributeError here, never `MLXEngine`'s own code running in the gateway with no
+    weights. What needs no weights (the memory estimate, whether the template reasons) is
+    answered by an `MLXEngine` held here that is never loaded.
+    """
 
-def unpack_error(packed: tuple) -> BaseException:
-    cls, args, attributes = packed
-    error = cls.__new__(cls)
-    error.args = args
-    vars(error).update(attributes)
-    return error
-
-
-class IsolatedEngine(MLXEngine):
-    """`MLXEngine`'s interface, served by an `MLXEngine` in a child process. What needs
-    no weights (the memory estimate, whether the template reasons) is answered here."""
+    capabilities = Capabilities(chat=True)
 
     def __init__(
         self,
@@ -75,7 +66,11 @@ class IsolatedEngine(MLXEngine):
         base_dir: Path | None,
         draft: ModelConfig | None = None,
     ) -> None:
-        super().__init__(model, platform, base_dir, draft)
+        self._config = model
+        self._platform = platform
+        self._base_dir = base_dir
+        self._draft_config = draft
+        self._unloaded = MLXEngine(model, platform, base_dir, draft)  # never loads
         self._process: multiprocessing.Process | None = None
         self._control: Connection | None = None
         self._batch_pipe: Connection | None = None
@@ -85,6 +80,13 @@ class IsolatedEngine(MLXEngine):
         self._death_reported = False  # its last death is told (model_failed), not yet restarted
         self._backoff = Backoff(at_once_first=True)
         self._retry_at = 0.0
+
+    def estimate_memory(self) -> int:
+        return self._unloaded.estimate_memory()
+
+    def reasons(self) -> bool:
+        """Read from the model directory's tokenizer files: no weights needed."""
+        return self._unloaded.reasons()
 
     def load(self, memory_left: int | None = None) -> LoadInfo:
         with self._calls:
@@ -101,9 +103,6 @@ class IsolatedEngine(MLXEngine):
     def count_prompt(self, request: ChatRequest) -> int:
         return self._call("count_prompt", request)
 
-    def embed(self, request: EmbedRequest) -> Embedded:
-        return self._call("embed", request)
-
     def trim(self) -> None:
         if self._alive():
             self._call("trim")
@@ -114,6 +113,7 @@ class IsolatedEngine(MLXEngine):
         return IsolatedBatch(self._batch_pipe, self._gone)
 
     def generate(self, request: ChatRequest, cancelled: Callable[[], bool]) -> Iterator[Output]:
+        # The child holds one batch, the runner's: a request decoded alone would need another.
         raise NotImplementedError("an isolated model decodes through open_batch")
 
     def unload(self) -> None:
@@ -287,81 +287,3 @@ class IsolatedBatch:
                 del self._keys[i]
                 self._told.discard(i)
         return out
-
-
-def serve(
-    control: Connection,
-    batch_pipe: Connection,
-    model: ModelConfig,
-    platform: PlatformPath,
-    base_dir: Path | None,
-    draft: ModelConfig | None,
-) -> None:
-    """The child: answer calls, and step the batch whenever it holds a request."""
-    os.dup2(2, 1)  # stdout is the gateway's event stream
-    sys.stdout = sys.stderr
-    engine = MLXEngine(model, platform, base_dir, draft)
-    batch = None
-    cancelled: set[int] = set()
-    while True:
-        stepping = batch is not None and batch.active
-        for pipe in wait([control, batch_pipe], timeout=0 if stepping else None):
-            # Everything that arrived, before the next step: a burst of adds joins as one
-            # group (one prefill), as it does on the gateway's own thread.
-            while True:
-                try:
-                    message = pipe.recv()
-                except EOFError:  # the gateway is gone
-                    return
-                if pipe is control:
-                    if message[0] == "stop":
-                        engine.unload()
-                        return
-                    control.send(_answer(engine, message))
-                else:
-                    batch = _take(engine, batch, cancelled, batch_pipe, message)
-                if not pipe.poll():
-                    break
-        if not (batch is not None and batch.active):
-            continue
-        try:
-            steps = batch.step()
-        except Exception as error:  # the batch broke: the runner ends every request in it
-            batch = None
-            detail = "".join(traceback.format_exception(error))
-            batch_pipe.send(("failed", (type(error).__name__, str(error), detail)))
-            continue
-        if steps:
-            packed = [(i, pack_error(o) if isinstance(o, Exception) else o) for i, o in steps]
-            batch_pipe.send(("steps", packed))
-            for i, output in steps:
-                if isinstance(output, Finished | Exception):
-                    cancelled.discard(i)
-
-
-def _take(engine: MLXEngine, batch, cancelled: set[int], pipe: Connection, message: tuple):
-    """One message of the batch pipe, in the child; the batch it leaves."""
-    kind = message[0]
-    if kind == "open":
-        cancelled.clear()
-        return engine.open_batch()
-    if kind == "cancel":
-        cancelled.update(message[1])
-    elif kind == "add":
-        refused = []
-        for i, request in message[1]:
-            try:
-                batch.add(i, request, lambda i=i: i in cancelled)
-            except Exception as error:  # this request's alone (a prompt past the window)
-                refused.append((i, pack_error(error)))
-        if refused:
-            pipe.send(("steps", refused))
-    return batch
-
-
-def _answer(engine: MLXEngine, message: tuple) -> tuple[bool, object]:
-    name, *args = message
-    try:
-        return True, getattr(engine, name)(*args)
-    except Exception as error:
-        return False, pack_error(error)

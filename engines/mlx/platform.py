@@ -1,62 +1,15 @@
-"""Pick the fastest correct MLX path for this machine, and say what was picked and why.
+"""Ask mlx.core what this process runs on; the path it implies is `engines.platform`'s.
 
-Measured on Linux CPU (DESIGN.md): the `mlx[cpu]` wheel links the reference BLAS (~5
-GFLOP/s); the same process started with Debian's OpenBLAS preloaded runs ~40x faster matrix
-products. MLX's CPU kernels for 4-bit matrices are slower than float32 products, so on the
-CPU quantized weights are expanded to float32 at load. On CUDA they are expanded to
-bfloat16 (where the memory left allows it: `MLXEngine._weights_held`), for batching; on
-Apple Silicon (Metal) they run as stored. On a GPU nothing is preloaded: BLAS is not on
-that path.
-`detect` names the device and the memory models live in (GPU memory on CUDA, Metal's
-recommended working set on Apple Silicon, RAM on the CPU), which `memory_budget: auto`
-takes its share of.
+Only the probing lives here: it imports mlx, which a backend that does not run on MLX, and
+the choices in `engines/platform.py`, never need.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
-import msgspec
-
-OPENBLAS_CANDIDATES = (
-    "/usr/lib/x86_64-linux-gnu/libopenblas.so.0",
-    "/usr/lib/aarch64-linux-gnu/libopenblas.so.0",
-    "/usr/lib/libopenblas.so.0",
-)
-# Measured on an H200 (bench/RESULTS.md, 2026-11-30): MLX's CUDA kernel for 4-bit matrices
-# costs about as much per sequence in a batch as for one alone (1B: 1.6k tok/s at 64 streams),
-# while bfloat16 products batch (8.0k); alone, the two decode at the same speed.
-CUDA_WHY = (
-    "quantized weights expanded to bfloat16 where that costs no context: MLX's 4-bit CUDA "
-    "kernels do not batch (5-12x slower at 64 sequences)"
-)
-# Set by the gateway when it re-executes itself, so it never loops; set by a user to opt out.
-NO_REEXEC_ENV = "GATEWAY_NO_OPENBLAS"
-
-
-class PlatformPath(msgspec.Struct, frozen=True, kw_only=True):
-    device: str
-    blas: str
-    weights: str
-    why: str
-    device_name: str = ""
-    memory: str = ""  # where the weights and KV caches live, and how much of it
-
-    def as_dict(self) -> dict[str, str]:
-        return msgspec.structs.asdict(self)
-
-
-def find_openblas() -> str | None:
-    return next((p for p in OPENBLAS_CANDIDATES if Path(p).exists()), None)
-
-
-def openblas_loaded() -> bool:
-    try:
-        return "libopenblas" in Path("/proc/self/maps").read_text()
-    except OSError:
-        return False
+from engines.platform import PlatformPath, choose_path, openblas_env
 
 
 def reexec_with_openblas() -> None:
@@ -64,18 +17,13 @@ def reexec_with_openblas() -> None:
 
     Must run before mlx is imported: a library can only be preloaded at process start.
     """
-    if not sys.platform.startswith("linux") or os.environ.get(NO_REEXEC_ENV):
-        return
-    library = find_openblas()
-    if library is None or library in os.environ.get("LD_PRELOAD", ""):
+    env = openblas_env()
+    if env is None:
         return
     import mlx.core as mx  # the process is replaced: loading mlx here changes nothing after
 
     if mx.default_device() == mx.gpu:  # CUDA: matrix products never reach a BLAS
         return
-    env = dict(os.environ)
-    env["LD_PRELOAD"] = ":".join(filter(None, [library, env.get("LD_PRELOAD")]))
-    env[NO_REEXEC_ENV] = "1"
     # orig_argv keeps "-m gateway" intact where sys.argv would not.
     os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
 
@@ -84,40 +32,10 @@ def detect() -> PlatformPath:
     """What this process runs on; call after `reexec_with_openblas`."""
     import mlx.core as mx
 
-    from engines.residency import describe, machine_memory
-
-    on_gpu = mx.default_device() == mx.gpu
     name = str(device_info().get("device_name", ""))
-    if on_gpu:
-        backend = "metal" if mx.metal.is_available() else "cuda"
-        kind = "recommended working set" if backend == "metal" else "GPU memory"
-        if backend == "metal":
-            weights, why = "as stored", "Metal's kernels run quantized weights fast"
-        else:
-            weights, why = "bfloat16", CUDA_WHY
-        return PlatformPath(
-            device=f"gpu ({backend})",
-            blas="n/a",
-            weights=weights,
-            why=why,
-            device_name=name,
-            memory=f"{describe(machine_memory())} {kind}",
-        )
-    if openblas_loaded():
-        blas, why = "openblas", "OpenBLAS preloaded: ~40x the wheel's reference BLAS"
-    elif sys.platform.startswith("linux"):
-        blas = "reference"
-        why = "OpenBLAS not found (apt-get install libopenblas0-pthread for ~40x faster BLAS)"
-    else:
-        blas, why = "accelerate", "the platform BLAS"
-    return PlatformPath(
-        device="cpu",
-        blas=blas,
-        weights="float32",
-        why=why + "; quantized weights expanded to float32 (MLX's 4-bit CPU kernels are slower)",
-        device_name=name,
-        memory=f"{describe(machine_memory())} RAM",
-    )
+    if mx.default_device() != mx.gpu:
+        return choose_path("cpu", name)
+    return choose_path("metal" if mx.metal.is_available() else "cuda", name)
 
 
 def device_info() -> dict:

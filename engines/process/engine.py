@@ -20,7 +20,7 @@ import httpx
 import msgspec
 
 from engines.backoff import Backoff
-from engines.base import LoadInfo
+from engines.base import Capabilities, LoadInfo
 from engines.errors import ModelUnavailable
 from engines.log import emit
 from engines.process.child import ServerProcess
@@ -43,6 +43,8 @@ def free_port() -> int:
 
 
 class ProcessEngine(UpstreamEngine):
+    capabilities = Capabilities(chat=True)
+
     def __init__(self, model: ModelConfig, base_dir: Path | None) -> None:
         self._process = model.process
         self._port = 0

@@ -171,9 +171,7 @@ class ModelThread:
     def _trim(self) -> None:
         """The batch ran dry: let the engine give back what the burst left cached (MLX
         keeps freed buffers of every shape it met for reuse, growing after each burst)."""
-        trim = getattr(self._engine, "trim", None)  # optional: engines without a cache lack it
-        if trim is not None:
-            trim()
+        self._engine.trim()
 
     def _fail_batch(self, error: Exception) -> None:
         """End every request of a broken batch with `EngineFailed`, and log it once."""

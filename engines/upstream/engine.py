@@ -20,14 +20,15 @@ from engines.upstream.batch import UpstreamBatch
 from engines.upstream.client import Upstream
 from engines.upstream.loop import LoopThread
 from engines.upstream.replicas import ReplicaPool
-from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Finished, Output
+from schemas.canonical import ChatRequest, Finished, Output
 from schemas.config import ModelConfig, UpstreamConfig, seconds
 
 
 class UpstreamEngine:
     """A model whose requests go to `upstream.urls` (or, for engine process, to its child)."""
 
-    capabilities = Capabilities(chat=True, embed=False, images=False)
+    # Text only: image parts are refused before they queue, as for a local text model.
+    capabilities = Capabilities(chat=True)
 
     def __init__(self, model: ModelConfig, settings: UpstreamConfig | None = None) -> None:
         self._model = model
@@ -122,8 +123,12 @@ class UpstreamEngine:
     def open_batch(self) -> Batch:
         return UpstreamBatch(self._loop, self._upstream)
 
-    def embed(self, request: EmbedRequest) -> Embedded:
-        raise BadRequest(f"model {self._model.id!r} is served upstream for chat; it does not embed")
+    def trim(self) -> None:
+        """Nothing cached here: the replicas hold the model."""
+
+    def reasons(self) -> bool:
+        """Not known here: a replica's reasoning comes as it sends it."""
+        return False
 
     def unload(self) -> None:
         if self._loop is None:

@@ -28,7 +28,7 @@ from engines.mlx.kit.prepare import start
 from engines.mlx.kit.sizing import kv_bytes_per_token, size_context, trained_context
 from engines.mlx.kit.template import render_chat
 from engines.mlx.kit.weights import FLOAT32_EXPANSION, weight_bytes
-from engines.mlx.platform import PlatformPath
+from engines.platform import PlatformPath
 from engines.sources.resolve import check_source, resolve_source
 from engines.text.constrain import plan_needed
 from engines.text.output import DEFAULT_TOOL_PARSER, OutputParser, load_tool_format
@@ -39,8 +39,6 @@ from engines.vision.prompt import cache_keys, decode_image, vision_messages
 from engines.vision.sessions import Sessions
 from schemas.canonical import (
     ChatRequest,
-    Embedded,
-    EmbedRequest,
     ImagePart,
     Message,
     Output,
@@ -73,8 +71,8 @@ class Prepared(NamedTuple):
 
 
 class VisionEngine:
-    capabilities = Capabilities(chat=True, embed=False, images=True)
-    reads_images = True  # the runner lets image parts through; disabled vision refuses here
+    # Image parts get through the runner; a model whose vision is disabled refuses them here.
+    capabilities = Capabilities(chat=True, images=True)
 
     def __init__(self, model: ModelConfig, platform: PlatformPath, base_dir: Path | None):
         self._config = model
@@ -230,12 +228,13 @@ class VisionEngine:
             self._model, self._processor, self._sessions, prepared, request, cancelled
         )
 
-    def embed(self, request: EmbedRequest) -> Embedded:
-        raise BadRequest(f"model {self._config.id!r} is a chat model; it does not embed")
-
     def trim(self) -> None:
         """Free MLX's cache of buffers once the runner is idle (as the MLX engine does)."""
         release_buffers()
+
+    def reasons(self) -> bool:
+        """Vision models' templates are not read for thinking here (`reasoning` still applies)."""
+        return False
 
     def unload(self) -> None:
         self._model = self._processor = self._tokenizer = None

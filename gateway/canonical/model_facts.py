@@ -11,7 +11,7 @@ from schemas.config import ModelConfig
 def task_of(generation: Generation, model: ModelConfig) -> str:
     """ "embed" or "chat": the engine the runner built, which inferred what the config omits."""
     runner = generation.runners.get(model.id)
-    return getattr(runner.engine, "task", "chat") if runner else model.task or "chat"
+    return runner.engine.capabilities.task if runner else model.task or "chat"
 
 
 def reasons(generation: Generation, model: ModelConfig) -> bool:
@@ -19,8 +19,7 @@ def reasons(generation: Generation, model: ModelConfig) -> bool:
     if model.reasoning not in (None, False, "off"):
         return True
     runner = generation.runners.get(model.id)
-    told = getattr(runner.engine, "reasons", None) if runner else None
-    return bool(told()) if told else False
+    return runner.engine.reasons() if runner else False
 
 
 def capabilities(generation: Generation, model: ModelConfig) -> list[str]:
@@ -39,4 +38,4 @@ def capabilities(generation: Generation, model: ModelConfig) -> list[str]:
 def reads_images(generation: Generation, model: ModelConfig) -> bool:
     """Whether the engine takes images: chosen from the checkpoint's config, not loaded."""
     runner = generation.runners.get(model.id)
-    return bool(getattr(runner.engine, "reads_images", False)) if runner else False
+    return runner.engine.capabilities.images if runner else False

@@ -17,7 +17,7 @@ from engines.download import make_fetch
 from engines.errors import ConfigInvalid
 from engines.factory import make_engine
 from engines.log import emit
-from engines.mlx.platform import PlatformPath
+from engines.platform import PlatformPath
 from engines.residency import MemoryBudget
 from engines.runner import Runner
 from engines.tasks import Tasks

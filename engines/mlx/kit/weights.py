@@ -3,7 +3,7 @@ their expansion to dense float32 or bfloat16 (engines/mlx/platform.py says which
 
 from __future__ import annotations
 
-from engines.mlx.platform import PlatformPath
+from engines.platform import PlatformPath
 
 # 4-bit weights (plus scales) grow about this much when expanded to float32.
 FLOAT32_EXPANSION = 6

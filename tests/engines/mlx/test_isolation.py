@@ -7,7 +7,7 @@ import pytest
 
 from engines.embed.engine import EmbeddingEngine
 from engines.errors import ConfigInvalid, ContextOverflow, ModelUnavailable
-from engines.mlx.isolated import pack_error, unpack_error
+from engines.mlx.isolated_child import pack_error, unpack_error
 from gateway.control.config import parse_config
 from schemas.config import ModelConfig
 

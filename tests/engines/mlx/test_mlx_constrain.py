@@ -10,7 +10,7 @@ import msgspec
 import pytest
 
 from engines.mlx.engine import MLXEngine
-from engines.mlx.platform import PlatformPath
+from engines.platform import PlatformPath
 from schemas.canonical import (
     ChatRequest,
     Finished,

@@ -12,7 +12,7 @@ import pytest
 
 from engines.mlx.engine import MLXEngine
 from engines.mlx.kit.weights import quantized_layers
-from engines.mlx.platform import PlatformPath
+from engines.platform import PlatformPath
 from schemas.canonical import ChatRequest
 from schemas.config import ModelConfig
 

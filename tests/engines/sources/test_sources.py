@@ -16,7 +16,7 @@ import pytest
 
 from engines.errors import SourceError
 from engines.mlx.engine import MLXEngine
-from engines.mlx.platform import PlatformPath
+from engines.platform import PlatformPath
 from engines.sources.gguf import LOCK, MARKER, convert_gguf
 from engines.sources.resolve import check_source, resolve_source
 from schemas.config import ModelConfig

@@ -16,14 +16,14 @@ import textwrap
 
 import pytest
 
-from engines.mlx.platform import find_openblas
+from engines.platform import find_openblas
 
 SCRIPT = textwrap.dedent(
     """
     import io, json
     import numpy as np
     from PIL import Image
-    from engines.mlx.platform import PlatformPath
+    from engines.platform import PlatformPath
     from engines.vision.demo import build_demo_vlm
     from engines.vision.engine import VisionEngine
     from schemas.canonical import ChatRequest, Finished, ImagePart, Message, Sampling, TextPart

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from engines.errors import SourceError
-from engines.mlx.platform import PlatformPath
+from engines.platform import PlatformPath
 from engines.vision.demo import build_demo_vlm
 from engines.vision.engine import VisionEngine
 from schemas.config import ModelConfig

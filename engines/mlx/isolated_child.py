@@ -1,0 +1,109 @@
+"""The model's own process under `isolation: process`: an `MLXEngine` that answers the
+gateway's calls on one pipe and steps its batch from the other (engines/mlx/isolated.py is
+the gateway's side). Errors cross the pipes packed, so gateway errors arrive whole.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+
+from engines.mlx.engine import MLXEngine
+from engines.platform import PlatformPath
+from schemas.canonical import Finished
+from schemas.config import ModelConfig
+
+
+def pack_error(error: BaseException) -> tuple:
+    """An exception as its class, args and attributes: gateway errors rebuild from these
+    even where their constructor takes other arguments than their args (pickle's way)."""
+    return type(error), error.args, dict(vars(error))
+
+
+def unpack_error(packed: tuple) -> BaseException:
+    cls, args, attributes = packed
+    error = cls.__new__(cls)
+    error.args = args
+    vars(error).update(attributes)
+    return error
+
+
+def serve(
+    control: Connection,
+    batch_pipe: Connection,
+    model: ModelConfig,
+    platform: PlatformPath,
+    base_dir: Path | None,
+    draft: ModelConfig | None,
+) -> None:
+    """The child: answer calls, and step the batch whenever it holds a request."""
+    os.dup2(2, 1)  # stdout is the gateway's event stream
+    sys.stdout = sys.stderr
+    engine = MLXEngine(model, platform, base_dir, draft)
+    batch = None
+    cancelled: set[int] = set()
+    while True:
+        stepping = batch is not None and batch.active
+        for pipe in wait([control, batch_pipe], timeout=0 if stepping else None):
+            # Everything that arrived, before the next step: a burst of adds joins as one
+            # group (one prefill), as it does on the gateway's own thread.
+            while True:
+                try:
+                    message = pipe.recv()
+                except EOFError:  # the gateway is gone
+                    return
+                if pipe is control:
+                    if message[0] == "stop":
+                        engine.unload()
+                        return
+                    control.send(_answer(engine, message))
+                else:
+                    batch = _take(engine, batch, cancelled, batch_pipe, message)
+                if not pipe.poll():
+                    break
+        if not (batch is not None and batch.active):
+            continue
+        try:
+            steps = batch.step()
+        except Exception as error:  # the batch broke: the runner ends every request in it
+            batch = None
+            detail = "".join(traceback.format_exception(error))
+            batch_pipe.send(("failed", (type(error).__name__, str(error), detail)))
+            continue
+        if steps:
+            packed = [(i, pack_error(o) if isinstance(o, Exception) else o) for i, o in steps]
+            batch_pipe.send(("steps", packed))
+            for i, output in steps:
+                if isinstance(output, Finished | Exception):
+                    cancelled.discard(i)
+
+
+def _take(engine: MLXEngine, batch, cancelled: set[int], pipe: Connection, message: tuple):
+    """One message of the batch pipe, in the child; the batch it leaves."""
+    kind = message[0]
+    if kind == "open":
+        cancelled.clear()
+        return engine.open_batch()
+    if kind == "cancel":
+        cancelled.update(message[1])
+    elif kind == "add":
+        refused = []
+        for i, request in message[1]:
+            try:
+                batch.add(i, request, lambda i=i: i in cancelled)
+            except Exception as error:  # this request's alone (a prompt past the window)
+                refused.append((i, pack_error(error)))
+        if refused:
+            pipe.send(("steps", refused))
+    return batch
+
+
+def _answer(engine: MLXEngine, message: tuple) -> tuple[bool, object]:
+    name, *args = message
+    try:
+        return True, getattr(engine, name)(*args)
+    except Exception as error:
+        return False, pack_error(error)
