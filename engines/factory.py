@@ -86,3 +86,15 @@ def infer_task(model: ModelConfig, base_dir: Path | None) -> str:
         return "chat"
     architectures = (config.get("architectures") or []) if isinstance(config, dict) else []
     return "embed" if EMBEDDING_ARCHITECTURES.intersection(architectures) else "chat"
+
+
+def known_context(model: ModelConfig) -> int | None:
+    """The window a model has, as far as its config tells without loading it: a fixed
+    `context.max`, or a scripted model's own; None where only a load can tell."""
+    if isinstance(model.context.max, int):
+        return model.context.max
+    if model.engine == "scripted":
+        from engines.scripted import SCRIPTED_CONTEXT
+
+        return SCRIPTED_CONTEXT
+    return None

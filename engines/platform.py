@@ -47,9 +47,17 @@ class PlatformPath(msgspec.Struct, frozen=True, kw_only=True):
     why: str
     device_name: str = ""
     memory: str = ""  # where the weights and KV caches live, and how much of it
+    memory_bytes: int = 0  # that memory in bytes: what `memory_budget: auto` takes a share of
+
+    @property
+    def cuda(self) -> bool:
+        return self.device == "gpu (cuda)"
 
     def as_dict(self) -> dict[str, str]:
-        return msgspec.structs.asdict(self)
+        """What `server_started` reports (the memory in words; bytes are for the budget)."""
+        shown = msgspec.structs.asdict(self)
+        del shown["memory_bytes"]
+        return shown
 
 
 def find_openblas() -> str | None:
@@ -78,10 +86,13 @@ def openblas_env() -> dict[str, str] | None:
     return env
 
 
-def choose_path(backend: str, device_name: str = "") -> PlatformPath:
+def choose_path(backend: str, device_name: str = "", memory_bytes: int = 0) -> PlatformPath:
     """The path on `backend` ("metal", "cuda" or "cpu"): how weights are held there, and on
-    the CPU which BLAS this process has loaded."""
-    from engines.residency import describe, machine_memory
+    the CPU which BLAS this process has loaded. `memory_bytes` is the device's memory as the
+    backend probed it (the machine's RAM when 0)."""
+    from engines.residency import describe
+
+    memory_bytes = memory_bytes or ram_bytes()
 
     if backend in ("metal", "cuda"):
         kind = "recommended working set" if backend == "metal" else "GPU memory"
@@ -95,7 +106,8 @@ def choose_path(backend: str, device_name: str = "") -> PlatformPath:
             weights=weights,
             why=why,
             device_name=device_name,
-            memory=f"{describe(machine_memory())} {kind}",
+            memory=f"{describe(memory_bytes)} {kind}",
+            memory_bytes=memory_bytes,
         )
     if openblas_loaded():
         blas, why = "openblas", "OpenBLAS preloaded: ~40x the wheel's reference BLAS"
@@ -110,5 +122,15 @@ def choose_path(backend: str, device_name: str = "") -> PlatformPath:
         weights="float32",
         why=why + "; quantized weights expanded to float32 (MLX's 4-bit CPU kernels are slower)",
         device_name=device_name,
-        memory=f"{describe(machine_memory())} RAM",
+        memory=f"{describe(memory_bytes)} RAM",
+        memory_bytes=memory_bytes,
     )
+
+
+def ram_bytes() -> int:
+    """The machine's RAM."""
+    if sys.platform == "darwin":
+        import subprocess
+
+        return int(subprocess.check_output(["sysctl", "-n", "hw.memsize"]).strip())
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

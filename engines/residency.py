@@ -8,8 +8,6 @@ numbers, and the request that asked for it gets a 503 saying why.
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Protocol
 
 from engines.errors import ModelUnavailable
@@ -22,39 +20,12 @@ AUTO_SHARE = 0.75
 AUTO_SHARE_CUDA = 0.9
 
 
-def machine_memory() -> int:
-    """Bytes the models live in: GPU memory on CUDA, Metal's working set on Apple Silicon."""
-    try:
-        import mlx.core as mx
+def auto_budget(memory_bytes: int, cuda: bool = False) -> int:
+    """`memory_budget: auto`: a share of the memory models live in (the platform path's;
+    the machine's RAM where that is unknown)."""
+    from engines.platform import ram_bytes
 
-        if mx.metal.is_available():
-            return int(mx.metal.device_info()["max_recommended_working_set_size"])
-        if cuda_device():
-            info = mx.device_info(mx.gpu)
-            return int(info.get("total_memory") or info["memory_size"])
-    except (ImportError, AttributeError, KeyError, RuntimeError):
-        pass
-    if sys.platform == "darwin":
-        import subprocess
-
-        return int(subprocess.check_output(["sysctl", "-n", "hw.memsize"]).strip())
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-def cuda_device() -> bool:
-    """MLX computes on a CUDA GPU by default."""
-    import mlx.core as mx
-
-    return mx.default_device() == mx.gpu and not mx.metal.is_available()
-
-
-def auto_budget() -> int:
-    """`memory_budget: auto`: a share of `machine_memory()`."""
-    try:
-        share = AUTO_SHARE_CUDA if cuda_device() else AUTO_SHARE
-    except ImportError:
-        share = AUTO_SHARE
-    return int(machine_memory() * share)
+    return int((memory_bytes or ram_bytes()) * (AUTO_SHARE_CUDA if cuda else AUTO_SHARE))
 
 
 class Resident(Protocol):

@@ -59,7 +59,9 @@ def create_app(
 
     `bind_host` is the address served on; on loopback, requests must name a loopback Host.
     """
-    total = size_bytes(config.server.memory_budget) or auto_budget()
+    total = size_bytes(config.server.memory_budget) or auto_budget(
+        platform.memory_bytes, platform.cuda
+    )
     budget = MemoryBudget(total)
     base_dir = config_path.resolve().parent
     runners = {m.id: make_runner(m, config, platform, base_dir, budget) for m in config.models}

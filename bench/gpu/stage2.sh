@@ -31,10 +31,11 @@ print("mlx", mx.__version__, "| default device", mx.default_device(), "| metal",
 print("device_info", mx.device_info())
 from engines.mlx.platform import detect
 from engines.platform import find_openblas
-from engines.residency import auto_budget, machine_memory
-print("product platform path (detect()):", detect().as_dict())
+from engines.residency import auto_budget
+path = detect()
+print("product platform path (detect()):", path.as_dict())
 print("OpenBLAS the product would preload:", find_openblas())
-print(f"memory_budget auto: {auto_budget() / 2**30:.1f} GiB of machine_memory() {machine_memory() / 2**30:.1f} GiB")
+print(f"memory_budget auto: {auto_budget(path.memory_bytes, path.cuda) / 2**30:.1f} GiB of {path.memory_bytes / 2**30:.1f} GiB")
 PY
 python3 -m gateway --help >/dev/null && echo "gateway CLI imports"
 exit 0

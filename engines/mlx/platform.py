@@ -32,10 +32,13 @@ def detect() -> PlatformPath:
     """What this process runs on; call after `reexec_with_openblas`."""
     import mlx.core as mx
 
-    name = str(device_info().get("device_name", ""))
+    info = device_info()
+    name = str(info.get("device_name", ""))
     if mx.default_device() != mx.gpu:
         return choose_path("cpu", name)
-    return choose_path("metal" if mx.metal.is_available() else "cuda", name)
+    if mx.metal.is_available():
+        return choose_path("metal", name, int(info.get("max_recommended_working_set_size", 0)))
+    return choose_path("cuda", name, int(info.get("total_memory") or info.get("memory_size", 0)))
 
 
 def device_info() -> dict:

@@ -15,8 +15,8 @@ from litestar import MediaType, Request, Response, get, post
 
 from engines.base import EngineState
 from engines.errors import BadRequest, ModelNotFound, SourceError
+from engines.factory import known_context
 from engines.runner import Runner
-from engines.scripted import SCRIPTED_CONTEXT
 from engines.sources.hub import Snapshot, is_hub_source, locate, parse_hub_source
 from gateway.canonical.model_facts import capabilities
 from gateway.control.registry import Generation, Route, announce
@@ -88,11 +88,7 @@ def _digest(model: ModelConfig) -> str:
 
 def _context(model: ModelConfig, runner: Runner) -> int | None:
     """The context window, as far as it is known without loading the model."""
-    if runner.context:
-        return runner.context
-    if isinstance(model.context.max, int):
-        return model.context.max
-    return SCRIPTED_CONTEXT if model.engine == "scripted" else None
+    return runner.context or known_context(model)
 
 
 def _cached(model: ModelConfig) -> Snapshot | None:
