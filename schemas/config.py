@@ -246,36 +246,6 @@ WeightsHeld = Literal["auto", "stored"]
 Isolation = Literal["none", "process"]
 
 
-class ModelSettings(Strict):
-    """Every per-model setting that `defaults:` may also carry."""
-
-    engine: EngineKind | None = None
-    source: str | None = None
-    aliases: list[Identifier] | None = None
-    residency: Residency | None = None
-    context: ContextConfig | None = None
-    concurrency: PositiveInt | None = None
-    prefix_reuse: bool | None = None
-    session_slots: Annotated[int, Meta(ge=0)] | None = None
-    kv_bits: Literal[4, 8] | None = None
-    weights: WeightsHeld | None = None
-    isolation: Isolation | None = None
-    draft: DraftConfig | None = None
-    system: str | None = None
-    guardrails: GuardrailsConfig | None = None
-    sampling: SamplingConfig | None = None
-    reasoning: ReasoningEffort | None = None
-    tool_parser: str | None = None
-    rate: RateConfig | None = None
-    task: Literal["chat", "embed"] | None = None
-    queue: QueueConfig | None = None
-    script: ScriptConfig | None = None
-    hf_token: str | None = None
-    vision: VisionSettings | None = None
-    upstream: UpstreamConfig | None = None
-    process: ProcessConfig | None = None
-
-
 class ModelConfig(Strict):
     """One model, after `defaults:` has been merged under it."""
 
@@ -311,6 +281,18 @@ class ModelConfig(Strict):
     @property
     def pinned(self) -> bool:
         return self.residency == "pinned"
+
+
+_model_fields = msgspec.structs.fields(ModelConfig)
+
+# `defaults:` carry any model key but `id`, each optional: derived, so never re-listed.
+ModelSettings = msgspec.defstruct(
+    "ModelSettings",
+    [(f.name, f.type | None, None) for f in _model_fields if f.name != "id"],
+    bases=(Strict,),
+    module=__name__,
+    namespace={"__doc__": "Every per-model setting that `defaults:` may also carry."},
+)
 
 
 class GatewayConfig(Strict, kw_only=True):
