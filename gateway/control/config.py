@@ -138,6 +138,7 @@ def _validate(doc: Any, src: Source) -> GatewayConfig | None:
         if isinstance(model, dict) and isinstance(defaults, dict):
             model = _merge_under(_defaults_for(defaults, model), model, ("models", i), src)
             _check_engine(model, ("models", i), src)
+            _remote_concurrency(model)
         merged.append(model)
         _check(model, ModelConfig, ("models", i), src)
     _check_references(server, merged, src)
@@ -173,9 +174,7 @@ def _defaults_for(defaults: dict, model: dict) -> dict:
 
 def _check_engine(model: dict, path: KeyPath, src: Source) -> None:
     """An engine's own section is there exactly when that engine is; a key `MODEL_KEYS` does
-    not give the model's engine is refused by name; a remote model, unless it sets
-    `concurrency`, admits as many requests at once as its replicas take (urls x
-    max_in_flight)."""
+    not give the model's engine is refused by name; a process's command names its port."""
     engine, mid = _engine_of(model, {}), model.get("id")
     if engine is None:
         return
@@ -196,9 +195,7 @@ def _check_engine(model: dict, path: KeyPath, src: Source) -> None:
             )
         # An engine's section is pointed at by what it holds, as the struct checks do.
         src.at((*path, key), f"model {mid!r}: {message}", key=key not in REMOTE.values())
-    if engine not in REMOTE:
-        return
-    section = model.get(REMOTE[engine])
+    section = model.get("process")
     if engine == "process" and isinstance(section, dict):
         texts = [*(section.get("command") or []), *(section.get("env") or {}).values()]
         if not any(isinstance(t, str) and "${PORT}" in t for t in texts):
@@ -207,6 +204,13 @@ def _check_engine(model: dict, path: KeyPath, src: Source) -> None:
                 f"model {mid!r}: the command (or env) must say ${{PORT}}, the port it is to "
                 "serve on (the gateway picks a free one at each start)",
             )
+
+
+def _remote_concurrency(model: dict) -> None:
+    """A remote model that sets no `concurrency` (`defaults:` give it none) admits as many
+    requests at once as its replicas take: urls x max_in_flight (a process is one)."""
+    engine = _engine_of(model, {})
+    section = model.get(REMOTE[engine]) if engine in REMOTE else None
     if "concurrency" not in model and isinstance(section, dict):
         urls = section.get("urls", [None]) if engine == "upstream" else [None]
         per_replica = section.get("max_in_flight", 4)
