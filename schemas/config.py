@@ -8,7 +8,7 @@ silently ignored setting. Durations and sizes stay strings here ("120s", "12GiB"
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Literal, NamedTuple, get_args
 
 import msgspec
 from msgspec import Meta
@@ -246,36 +246,6 @@ WeightsHeld = Literal["auto", "stored"]
 Isolation = Literal["none", "process"]
 
 
-class ModelSettings(Strict):
-    """Every per-model setting that `defaults:` may also carry."""
-
-    engine: EngineKind | None = None
-    source: str | None = None
-    aliases: list[Identifier] | None = None
-    residency: Residency | None = None
-    context: ContextConfig | None = None
-    concurrency: PositiveInt | None = None
-    prefix_reuse: bool | None = None
-    session_slots: Annotated[int, Meta(ge=0)] | None = None
-    kv_bits: Literal[4, 8] | None = None
-    weights: WeightsHeld | None = None
-    isolation: Isolation | None = None
-    draft: DraftConfig | None = None
-    system: str | None = None
-    guardrails: GuardrailsConfig | None = None
-    sampling: SamplingConfig | None = None
-    reasoning: ReasoningEffort | None = None
-    tool_parser: str | None = None
-    rate: RateConfig | None = None
-    task: Literal["chat", "embed"] | None = None
-    queue: QueueConfig | None = None
-    script: ScriptConfig | None = None
-    hf_token: str | None = None
-    vision: VisionSettings | None = None
-    upstream: UpstreamConfig | None = None
-    process: ProcessConfig | None = None
-
-
 class ModelConfig(Strict):
     """One model, after `defaults:` has been merged under it."""
 
@@ -311,6 +281,72 @@ class ModelConfig(Strict):
     @property
     def pinned(self) -> bool:
         return self.residency == "pinned"
+
+
+class KeyRule(NamedTuple):
+    """What one model key means beyond its type: the engines it applies to (a model of any
+    other engine is refused it by name), whether changing it on reload needs a new runner
+    (else the running one is retuned in place), and the engines `defaults:` give it to."""
+
+    engines: frozenset[str]
+    restart: bool
+    defaults_to: frozenset[str] | None = None  # None: `engines`
+
+    @property
+    def from_defaults(self) -> frozenset[str]:
+        return self.engines if self.defaults_to is None else self.defaults_to
+
+
+ENGINES = frozenset(get_args(EngineKind))
+# Engines whose weights the gateway holds itself; the others reach a server that holds them.
+LOCAL = frozenset({"mlx", "scripted"})
+MLX = frozenset({"mlx"})
+
+# Every key of `ModelConfig` but `id`, in its order. `restart`: the engine is built from it
+# (a new runner, a new load); the others are read per request or per admission.
+MODEL_KEYS: dict[str, KeyRule] = {
+    "engine": KeyRule(ENGINES, restart=True),
+    "source": KeyRule(LOCAL, restart=True),
+    "aliases": KeyRule(ENGINES, restart=False),
+    "residency": KeyRule(ENGINES, restart=False),
+    "context": KeyRule(LOCAL, restart=True),
+    # A remote model's own comes from its replicas' capacity when it sets none.
+    "concurrency": KeyRule(ENGINES, restart=True, defaults_to=LOCAL),
+    "prefix_reuse": KeyRule(LOCAL, restart=True),
+    "session_slots": KeyRule(LOCAL, restart=True),
+    "kv_bits": KeyRule(LOCAL, restart=True),
+    "weights": KeyRule(LOCAL, restart=True),
+    "isolation": KeyRule(MLX, restart=True),
+    "draft": KeyRule(LOCAL, restart=True),
+    "system": KeyRule(ENGINES, restart=False),
+    "guardrails": KeyRule(ENGINES, restart=False),
+    "sampling": KeyRule(ENGINES, restart=False),
+    "reasoning": KeyRule(ENGINES, restart=False),
+    "tool_parser": KeyRule(LOCAL, restart=True),
+    "rate": KeyRule(ENGINES, restart=True),
+    "task": KeyRule(LOCAL, restart=True),
+    "queue": KeyRule(ENGINES, restart=False),
+    "script": KeyRule(LOCAL, restart=True),
+    "hf_token": KeyRule(LOCAL, restart=True),
+    "vision": KeyRule(ENGINES, restart=True),
+    # An engine's own section. `defaults:` give it to every model, as they always have: a
+    # model of another engine is then refused it by name.
+    "upstream": KeyRule(frozenset({"upstream"}), restart=True, defaults_to=ENGINES),
+    "process": KeyRule(frozenset({"process"}), restart=True, defaults_to=ENGINES),
+}
+
+_model_fields = msgspec.structs.fields(ModelConfig)
+if list(MODEL_KEYS) != [f.name for f in _model_fields if f.name != "id"]:
+    raise TypeError("MODEL_KEYS must list every ModelConfig key but `id`, in its order")
+
+# `defaults:` carry any model key but `id`, each optional: derived, so never re-listed.
+ModelSettings = msgspec.defstruct(
+    "ModelSettings",
+    [(f.name, f.type | None, None) for f in _model_fields if f.name != "id"],
+    bases=(Strict,),
+    module=__name__,
+    namespace={"__doc__": "Every per-model setting that `defaults:` may also carry."},
+)
 
 
 class GatewayConfig(Strict, kw_only=True):

@@ -20,7 +20,15 @@ import msgspec
 from engines.errors import ConfigInvalid, SourceError
 from engines.sources.hub import NotCached, cache_status, is_hub_source
 from gateway.control.yaml_source import KeyPath, Source, read_yaml
-from schemas.config import GatewayConfig, ModelConfig, ModelSettings, ServerConfig
+from schemas.config import (
+    ENGINES,
+    LOCAL,
+    MODEL_KEYS,
+    GatewayConfig,
+    ModelConfig,
+    ModelSettings,
+    ServerConfig,
+)
 
 
 def load_config(path: str | Path, *, environ: Mapping[str, str] | None = None) -> GatewayConfig:
@@ -129,7 +137,8 @@ def _validate(doc: Any, src: Source) -> GatewayConfig | None:
     for i, model in enumerate(models):
         if isinstance(model, dict) and isinstance(defaults, dict):
             model = _merge_under(_defaults_for(defaults, model), model, ("models", i), src)
-            _check_remote(model, ("models", i), src)
+            _check_engine(model, ("models", i), src)
+            _remote_concurrency(model)
         merged.append(model)
         _check(model, ModelConfig, ("models", i), src)
     _check_references(server, merged, src)
@@ -144,73 +153,49 @@ def _validate(doc: Any, src: Source) -> GatewayConfig | None:
         return None
 
 
-# Settings that only mean something to a model whose weights the gateway holds itself. A
-# remote model (upstream or process) set with one is refused; `defaults:` skip it.
-LOCAL_ONLY = (
-    "source",
-    "context",
-    "kv_bits",
-    "weights",
-    "isolation",
-    "draft",
-    "prefix_reuse",
-    "session_slots",
-    "tool_parser",
-    "script",
-    "task",
-    "hf_token",
-)
 REMOTE = {"upstream": "upstream", "process": "process"}  # engine -> its own section
-# Settings only the MLX engine acts on: a scripted model set with one is refused too (a
-# remote one already is, above); `defaults:` skip them for any engine but mlx.
-MLX_ONLY = ("isolation",)
 
 
-def _engine_of(model: dict, defaults: dict) -> Any:
-    return model.get("engine", defaults.get("engine", "mlx"))
+def _engine_of(model: dict, defaults: dict) -> str | None:
+    """The model's engine; None when it names none we know (the struct check says so)."""
+    engine = model.get("engine", defaults.get("engine", "mlx"))
+    return engine if isinstance(engine, str) and engine in ENGINES else None
 
 
 def _defaults_for(defaults: dict, model: dict) -> dict:
-    """`defaults:` as they apply to `model`: a remote model takes no local-only setting, and
-    no `concurrency` (its own comes from its replicas' capacity); a scripted one no
-    MLX-only setting."""
+    """`defaults:` as they apply to `model`: the keys `MODEL_KEYS` gives its engine."""
     engine = _engine_of(model, defaults)
-    if engine == "mlx":
-        return defaults
-    skipped = (*LOCAL_ONLY, "concurrency") if engine in REMOTE else MLX_ONLY
-    return {k: v for k, v in defaults.items() if k not in skipped}
+    return {
+        key: value
+        for key, value in defaults.items()
+        if engine is None or key not in MODEL_KEYS or engine in MODEL_KEYS[key].from_defaults
+    }
 
 
-def _check_remote(model: dict, path: KeyPath, src: Source) -> None:
-    """An engine's own section is there exactly when that engine is; a scripted model refuses
-    MLX-only settings; a remote model refuses local-only settings and, unless it sets
-    `concurrency`, admits as many requests at once as its replicas take (urls x
-    max_in_flight)."""
-    engine, mid = model.get("engine", "mlx"), model.get("id")
-    if engine == "scripted":
-        for key in MLX_ONLY:
-            if key in model:
-                src.at(
-                    (*path, key),
-                    f"model {mid!r}: {key!r} applies to engine 'mlx' only",
-                    key=True,
-                )
-    for kind, section in REMOTE.items():
-        if engine == kind and section not in model:
-            src.at(path, f"model {mid!r}: engine {kind!r} needs a {section!r} section")
-        elif engine != kind and section in model:
-            src.at((*path, section), f"model {mid!r}: {section!r} applies to engine {kind!r} only")
-    if engine not in REMOTE:
+def _check_engine(model: dict, path: KeyPath, src: Source) -> None:
+    """An engine's own section is there exactly when that engine is; a key `MODEL_KEYS` does
+    not give the model's engine is refused by name; a process's command names its port."""
+    engine, mid = _engine_of(model, {}), model.get("id")
+    if engine is None:
         return
-    for key in LOCAL_ONLY:
-        if key in model:
-            src.at(
-                (*path, key),
-                f"model {mid!r}: {key!r} does not apply to engine {engine!r} (the server "
-                "it reaches holds the weights, the window and the tool parser)",
-                key=True,
+    if engine in REMOTE and REMOTE[engine] not in model:
+        src.at(path, f"model {mid!r}: engine {engine!r} needs a {REMOTE[engine]!r} section")
+    for key in model:
+        rule = MODEL_KEYS.get(key)
+        if rule is None or engine in rule.engines:
+            continue
+        if engine in REMOTE and rule.engines <= LOCAL:
+            message = (
+                f"{key!r} does not apply to engine {engine!r} (the server it reaches holds "
+                "the weights, the window and the tool parser)"
             )
-    section = model.get(REMOTE[engine])
+        else:
+            message = (
+                f"{key!r} applies to engine {' or '.join(map(repr, sorted(rule.engines)))} only"
+            )
+        # An engine's section is pointed at by what it holds, as the struct checks do.
+        src.at((*path, key), f"model {mid!r}: {message}", key=key not in REMOTE.values())
+    section = model.get("process")
     if engine == "process" and isinstance(section, dict):
         texts = [*(section.get("command") or []), *(section.get("env") or {}).values()]
         if not any(isinstance(t, str) and "${PORT}" in t for t in texts):
@@ -219,6 +204,13 @@ def _check_remote(model: dict, path: KeyPath, src: Source) -> None:
                 f"model {mid!r}: the command (or env) must say ${{PORT}}, the port it is to "
                 "serve on (the gateway picks a free one at each start)",
             )
+
+
+def _remote_concurrency(model: dict) -> None:
+    """A remote model that sets no `concurrency` (`defaults:` give it none) admits as many
+    requests at once as its replicas take: urls x max_in_flight (a process is one)."""
+    engine = _engine_of(model, {})
+    section = model.get(REMOTE[engine]) if engine in REMOTE else None
     if "concurrency" not in model and isinstance(section, dict):
         urls = section.get("urls", [None]) if engine == "upstream" else [None]
         per_replica = section.get("max_in_flight", 4)

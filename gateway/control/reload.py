@@ -23,32 +23,8 @@ from engines.runner import Runner
 from engines.tasks import Tasks
 from gateway.control.config import validate_config
 from gateway.control.registry import Generation, Registry
-from schemas.config import GatewayConfig, ModelConfig
+from schemas.config import MODEL_KEYS, GatewayConfig, ModelConfig
 from schemas.events import ConfigRejected, ConfigReloaded
-
-# Settings the engine is built from: changing one needs a new runner (and a new load).
-# Every other setting (aliases, sampling, system, guardrails, queue, residency) is read per
-# request or per admission, so the running runner takes it on without touching its weights.
-ENGINE_FIELDS = (
-    "engine",
-    "source",
-    "context",
-    "kv_bits",
-    "weights",
-    "isolation",
-    "draft",
-    "task",
-    "tool_parser",
-    "script",
-    "concurrency",
-    "prefix_reuse",
-    "session_slots",
-    "rate",
-    "hf_token",
-    "vision",
-    "upstream",  # engine upstream: its replicas, key, name there, timeouts
-    "process",  # engine process: the server program and how it runs
-)
 
 
 class ReloadDiff(msgspec.Struct, frozen=True, kw_only=True):
@@ -65,7 +41,12 @@ class ReloadDiff(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def needs_new_engine(old: ModelConfig, new: ModelConfig) -> bool:
-    return any(getattr(old, f) != getattr(new, f) for f in ENGINE_FIELDS)
+    """Whether a setting the engine is built from changed (`restart` in `MODEL_KEYS`): then
+    a new runner loads. Every other setting (aliases, sampling, system, guardrails, queue,
+    residency) is read per request or per admission, so the running runner takes it on."""
+    return any(
+        getattr(old, key) != getattr(new, key) for key, rule in MODEL_KEYS.items() if rule.restart
+    )
 
 
 def make_runner(

@@ -9,7 +9,7 @@ import pytest
 
 from engines.errors import ConfigInvalid
 from gateway.control.config import parse_config, summarize
-from gateway.control.reload import ENGINE_FIELDS
+from schemas.config import MODEL_KEYS
 
 
 def parse(text: str):
@@ -51,4 +51,4 @@ def test_bad_vision_keys_are_named(vision, fragment):
 
 
 def test_changing_the_pixel_budget_reloads_the_model():
-    assert "vision" in ENGINE_FIELDS
+    assert MODEL_KEYS["vision"].restart

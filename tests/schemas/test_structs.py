@@ -53,3 +53,13 @@ def test_the_canonical_request_is_frozen():
     request = ChatRequest(messages=[Message(role="user", content="hi")], max_tokens=8)
     with pytest.raises(AttributeError):
         request.max_tokens = 5
+
+
+def test_defaults_carry_every_model_key_but_id_and_the_table_names_each():
+    from schemas.config import MODEL_KEYS, ModelSettings
+
+    model_keys = [f.name for f in msgspec.structs.fields(ModelConfig) if f.name != "id"]
+    settings = msgspec.structs.fields(ModelSettings)
+    assert [f.name for f in settings] == model_keys == list(MODEL_KEYS)
+    assert all(f.default is None for f in settings)  # absent: the model's own default
+    assert issubclass(ModelSettings, Strict)
