@@ -380,9 +380,12 @@ def test_a_limited_key_sees_only_its_own_models(start_gateway):
     show = httpx.post(f"{gateway.url}/api/show", json={"model": "secret-model"}, headers=limited)
     assert show.status_code == 404, show.text
     assert "secret-model" not in show.json()["error"].replace("'secret-model' not found", "")
-    assert httpx.post(
-        f"{gateway.url}/api/show", json={"model": "secret-model"}, headers=full
-    ).status_code == 200
+    assert (
+        httpx.post(
+            f"{gateway.url}/api/show", json={"model": "secret-model"}, headers=full
+        ).status_code
+        == 200
+    )
     chat = {"model": "nope", "messages": [{"role": "user", "content": "hi"}]}
     missing = httpx.post(f"{gateway.url}/v1/chat/completions", json=chat, headers=limited)
     assert missing.status_code == 404
