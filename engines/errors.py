@@ -1,7 +1,7 @@
 """The one exception tree of the gateway, drawn once here.
 
 Each error says what went wrong in domain terms and carries the facts a client needs (a
-message, a retry delay); none knows HTTP. `gateway/errors.py` maps each class to a status
+message, a retry delay); none knows HTTP. `gateway/http/errors.py` maps each class to a status
 and renders it in each protocol's envelope, in one place.
 
     GatewayError

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 from pathlib import Path
 
@@ -180,7 +182,26 @@ def serve(path: Path, host: str | None, port: int | None) -> int:
     # SIGTERM drains: 503 to new requests, in-flight ones finish, models unload, exit 0.
     grace = lambda: app.state.registry.current.config.server.shutdown_grace  # noqa: E731
     DrainingServer(uvicorn_config, app.state.admission, grace, app.state.log_scope).run()
+    leave(0)
     return 0
+
+
+def leave(code: int) -> None:
+    """End the process now that it has drained and every model has unloaded.
+
+    MLX's own C++ threads can still be joinable while the interpreter tears down its static
+    objects, and the C++ runtime then aborts ("terminate called without an active
+    exception", exit 134) after a clean drain — a crash to a service manager. Nothing is
+    left to finish: run the exit handlers (the log writer flushes its queue), flush the
+    streams, and exit without those destructors.
+    """
+    import atexit
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -120,7 +120,8 @@ class MessagesRequest(PromptRequest, kw_only=True):
     temperature: Annotated[float, Meta(ge=0, le=1)] | None = None
     top_p: Annotated[float, Meta(gt=0, le=1)] | None = None
     top_k: Annotated[int, Meta(ge=0)] | None = None
-    # Defined by Anthropic and refused by name when set (see gateway/anthropic.py: REFUSED).
+    # Defined by Anthropic and refused by name when set
+    # (see gateway/anthropic/messages.py: REFUSED).
     container: Any = None
     mcp_servers: list[Any] | None = None
     context_management: Any = None

@@ -95,6 +95,14 @@ class ModelDownloaded(Event, tag="model_downloaded"):
     download_s: float
 
 
+class CacheRebuilt(Event, tag="cache_rebuilt"):
+    """A converted model in the cache was found damaged at load and is being built again."""
+
+    model: str
+    path: str
+    reason: str
+
+
 class ModelAttached(Event, tag="model_attached"):
     model: str
     load_s: float

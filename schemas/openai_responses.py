@@ -113,7 +113,7 @@ class ResponseRequest(Wire, kw_only=True):
     top_logprobs: Annotated[int, Meta(ge=0, le=20)] | None = None
     include: list[str] | None = None
     n: Annotated[int, Meta(ge=1)] | None = None  # not OpenAI's: refused by name when > 1
-    # Defined by OpenAI and refused by name when set (see gateway/responses.py: REFUSED).
+    # Defined by OpenAI and refused by name when set (see gateway/openai/responses.py: REFUSED).
     truncation: str | None = None
     max_tool_calls: Annotated[int, Meta(ge=1)] | None = None
     service_tier: str | None = None

@@ -264,7 +264,7 @@ class MLXEngine:
         return detail
 
     def _weights_held(self, model, memory_left: int | None, trained: int, windows: int) -> str:
-        """What the weights are held as: the platform's choice (engines/mlx/platform.py) for a
+        """What the weights are held as: the platform's choice (engines/platform.py) for a
         quantized model, unless the model keeps them as stored (`weights: stored`).
 
         The bfloat16 copy a GPU gets is 3-4x the 4-bit weights: it is taken only where it

@@ -19,10 +19,12 @@ from collections import Counter
 from pathlib import Path
 
 from engines.errors import GGUFFormatError, SourceError
+from engines.log import emit
 from engines.sources.gguf_header import BITS, GGUFHeader, read_gguf_header
+from schemas.events import CacheRebuilt
 
 # Bump when the converted layout changes, so stale cache entries are rebuilt.
-CONVERTER_VERSION = 1
+CONVERTER_VERSION = 2  # 2: the marker records sampled content checksums
 MARKER = "mlx-gateway.json"
 # What every entry holds; checked (present, not empty) for entries published before the
 # marker recorded file sizes.
@@ -108,18 +110,56 @@ def _hash_file(src: Path, copy_to: Path | None = None) -> str:
     return digest.hexdigest()
 
 
-def _is_complete(out: Path) -> bool:
-    """A published entry of this converter whose files all have their recorded sizes."""
+# A checksum reads these blocks of a file (its size, its first and last block, and evenly
+# spaced ones between), so checking an entry at every load costs ~1 MiB of reads, not the
+# whole weights; a file this small or smaller is hashed whole.
+SAMPLE_BLOCK = 1 << 16
+SAMPLES = 16
+
+
+def sampled_digest(path: Path) -> str:
+    """sha256 over the file's size and sampled blocks (all of it when small)."""
+    size = path.stat().st_size
+    digest = hashlib.sha256(str(size).encode())
+    with open(path, "rb") as f:
+        if size <= SAMPLE_BLOCK * (SAMPLES + 2):
+            digest.update(f.read())
+            return digest.hexdigest()
+        between = (size * i // (SAMPLES + 1) for i in range(1, SAMPLES + 1))
+        for offset in sorted({0, *between, size - SAMPLE_BLOCK}):
+            f.seek(offset)
+            digest.update(f.read(SAMPLE_BLOCK))
+    return digest.hexdigest()
+
+
+def entry_damage(out: Path) -> str | None:
+    """None for a published entry of this converter whose files match the sizes and
+    checksums recorded when it was written; else what is wrong ("absent" when there is
+    none)."""
     try:
         marker = json.loads((out / MARKER).read_text())
-        if marker.get("converter_version") != CONVERTER_VERSION:
-            return False
-        files = marker.get("files")  # name -> size, recorded when the entry was published
-        if not files:
-            return all((out / name).stat().st_size > 0 for name in ENTRY_FILES)
-        return all((out / name).stat().st_size == size for name, size in files.items())
-    except (OSError, ValueError, AttributeError, TypeError):
-        return False
+    except FileNotFoundError:
+        return "absent"
+    except (OSError, ValueError) as error:
+        return f"its marker is unreadable ({error})"
+    if not isinstance(marker, dict) or marker.get("converter_version") != CONVERTER_VERSION:
+        return "written by another converter version"
+    files = marker.get("files")
+    if not isinstance(files, dict) or not set(ENTRY_FILES) <= set(files):
+        return "its marker lists no files"
+    for name, recorded in files.items():
+        try:
+            if not isinstance(recorded, dict) or (out / name).stat().st_size != recorded["size"]:
+                return f"{name} is not the size it was written at"
+            if sampled_digest(out / name) != recorded["sampled_sha256"]:
+                return f"{name} does not match the checksum it was written with"
+        except (OSError, KeyError, TypeError):
+            return f"{name} is missing or unreadable"
+    return None
+
+
+def _is_complete(out: Path) -> bool:
+    return entry_damage(out) is None
 
 
 def clean_stale_temps(root: Path) -> list[Path]:
@@ -159,8 +199,11 @@ def convert_gguf(model_id: str, gguf_path: Path, cache_dir: Path) -> Path:
         final = root / _hash_file(gguf_path)
     except OSError as e:
         raise SourceError(model_id, path, f"unreadable: {e.strerror or e}") from None
-    if _is_complete(final):
-        return final  # else absent, or damaged (a file missing or cut short): rebuilt
+    damage = entry_damage(final)
+    if damage is None:
+        return final
+    if damage != "absent":  # damaged (a file missing, cut short or overwritten): rebuilt once
+        emit(CacheRebuilt(model=model_id, path=str(final), reason=damage), level="warning")
     tmp = None
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -175,7 +218,11 @@ def convert_gguf(model_id: str, gguf_path: Path, cache_dir: Path) -> Path:
             _write_model(model_id, path, copy, header, tmp)
             copy.unlink()
             (tmp / LOCK).unlink()
-            files = {f.name: f.stat().st_size for f in tmp.iterdir() if f.is_file()}
+            files = {
+                f.name: {"size": f.stat().st_size, "sampled_sha256": sampled_digest(f)}
+                for f in tmp.iterdir()
+                if f.is_file()
+            }
             marker = {
                 "converter_version": CONVERTER_VERSION,
                 "source": path,

@@ -48,3 +48,10 @@ def check_model_allowed(
     if served not in allowed:
         listed = ", ".join(names) or "none"
         raise Forbidden(f"this API key may not use model {requested!r} (it may use: {listed})")
+
+
+def visible_names(
+    models: list[ModelConfig], resolve_name: Callable[[str], str | None]
+) -> list[str]:
+    """The ids and aliases the request's key may see (in "not found" messages, say)."""
+    return sorted(n for m in usable_models(models, resolve_name) for n in (m.id, *m.aliases))

@@ -7,7 +7,7 @@ from typing import NamedTuple
 from engines.errors import ModelNotFound
 from engines.log import emit
 from engines.runner import Runner
-from gateway.control.keys import check_model_allowed, usable_models
+from gateway.control.keys import check_model_allowed, usable_models, visible_names
 from schemas.config import GatewayConfig, ModelConfig
 from schemas.events import RequestRouted
 
@@ -63,7 +63,7 @@ class Generation:
         if fallback is not None:
             model_id, _ = self._names[fallback]
             return Route(self.runners[model_id], name, None, True, self.models[model_id])
-        known = ", ".join(sorted(self._names))
+        known = ", ".join(visible_names(self.config.models, self.resolve_name))
         raise ModelNotFound(f"model {name!r} not found; known models: {known}")
 
 

@@ -1,6 +1,6 @@
 """YAML with positions: every key and value keeps its line and column, `${ENV}` resolved.
 
-The loader (`gateway/config.py`) validates what this reads and reports each problem at
+The loader (`gateway/control/config.py`) validates what this reads and reports each problem at
 the place it was written.
 """
 

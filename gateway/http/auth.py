@@ -12,7 +12,7 @@ import hmac
 from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 
-from engines.errors import Unauthorized
+from engines.errors import Forbidden, Unauthorized
 from gateway.control.keys import ALLOWED_MODELS, key_entries
 
 
@@ -33,9 +33,11 @@ def same_secret(presented: str | None, secret: str) -> bool:
 async def require_api_key(connection: ASGIConnection, handler: BaseRouteHandler) -> None:
     """Litestar guard: when `server.api_keys` is set, every non-public route needs one of them.
 
-    Ops reads (`opt={"ops": True}`: metrics, the ops page's data and event feed) also open to
-    the admin key. Admin routes are left to their own guard. Async on purpose: litestar runs
-    a sync guard in a worker thread, whose context would not carry `ALLOWED_MODELS` back.
+    Ops reads (`opt={"ops": True}`: metrics, the ops page's data and event feed) show every
+    model and every tenant's events: once keys exist they need the admin key, or, where no
+    admin key is set, a key limited to no models. Admin routes are left to their own guard.
+    Async on purpose: litestar runs a sync guard in a worker thread, whose context would
+    not carry `ALLOWED_MODELS` back.
     """
     ALLOWED_MODELS.set(None)
     server = connection.app.state.registry.current.config.server
@@ -48,8 +50,15 @@ async def require_api_key(connection: ASGIConnection, handler: BaseRouteHandler)
     for secret, models in entries:
         if same_secret(key, secret) and key is not None and matched is False:
             matched = models
-    if matched is False and handler.opt.get("ops") and server.admin_key:
-        matched = None if same_secret(key, server.admin_key) and key else False
+    admin = bool(server.admin_key and key and same_secret(key, server.admin_key))
+    if handler.opt.get("ops"):
+        if admin:
+            return
+        if matched is not False and (server.admin_key or matched is not None):
+            raise Forbidden(
+                "the ops views show every model and every client's events: they need the "
+                "admin key" + ("" if server.admin_key else " or an API key limited to no models")
+            )
     if matched is False:
         raise Unauthorized(
             "missing or invalid API key: send it as 'Authorization: Bearer <key>' or 'x-api-key'"

@@ -174,7 +174,7 @@ def _dimensions(image: str, index: int) -> tuple[int, int]:
         except (OSError, ValueError, binascii.Error):
             continue
     # Not an image Pillow can read: it has no pixels to limit, and no model could decode it
-    # either; the adapter refuses it by name (gateway/images.py).
+    # either; the adapter refuses it by name (gateway/canonical/images.py).
     return 0, 0
 
 

@@ -183,9 +183,11 @@ async def show(request: Request, generation: Generation) -> Response:
     if not (data.model or data.name):
         raise BadRequest("$.model: name the model to show")
     name = local_name(generation, data.model or data.name)
-    model = next((m for m in generation.config.models if name in (m.id, *m.aliases)), None)
+    # Only the models the request's key may use: another tenant's model is not found here.
+    visible = generation.listed()
+    model = next((m for m in visible if name in (m.id, *m.aliases)), None)
     if model is None:
-        known = ", ".join(sorted(_names(generation)))
+        known = ", ".join(sorted(n for m in visible for n in (m.id, *m.aliases)))
         raise ModelNotFound(f"model {name!r} not found; known models: {known}")
     info: dict[str, Any] = {"general.architecture": model.engine}
     if is_hub_source(model.source):

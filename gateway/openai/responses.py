@@ -1,7 +1,7 @@
 """OpenAI Responses API: input items to the canonical request, output to a response object or
-its event stream. Responses are stored (unless `store: false`) in `gateway/responses_store.py`,
-so `previous_response_id` and `item_reference` continue a conversation; conversations and
-background responses are refused by name."""
+its event stream. Responses are stored (unless `store: false`) in
+`gateway/openai/response_store.py`, so `previous_response_id` and `item_reference` continue
+a conversation; conversations and background responses are refused by name."""
 
 from __future__ import annotations
 

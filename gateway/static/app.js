@@ -78,6 +78,12 @@ async function refreshState() {
       notice("This gateway needs an API key: enter it above.", true);
       return;
     }
+    if (response.status === 403) {
+      status.textContent = "needs the admin key";
+      status.className = "pill down";
+      notice("This page shows every model and every client's events: enter the admin key.", true);
+      return;
+    }
     const state = await response.json();
     renderModels(state.models);
     status.textContent = state.draining ? "draining" : "serving";

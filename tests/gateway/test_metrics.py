@@ -114,5 +114,9 @@ def test_metrics_need_a_key_when_keys_are_set(start_gateway):
     answer = httpx.get(f"{gateway.url}/metrics")
     assert answer.status_code == 401
     assert answer.json()["error"]["type"] == "authentication_error"
-    assert scrape(gateway, {"authorization": "Bearer sk-metrics-1234567"})
+    # Metrics show every model: once an admin key is set, they need it.
+    api_key = httpx.get(
+        f"{gateway.url}/metrics", headers={"authorization": "Bearer sk-metrics-1234567"}
+    )
+    assert api_key.status_code == 403
     assert scrape(gateway, {"x-api-key": "adm-987654321"})

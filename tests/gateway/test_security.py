@@ -84,11 +84,12 @@ def test_every_route_but_health_and_the_page_needs_a_key(start_gateway):
     assert checked >= 20
     assert httpx.get(f"{gateway.url}/health").status_code == 200
     assert httpx.get(f"{gateway.url}/ui").status_code == 200
-    # API keys do not open admin routes; ops reads open to the admin key as well.
+    # API keys do not open admin routes; ops reads need the admin key once one is set.
     api = {"authorization": f"Bearer {KEY}"}
     assert httpx.post(f"{gateway.url}/admin/reload", headers=api).status_code == 401
     assert httpx.get(f"{gateway.url}/metrics", headers={"x-api-key": ADMIN}).status_code == 200
-    assert httpx.get(f"{gateway.url}/ui/state", headers=api).status_code == 200
+    assert httpx.get(f"{gateway.url}/ui/state", headers={"x-api-key": ADMIN}).status_code == 200
+    assert httpx.get(f"{gateway.url}/ui/state", headers=api).status_code == 403
 
 
 ODD_PATHS = [
@@ -356,3 +357,44 @@ def test_cors_is_closed_unless_origins_are_listed(start_gateway):
     assert "access-control-allow-credentials" not in answer.headers
     answer = httpx.get(f"{closed.url}/v1/models", headers=allowed)
     assert "access-control-allow-origin" not in answer.headers
+
+
+TENANTS = """
+server:
+  api_keys: ["${TEST_API_KEY}", {key: "${TEST_ECHO_KEY}", models: [default]}]
+models:
+  - id: echo
+    engine: scripted
+    aliases: [default]
+  - id: secret-model
+    engine: scripted
+"""
+
+
+def test_a_limited_key_sees_only_its_own_models(start_gateway):
+    """Another tenant's model is not found, not named in a 404, and the ops views (every
+    model, every client's events) need more than a limited key."""
+    gateway = start_gateway(TENANTS, env=KEYS_ENV)
+    limited = {"authorization": f"Bearer {OTHER_KEY}"}
+    full = {"authorization": f"Bearer {KEY}"}
+    show = httpx.post(f"{gateway.url}/api/show", json={"model": "secret-model"}, headers=limited)
+    assert show.status_code == 404, show.text
+    assert "secret-model" not in show.json()["error"].replace("'secret-model' not found", "")
+    assert (
+        httpx.post(
+            f"{gateway.url}/api/show", json={"model": "secret-model"}, headers=full
+        ).status_code
+        == 200
+    )
+    chat = {"model": "nope", "messages": [{"role": "user", "content": "hi"}]}
+    missing = httpx.post(f"{gateway.url}/v1/chat/completions", json=chat, headers=limited)
+    assert missing.status_code == 404
+    message = missing.json()["error"]["message"]
+    assert "known models: default, echo" in message and "secret-model" not in message
+    for path in ("/ui/state", "/metrics", "/ui/events"):
+        refused = httpx.get(gateway.url + path, headers=limited)
+        assert refused.status_code == 403, (path, refused.text)
+        assert "secret-model" not in refused.text
+    # With no admin key set, a key limited to no models still reads them (a scraper's key).
+    assert httpx.get(f"{gateway.url}/ui/state", headers=full).status_code == 200
+    assert "secret-model" in httpx.get(f"{gateway.url}/metrics", headers=full).text

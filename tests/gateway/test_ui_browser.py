@@ -81,8 +81,12 @@ def test_the_ops_page_shows_models_and_follows_the_feed(browser, start_gateway, 
     try:
         page.goto(f"{gateway.url}/ui")
         page.wait_for_selector("#status:has-text('needs a key')")
+        # An API key is refused: the page shows every model and every client's events.
         page.fill("#api-key", KEY)
         page.press("#api-key", "Tab")  # the change event takes the key
+        page.wait_for_selector("#status:has-text('needs the admin key')")
+        page.fill("#api-key", ADMIN)
+        page.press("#api-key", "Tab")
 
         echo = page.locator("tr[data-model=echo]")
         echo.wait_for()

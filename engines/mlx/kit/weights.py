@@ -1,5 +1,5 @@
 """How a model's weights are held and what they weigh: the quantized layers, their bytes, and
-their expansion to dense float32 or bfloat16 (engines/mlx/platform.py says which is fastest)."""
+their expansion to dense float32 or bfloat16 (engines/platform.py says which is fastest)."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def expand_as_platform(model, platform: PlatformPath) -> str:
 
 def expand_quantized(model, dtype: str = "float32") -> None:
     """Replace quantized layers by dense ones of `dtype` (one of EXPANDED): faster on the
-    CPU and, for batches, on CUDA (see engines/mlx/platform.py)."""
+    CPU and, for batches, on CUDA (see engines/platform.py)."""
     import mlx.core as mx
     import mlx.nn as nn
     from mlx.utils import tree_unflatten

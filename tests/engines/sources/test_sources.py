@@ -13,6 +13,7 @@ from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from engines.errors import SourceError
 from engines.mlx.engine import MLXEngine
@@ -295,25 +296,36 @@ def test_an_entry_cut_short_is_verified_and_rebuilt(converted: tuple[Path, Path]
     entry = tmp_path / "gguf" / converted[0].name
     shutil.copytree(converted[0], entry)
     marker = json.loads((entry / MARKER).read_text())
-    assert marker["files"]["model.safetensors"] == (entry / "model.safetensors").stat().st_size
+    recorded = marker["files"]["model.safetensors"]
+    assert recorded["size"] == (entry / "model.safetensors").stat().st_size
     with open(entry / "model.safetensors", "r+b") as weights:
         weights.truncate(1000)  # a damaged entry: its marker alone would trust it
     assert convert_gguf("smollm2", GGUF, tmp_path) == entry
-    assert (entry / "model.safetensors").stat().st_size == marker["files"]["model.safetensors"]
+    assert (entry / "model.safetensors").stat().st_size == recorded["size"]
 
 
-def test_a_broken_cache_entry_names_the_source_and_the_cache_path(
+def test_an_entry_overwritten_in_place_is_caught_by_its_checksums_and_rebuilt(
     converted: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """16 bytes overwritten at the start of the weights keep the entry's size: the sampled
+    checksums recorded when it was written catch it, the entry is rebuilt once (and said so
+    in an event), and the model loads."""
     entry = tmp_path / "gguf" / converted[0].name
     shutil.copytree(converted[0], entry)
-    size = (entry / "model.safetensors").stat().st_size
-    (entry / "model.safetensors").write_bytes(b"\xff" * size)  # right size, wrong bytes
+    with open(entry / "model.safetensors", "r+b") as weights:
+        weights.seek(0)
+        weights.write(b"\xff" * 16)
     monkeypatch.setenv("GATEWAY_CACHE_DIR", str(tmp_path))
     model = ModelConfig(id="smollm2", source=PACKAGE_SOURCE)
     engine = MLXEngine(
         model, PlatformPath(device="cpu", blas="x", weights="as stored", why=""), None
     )
-    with pytest.raises(SourceError) as failed:
+    with capture_logs() as events:
         engine.load()
-    assert PACKAGE_SOURCE in failed.value.message and str(entry) in failed.value.message
+    engine.unload()
+    (rebuilt,) = [e for e in events if e["event"] == "cache_rebuilt"]
+    assert rebuilt["model"] == "smollm2" and rebuilt["path"] == str(entry)
+    assert "model.safetensors does not match the checksum" in rebuilt["reason"]
+    assert (entry / "model.safetensors").read_bytes() == (
+        converted[0] / "model.safetensors"
+    ).read_bytes()
