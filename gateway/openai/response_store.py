@@ -8,7 +8,8 @@ request with another key finds nothing. Rows expire after `server.responses.ttl`
 `server.responses.max_bytes` the oldest go first. The file lives in `server.state_dir`
 (`responses.sqlite3`); with `state_dir: null` the database is in memory.
 
-SQLite calls are short and local; they run on the event loop's thread, one at a time.
+Every call blocks (a write may wait for another process's lock): the routes make them on a
+worker thread, one at a time.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ CREATE TABLE IF NOT EXISTS items (
 );
 CREATE INDEX IF NOT EXISTS items_by_response ON items (response_id);
 CREATE INDEX IF NOT EXISTS responses_by_age ON responses (created);
+CREATE INDEX IF NOT EXISTS responses_by_expiry ON responses (expires);
 """
 
 
@@ -98,20 +100,21 @@ class ResponseStore:
             self._evict(now, size_bytes(server.responses.max_bytes) or 0)
 
     def _evict(self, now: float, cap: int) -> None:
-        expired = self._db.execute("SELECT id FROM responses WHERE expires < ?", (now,))
-        gone = [response_id for (response_id,) in expired.fetchall()]
+        # In SQL, by index: the expired first, then the oldest of the rest while their total
+        # is over the cap (a row stays when it and every newer row fit under the cap).
+        self._drop("SELECT id FROM responses WHERE expires < ?", (now,))
         total = self._db.execute("SELECT COALESCE(SUM(size), 0) FROM responses").fetchone()[0]
-        if total > cap:
-            for response_id, size in self._db.execute(
-                "SELECT id, size FROM responses ORDER BY created"
-            ).fetchall():
-                if total <= cap:
-                    break
-                if response_id not in gone:
-                    gone.append(response_id)
-                    total -= size
-        for response_id in gone:
-            self._delete(response_id)
+        if total <= cap:
+            return
+        self._drop(
+            "SELECT id FROM (SELECT id, SUM(size) OVER (ORDER BY created DESC, rowid DESC) "
+            "AS newer FROM responses) WHERE newer > ?",
+            (cap,),
+        )
+
+    def _drop(self, query: str, args: tuple[Any, ...]) -> None:
+        self._db.execute(f"DELETE FROM items WHERE response_id IN ({query})", args)
+        self._db.execute(f"DELETE FROM responses WHERE id IN ({query})", args)
 
     def _delete(self, response_id: str) -> None:
         self._db.execute("DELETE FROM responses WHERE id = ?", (response_id,))

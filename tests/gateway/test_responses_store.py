@@ -4,6 +4,8 @@ and the store's TTL and size cap."""
 
 from __future__ import annotations
 
+import sqlite3
+import threading
 import time
 
 import httpx
@@ -182,3 +184,60 @@ def test_the_size_cap_drops_the_oldest_first(tmp_path):
         store.save(server, "me", {"id": f"resp_{i}", "output": [], "t": text}, [], [])
     kept = [i for i in range(4) if store.response("me", f"resp_{i}")]
     assert kept == [2, 3]
+
+
+def _fill_expired(path, rows: int, size: int) -> None:
+    """`rows` responses that expired an hour ago, written straight into the store's file."""
+    old = time.time() - 3600
+    with sqlite3.connect(path) as db:
+        db.executemany(
+            "INSERT INTO responses VALUES (?, 'me', ?, ?, '{}', '[]', '[]', ?)",
+            [(f"resp_old_{i}", old - 10 + i * 1e-4, old, size) for i in range(rows)],
+        )
+
+
+def test_expired_rows_do_not_push_live_ones_out(tmp_path):
+    server = ServerConfig(state_dir=str(tmp_path), responses=ResponsesConfig(max_bytes="64KB"))
+    store = ResponseStore(server, tmp_path)
+    for i in range(45):
+        if i == 44:  # rows that expired since the last save, not yet evicted
+            _fill_expired(store.path, 45, 1000)
+        store.save(server, "me", {"id": f"resp_{i}", "output": [], "t": "x" * 1000}, [], [])
+    kept = [i for i in range(45) if store.response("me", f"resp_{i}")]
+    assert kept == list(range(45))  # 45 KB of live rows fit 64 KB: none goes
+
+
+def test_a_save_among_many_expired_rows_is_quick(tmp_path):
+    server = ServerConfig(state_dir=str(tmp_path), responses=ResponsesConfig(max_bytes="1MB"))
+    store = ResponseStore(server, tmp_path)
+    _fill_expired(store.path, 16_000, 100)
+    started = time.perf_counter()
+    store.save(server, "me", {"id": "resp_new", "output": []}, [], [])
+    took = time.perf_counter() - started
+    assert took < 0.3, f"one save took {took:.2f}s"  # 4.1 s when eviction was quadratic
+    assert store.response("me", "resp_new") is not None
+
+
+def test_a_save_waiting_for_a_lock_does_not_stall_the_loop(tmp_path):
+    """Another process (a second gateway on the same state_dir) holding the write lock
+    makes a save wait; the wait is on a worker thread, and other requests go on."""
+    with serving(tmp_path, CONFIG) as gateway:
+        key = {"authorization": "Bearer key-a"}
+        body = {"model": "echo", "input": "hi"}
+        httpx.post(f"{gateway.url}/v1/responses", json=body, headers=key, timeout=30)
+        db = sqlite3.connect(tmp_path / "state" / "responses.sqlite3", isolation_level=None)
+        db.execute("BEGIN IMMEDIATE")  # the write lock, held for 1.5 s
+        saving = threading.Thread(
+            target=httpx.post,
+            args=(f"{gateway.url}/v1/responses",),
+            kwargs={"json": body, "headers": key, "timeout": 30},
+        )
+        saving.start()
+        time.sleep(0.3)
+        started = time.perf_counter()
+        httpx.get(f"{gateway.url}/health", timeout=30).raise_for_status()
+        took = time.perf_counter() - started
+        time.sleep(1.2)
+        db.execute("ROLLBACK")
+        saving.join()
+        assert took < 0.5, f"/health waited {took:.2f}s behind a save"
