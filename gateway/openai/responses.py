@@ -273,6 +273,10 @@ async def responses(request: Request, generation: Generation) -> Response | Serv
     messages = await resolve_images(messages, generation.config.server)
     route = announce(generation.resolve(data.model), stream=data.stream, protocol="openai")
     tools, output = response_controls(data)
+    if data.store is not False:
+        # Before generating: an answer that cannot be stored is refused, not computed (an
+        # SDK would retry a 500 that came after it, and pay for it again).
+        await to_thread(store.check_writable)
     ask = ChatAsk(
         messages=messages,
         max_tokens=data.max_output_tokens,
@@ -329,8 +333,11 @@ async def _events(
         yield _sse(event)
     async for output in outputs:
         for event in builder.feed(output):
+            if isinstance(event, wire.ResponseCompleted | wire.ResponseIncomplete):
+                # Stored before it is announced: a save that fails ends the stream with
+                # `error` instead of `response.completed`.
+                await keep(builder.response)
             yield _sse(event)
-    await keep(builder.response)
 
 
 ROUTES = [responses, *stored_responses.ROUTES]

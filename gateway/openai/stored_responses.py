@@ -21,14 +21,8 @@ def registry_server(request: Request) -> ServerConfig:
 
 
 def store_of(request: Request) -> ResponseStore:
-    """The process's store, opened at first use in `server.state_dir` (read at start)."""
-    state = request.app.state
-    store = state.get("responses_store")
-    if store is None:
-        base_dir = state.reloader.path.resolve().parent  # relative state_dir: the config's
-        store = ResponseStore(registry_server(request), base_dir)
-        state["responses_store"] = store
-    return store
+    """The process's store, opened at start in `server.state_dir` (see `create_app`)."""
+    return request.app.state.responses_store
 
 
 def _missing(response_id: str) -> StoredNotFound:

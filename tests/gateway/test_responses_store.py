@@ -4,7 +4,10 @@ and the store's TTL and size cap."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sqlite3
+import subprocess
 import threading
 import time
 
@@ -241,3 +244,68 @@ def test_a_save_waiting_for_a_lock_does_not_stall_the_loop(tmp_path):
         db.execute("ROLLBACK")
         saving.join()
         assert took < 0.5, f"/health waited {took:.2f}s behind a save"
+
+
+# A store that cannot be used: said at start, refused before generating, store: false works.
+
+
+def _post(gateway, **body) -> httpx.Response:
+    headers = {"authorization": "Bearer key-a"}
+    body = {"model": "echo", "input": "hi", **body}
+    return httpx.post(f"{gateway.url}/v1/responses", json=body, headers=headers, timeout=30)
+
+
+def _refused_naming(reply: httpx.Response, path) -> None:
+    assert reply.status_code == 503, reply.text
+    error = reply.json()["error"]
+    assert error["type"] == "server_error" and str(path) in error["message"]
+
+
+def test_a_corrupt_store_is_reported_at_start_and_store_false_still_works(tmp_path):
+    database = tmp_path / "state" / "responses.sqlite3"
+    database.parent.mkdir()
+    database.write_bytes(b"this is not a database " * 100)
+    with serving(tmp_path, CONFIG) as gateway:
+        started = gateway.events("server_started")[0]
+        assert started["responses_store"] == str(database)
+        assert "not a database" in started["responses_store_problem"]
+        assert _post(gateway, store=False).json()["output"][0]["content"][0]["text"]
+        _refused_naming(_post(gateway), database)
+        _refused_naming(_post(gateway, stream=True), database)
+        _refused_naming(_post(gateway, store=False, previous_response_id="resp_1"), database)
+        headers = {"authorization": "Bearer key-a"}
+        got = httpx.get(f"{gateway.url}/v1/responses/resp_1", headers=headers, timeout=30)
+        _refused_naming(got, database)
+        assert len(gateway.events("generated")) == 1  # the store: false one only
+
+
+@contextlib.contextmanager
+def read_only(path):
+    """`path` that no one can write: chmod, or for root (whom modes do not stop) chattr +i."""
+    if os.geteuid() != 0:
+        path.chmod(0o444)
+        path.parent.chmod(0o555)
+        try:
+            yield
+        finally:
+            path.parent.chmod(0o755)
+            path.chmod(0o644)
+        return
+    if subprocess.run(["chattr", "+i", path, path.parent], capture_output=True).returncode:
+        pytest.skip("running as root where chattr +i is refused: cannot make a file read-only")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", path, path.parent], check=True)
+
+
+def test_a_read_only_store_refuses_before_generating(tmp_path):
+    database = tmp_path / "state" / "responses.sqlite3"
+    ResponseStore(ServerConfig(state_dir=str(database.parent)), tmp_path)
+    with read_only(database), serving(tmp_path, CONFIG) as gateway:
+        started = gateway.events("server_started")[0]
+        assert "readonly" in started["responses_store_problem"]
+        assert _post(gateway, store=False).status_code == 200
+        _refused_naming(_post(gateway), database)
+        _refused_naming(_post(gateway, stream=True), database)  # a 503, not a stream
+        assert len(gateway.events("generated")) == 1  # the store: false one only
