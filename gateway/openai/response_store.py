@@ -29,6 +29,8 @@ from typing import Any
 from engines.errors import StoreUnavailable
 from schemas.config import ServerConfig, seconds, size_bytes
 
+BUSY_TIMEOUT = 5.0  # seconds a write waits for another connection's (another process's)
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
     id TEXT PRIMARY KEY, owner TEXT NOT NULL, created REAL NOT NULL, expires REAL NOT NULL,
@@ -129,10 +131,19 @@ class ResponseStore:
 
     def _open(self, path: Path | None) -> sqlite3.Connection:
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            # Private: the stored conversations are the users' own words.
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if not path.exists():  # created 0600; SQLite's -wal and -shm files copy it
+                os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        db = sqlite3.connect(
+            self.path, check_same_thread=False, isolation_level=None, timeout=BUSY_TIMEOUT
+        )
         try:
             db.executescript(SCHEMA)
+            if path is not None:
+                # Two gateways on one state_dir share it: readers never wait for a writer,
+                # and a writer waits up to BUSY_TIMEOUT for the other's write.
+                db.execute("PRAGMA journal_mode = WAL")
         except sqlite3.Error:
             db.close()
             raise

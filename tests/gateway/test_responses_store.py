@@ -309,3 +309,29 @@ def test_a_read_only_store_refuses_before_generating(tmp_path):
         _refused_naming(_post(gateway), database)
         _refused_naming(_post(gateway, stream=True), database)  # a 503, not a stream
         assert len(gateway.events("generated")) == 1  # the store: false one only
+
+
+def test_the_store_is_private(tmp_path):
+    server = ServerConfig(state_dir=str(tmp_path / "state"))
+    store = ResponseStore(server, tmp_path)
+    store.save(server, "me", {"id": "resp_1", "output": []}, [], [])
+    assert (tmp_path / "state").stat().st_mode & 0o777 == 0o700
+    for made in (tmp_path / "state").iterdir():  # the database, its WAL and shared memory
+        assert made.stat().st_mode & 0o777 == 0o600, made
+
+
+def test_two_gateways_share_one_state_dir(tmp_path):
+    """A second process's open read does not stop a save (WAL), and each sees the other's."""
+    server = ServerConfig(state_dir=str(tmp_path))
+    first, second = ResponseStore(server, tmp_path), ResponseStore(server, tmp_path)
+    first.save(server, "me", {"id": "resp_1", "output": []}, [], [])
+    reader = sqlite3.connect(first.path, isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT COUNT(*) FROM responses").fetchone()  # a read in progress
+    started = time.perf_counter()
+    second.save(server, "me", {"id": "resp_2", "output": []}, [], [])
+    took = time.perf_counter() - started
+    reader.execute("ROLLBACK")
+    reader.close()
+    assert took < 1, f"the save waited {took:.1f}s for a reader"
+    assert first.response("me", "resp_2") and second.response("me", "resp_1")
