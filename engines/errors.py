@@ -13,6 +13,7 @@ and renders it in each protocol's envelope, in one place.
     ├── BodyTimeout             a body that stopped coming (`limits.body_timeout`)
     ├── UnsupportedMediaType    a JSON route's body not declared JSON
     ├── ModelNotFound           a name no model or alias answers to
+    ├── StoreUnavailable        the Responses store cannot be read or written
     ├── ModelBusy               an admin action that needs an idle model
     ├── QueueFull               the model's queue is at `queue.max_depth`
     │   └── QueueTimeout        waited past `queue.max_wait`
@@ -103,6 +104,11 @@ class ModelNotFound(GatewayError):
 
 class StoredNotFound(GatewayError):
     """A stored object (a Response, an item) that does not exist for the asking API key."""
+
+
+class StoreUnavailable(GatewayError):
+    """The stored Responses' database cannot be opened, read or written (the message names
+    the file): a fault of the host, said before any generation where it can be."""
 
 
 class ModelBusy(GatewayError):

@@ -36,6 +36,7 @@ from gateway.ollama import pull as ollama_pull
 from gateway.openai import chat as openai_chat
 from gateway.openai import completions, responses
 from gateway.openai import embeddings as openai_embeddings
+from gateway.openai.response_store import ResponseStore
 from gateway.ops import admin, health, ui
 from gateway.ops import metrics as metrics_routes
 from gateway.ops.events_feed import EventsFeed
@@ -64,6 +65,8 @@ def create_app(
     )
     budget = MemoryBudget(total)
     base_dir = config_path.resolve().parent
+    # Opened (and checked) at start: what is wrong with it is said before the first request.
+    responses_store = ResponseStore(config.server, base_dir)
     runners = {m.id: make_runner(m, config, platform, base_dir, budget) for m in config.models}
     registry = Registry(Generation(config, runners))
     reloader = Reloader(registry, config_path, platform, budget)
@@ -142,6 +145,7 @@ def create_app(
                 "metrics": metrics,
                 "bind_host": bind_host,
                 "log_scope": log_scope,
+                "responses_store": responses_store,
                 # Read at start, like the CORS headers they must agree with.
                 "cors_origins": tuple(config.server.cors_origins),
             }

@@ -78,15 +78,20 @@ def check(path: Path) -> int:
     """Exit 0 with a line per model when valid; exit 1 with every error otherwise.
 
     The same validation a reload applies, model sources included: a file `check` passes is
-    one a reload takes.
+    one a reload takes. Then the stored Responses' database: one that exists must open,
+    pass SQLite's quick check and be writable (nothing is created).
     """
     from gateway.control.config import summarize, validate_config
+    from gateway.openai.response_store import store_problem
 
     try:
         config = validate_config(path)
     except ConfigInvalid as invalid:
         for error in invalid.errors:
             print(error, file=sys.stderr)
+        return 1
+    if problem := store_problem(config.server, path.resolve().parent):
+        print(f"server.state_dir: {problem}", file=sys.stderr)
         return 1
     for line in summarize(config):
         print(line)
@@ -151,6 +156,9 @@ def serve(path: Path, host: str | None, port: int | None) -> int:
     log_library_errors()
     path_taken = platform.detect()
     app = create_app(config, path_taken, path, bind_host=host)
+    store = app.state.responses_store
+    if store.problem:
+        print(f"gateway: warning: stored Responses unavailable: {store.problem}", file=sys.stderr)
     emit(
         ServerStarted(
             host=host,
@@ -158,6 +166,8 @@ def serve(path: Path, host: str | None, port: int | None) -> int:
             config=str(path),
             models=[m.id for m in config.models],
             platform=path_taken.as_dict(),
+            responses_store=store.path,
+            responses_store_problem=store.problem,
         )
     )
     uvicorn_config = uvicorn.Config(

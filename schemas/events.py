@@ -197,6 +197,9 @@ class ServerStarted(Event, tag="server_started"):
     config: str
     models: list[str]
     platform: dict[str, str]
+    responses_store: str = ""  # the stored Responses' file (":memory:" for none)
+    # Why that store cannot be used (corrupt, unreadable, read-only); null when it can.
+    responses_store_problem: str | None = None
 
 
 class ConfigReloaded(Event, tag="config_reloaded"):

@@ -23,6 +23,7 @@ RENDERING: dict[type[e.GatewayError], tuple[int, str]] = {
     e.Forbidden: (403, "permission_error"),
     e.ModelNotFound: (404, "not_found_error"),
     e.StoredNotFound: (404, "invalid_request_error"),  # OpenAI's type for a missing response
+    e.StoreUnavailable: (503, "server_error"),
     e.ModelBusy: (409, "conflict"),
     e.PayloadTooLarge: (413, "invalid_request_error"),
     e.BodyTimeout: (408, "invalid_request_error"),

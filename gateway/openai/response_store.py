@@ -8,7 +8,8 @@ request with another key finds nothing. Rows expire after `server.responses.ttl`
 `server.responses.max_bytes` the oldest go first. The file lives in `server.state_dir`
 (`responses.sqlite3`); with `state_dir: null` the database is in memory.
 
-SQLite calls are short and local; they run on the event loop's thread, one at a time.
+Every call blocks (a write may wait for another process's lock): the routes make them on a
+worker thread, one at a time.
 """
 
 from __future__ import annotations
@@ -20,10 +21,15 @@ import sqlite3
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from engines.errors import StoreUnavailable
 from schemas.config import ServerConfig, seconds, size_bytes
+
+BUSY_TIMEOUT = 5.0  # seconds a write waits for another connection's (another process's)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
@@ -36,6 +42,7 @@ CREATE TABLE IF NOT EXISTS items (
 );
 CREATE INDEX IF NOT EXISTS items_by_response ON items (response_id);
 CREATE INDEX IF NOT EXISTS responses_by_age ON responses (created);
+CREATE INDEX IF NOT EXISTS responses_by_expiry ON responses (expires);
 """
 
 
@@ -55,22 +62,116 @@ def owner_of(key: str | None) -> str:
     return hashlib.sha256(key.encode()).hexdigest() if key else ""
 
 
+def store_path(server: ServerConfig, base_dir: Path) -> Path | None:
+    """Where `server.state_dir` puts `responses.sqlite3`; None for the in-memory store."""
+    if server.state_dir is None:
+        return None
+    directory = default_state_dir() if server.state_dir == "auto" else None
+    directory = directory or (base_dir / Path(server.state_dir).expanduser())
+    return directory / "responses.sqlite3"
+
+
+def store_problem(server: ServerConfig, base_dir: Path) -> str | None:
+    """What `gateway check` reports: why the store could not be used, creating nothing."""
+    path = store_path(server, base_dir)
+    if path is None:
+        return None
+    if not path.exists():
+        ancestor = next(p for p in path.parents if p.exists())
+        if not os.access(ancestor, os.W_OK | os.X_OK):
+            return f"{path}: cannot be created ({ancestor} is not writable)"
+        return None
+    try:
+        db = sqlite3.connect(f"{path.as_uri()}?mode=rw", uri=True)
+    except sqlite3.Error as error:
+        return f"{path}: {error}"
+    try:
+        _probe(db)
+        (result,) = db.execute("PRAGMA quick_check").fetchone()
+        return None if result == "ok" else f"{path}: {result}"
+    except sqlite3.Error as error:
+        return f"{path}: {error}"
+    finally:
+        db.close()
+
+
+def _probe(db: sqlite3.Connection) -> None:
+    """Raise unless `db` can be written now: a write to the header, rolled back."""
+    (version,) = db.execute("PRAGMA user_version").fetchone()
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        db.execute(f"PRAGMA user_version = {int(version)}")
+    finally:
+        db.execute("ROLLBACK")
+
+
 class ResponseStore:
-    """The stored responses of one gateway process."""
+    """The stored responses of one gateway process.
+
+    Opening never raises: a store that cannot be opened (corrupt, unreadable) keeps its
+    `problem`, and every use of it raises `StoreUnavailable` naming the file, so that
+    `store: false` requests still work and the start reports what is wrong.
+    """
 
     def __init__(self, server: ServerConfig, base_dir: Path) -> None:
-        if server.state_dir is None:
-            target = ":memory:"
-        else:
-            directory = default_state_dir() if server.state_dir == "auto" else None
-            directory = directory or (base_dir / Path(server.state_dir).expanduser())
-            directory.mkdir(parents=True, exist_ok=True)
-            target = str(directory / "responses.sqlite3")
-        self.path = target
-        self._db = sqlite3.connect(target, check_same_thread=False, isolation_level=None)
+        path = store_path(server, base_dir)
+        self.path = ":memory:" if path is None else str(path)
+        self.problem: str | None = None
         self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+        try:
+            self._db = self._open(path)
+        except (sqlite3.Error, OSError) as error:
+            self.problem = f"{self.path}: {getattr(error, 'strerror', None) or error}"
+            return
+        try:
+            _probe(self._db)
+        except sqlite3.Error as error:  # readable, not writable: reads still work
+            self.problem = f"{self.path}: {error}"
+
+    def _open(self, path: Path | None) -> sqlite3.Connection:
+        if path is not None:
+            # Private: the stored conversations are the users' own words.
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if not path.exists():  # created 0600; SQLite's -wal and -shm files copy it
+                os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        db = sqlite3.connect(
+            self.path, check_same_thread=False, isolation_level=None, timeout=BUSY_TIMEOUT
+        )
+        try:
+            db.executescript(SCHEMA)
+            if path is not None:
+                # Two gateways on one state_dir share it: readers never wait for a writer,
+                # and a writer waits up to BUSY_TIMEOUT for the other's write.
+                db.execute("PRAGMA journal_mode = WAL")
+        except sqlite3.Error:
+            db.close()
+            raise
+        return db
+
+    @contextmanager
+    def _using(self) -> Iterator[sqlite3.Connection]:
+        """The connection, under the lock; a failure of SQLite as `StoreUnavailable`."""
         with self._lock:
-            self._db.executescript(SCHEMA)
+            if self._db is None:
+                raise StoreUnavailable(self._unavailable(self.problem or ""))
+            try:
+                yield self._db
+            except sqlite3.Error as error:
+                raise StoreUnavailable(self._unavailable(f"{self.path}: {error}")) from None
+
+    @staticmethod
+    def _unavailable(problem: str) -> str:
+        return (
+            f"the Responses store cannot be used ({problem}); send store: false without "
+            "previous_response_id or item_reference, or fix server.state_dir"
+        )
+
+    def check_writable(self) -> None:
+        """Raise `StoreUnavailable` unless a save could be written now: asked before
+        generating, so that an answer that could not be stored is never computed."""
+        with self._using() as db:
+            _probe(db)
 
     def save(
         self,
@@ -85,41 +186,45 @@ class ResponseStore:
         blobs = [json.dumps(response), json.dumps(inputs), json.dumps(context)]
         size = sum(len(b) for b in blobs)
         items = [*inputs, *response.get("output", [])]
-        with self._lock, self._db:
-            self._db.execute("BEGIN")
-            self._db.execute(
+        with self._using() as db, db:
+            db.execute("BEGIN")
+            db.execute(
                 "INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (response["id"], owner, now, now + seconds(server.responses.ttl), *blobs, size),
             )
-            self._db.executemany(
+            db.executemany(
                 "INSERT OR REPLACE INTO items VALUES (?, ?, ?, ?)",
                 [(i["id"], owner, response["id"], json.dumps(i)) for i in items if i.get("id")],
             )
-            self._evict(now, size_bytes(server.responses.max_bytes) or 0)
+            self._evict(db, now, size_bytes(server.responses.max_bytes) or 0)
 
-    def _evict(self, now: float, cap: int) -> None:
-        expired = self._db.execute("SELECT id FROM responses WHERE expires < ?", (now,))
-        gone = [response_id for (response_id,) in expired.fetchall()]
-        total = self._db.execute("SELECT COALESCE(SUM(size), 0) FROM responses").fetchone()[0]
-        if total > cap:
-            for response_id, size in self._db.execute(
-                "SELECT id, size FROM responses ORDER BY created"
-            ).fetchall():
-                if total <= cap:
-                    break
-                if response_id not in gone:
-                    gone.append(response_id)
-                    total -= size
-        for response_id in gone:
-            self._delete(response_id)
+    def _evict(self, db: sqlite3.Connection, now: float, cap: int) -> None:
+        # In SQL, by index: the expired first, then the oldest of the rest while their total
+        # is over the cap (a row stays when it and every newer row fit under the cap).
+        self._drop(db, "SELECT id FROM responses WHERE expires < ?", (now,))
+        total = db.execute("SELECT COALESCE(SUM(size), 0) FROM responses").fetchone()[0]
+        if total <= cap:
+            return
+        self._drop(
+            db,
+            "SELECT id FROM (SELECT id, SUM(size) OVER (ORDER BY created DESC, rowid DESC) "
+            "AS newer FROM responses) WHERE newer > ?",
+            (cap,),
+        )
 
-    def _delete(self, response_id: str) -> None:
-        self._db.execute("DELETE FROM responses WHERE id = ?", (response_id,))
-        self._db.execute("DELETE FROM items WHERE response_id = ?", (response_id,))
+    @staticmethod
+    def _drop(db: sqlite3.Connection, query: str, args: tuple[Any, ...]) -> None:
+        db.execute(f"DELETE FROM items WHERE response_id IN ({query})", args)
+        db.execute(f"DELETE FROM responses WHERE id IN ({query})", args)
+
+    @staticmethod
+    def _delete(db: sqlite3.Connection, response_id: str) -> None:
+        db.execute("DELETE FROM responses WHERE id = ?", (response_id,))
+        db.execute("DELETE FROM items WHERE response_id = ?", (response_id,))
 
     def _row(self, owner: str, response_id: str, column: str) -> Any | None:
-        with self._lock:
-            row = self._db.execute(
+        with self._using() as db:
+            row = db.execute(
                 f"SELECT {column} FROM responses WHERE id = ? AND owner = ? AND expires >= ?",
                 (response_id, owner, time.time()),
             ).fetchone()
@@ -139,8 +244,8 @@ class ResponseStore:
 
     def item(self, owner: str, item_id: str) -> dict[str, Any] | None:
         """Any stored input or output item by its id, or None."""
-        with self._lock:
-            row = self._db.execute(
+        with self._using() as db:
+            row = db.execute(
                 "SELECT item FROM items JOIN responses ON responses.id = items.response_id "
                 "WHERE items.id = ? AND items.owner = ? AND expires >= ?",
                 (item_id, owner, time.time()),
@@ -149,11 +254,11 @@ class ResponseStore:
 
     def delete(self, owner: str, response_id: str) -> bool:
         """Delete a response and its items; False when there was none for this key."""
-        with self._lock, self._db:
-            self._db.execute("BEGIN")
-            found = self._db.execute(
+        with self._using() as db, db:
+            db.execute("BEGIN")
+            found = db.execute(
                 "SELECT 1 FROM responses WHERE id = ? AND owner = ?", (response_id, owner)
             ).fetchone()
             if found:
-                self._delete(response_id)
+                self._delete(db, response_id)
         return found is not None

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from asyncio import to_thread
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -106,7 +107,7 @@ def response_controls(data: wire.ResponseRequest) -> tuple[list[ToolSpec], Outpu
     )
 
 
-def own_items(data: wire.ResponseRequest, store: ResponseStore, owner: str) -> list[dict]:
+async def own_items(data: wire.ResponseRequest, store: ResponseStore, owner: str) -> list[dict]:
     """The request's input as items with ids (an item without `type` is a message), each
     `item_reference` replaced by the stored item it names."""
     raw = data.input
@@ -117,7 +118,7 @@ def own_items(data: wire.ResponseRequest, store: ResponseStore, owner: str) -> l
         item = {"type": "message", **item}
         kind = item["type"]
         if kind == "item_reference":
-            found = store.item(owner, str(item.get("id")))
+            found = await to_thread(store.item, owner, str(item.get("id")))
             if found is None:
                 raise StoredNotFound(
                     f"Item with id {item.get('id')!r} not found ($.input[{i}].id); stored "
@@ -136,11 +137,11 @@ def own_items(data: wire.ResponseRequest, store: ResponseStore, owner: str) -> l
     return items
 
 
-def conversation(data: wire.ResponseRequest, store: ResponseStore, owner: str) -> list[dict]:
+async def conversation(data: wire.ResponseRequest, store: ResponseStore, owner: str) -> list[dict]:
     """Everything before this request: the stored conversation `previous_response_id` ended."""
     if data.previous_response_id is None:
         return []
-    earlier = store.context(owner, data.previous_response_id)
+    earlier = await to_thread(store.context, owner, data.previous_response_id)
     if earlier is None:
         raise StoredNotFound(
             f"Previous response with id {data.previous_response_id!r} not found "
@@ -266,12 +267,16 @@ async def responses(request: Request, generation: Generation) -> Response | Serv
     data = await decode_body(request, wire.ResponseRequest)
     _refuse_unsupported(data)
     store, owner = store_of(request), owner_of(presented_key(request))
-    own = own_items(data, store, owner)
-    earlier = conversation(data, store, owner)
+    own = await own_items(data, store, owner)
+    earlier = await conversation(data, store, owner)
     messages = to_messages(data.instructions, [*earlier, *own])
     messages = await resolve_images(messages, generation.config.server)
     route = announce(generation.resolve(data.model), stream=data.stream, protocol="openai")
     tools, output = response_controls(data)
+    if data.store is not False:
+        # Before generating: an answer that cannot be stored is refused, not computed (an
+        # SDK would retry a 500 that came after it, and pay for it again).
+        await to_thread(store.check_writable)
     ask = ChatAsk(
         messages=messages,
         max_tokens=data.max_output_tokens,
@@ -286,16 +291,17 @@ async def responses(request: Request, generation: Generation) -> Response | Serv
     summary = bool(data.reasoning and data.reasoning.summary)
     builder = EventBuilder(skeleton, summary=summary)
 
-    def keep(response: wire.Response) -> None:
+    async def keep(response: wire.Response) -> None:
         if response.store:  # `store: false` stores nothing
             whole = msgspec.to_builtins(response)
             context = [*earlier, *own, *whole["output"]]
-            store.save(registry_server(request), owner, whole, own, context)
+            # Off the loop: a save evicts, and may wait for another process's write lock.
+            await to_thread(store.save, registry_server(request), owner, whole, own, context)
 
     if not data.stream:
         # The same builder as the stream, its events unused: both answers have one shape.
         final = await unless_client_leaves(request, _final(builder, results))
-        keep(final)
+        await keep(final)
         return Response(final)
     outputs = await started(request, results)
 
@@ -321,14 +327,17 @@ def _sse(event: wire.Event) -> ServerSentEventMessage:
 async def _events(
     builder: EventBuilder,
     outputs: AsyncIterator[Output],
-    keep: Callable[[wire.Response], None],
+    keep: Callable[[wire.Response], Awaitable[None]],
 ) -> AsyncIterator[ServerSentEventMessage]:
     for event in builder.start():
         yield _sse(event)
     async for output in outputs:
         for event in builder.feed(output):
+            if isinstance(event, wire.ResponseCompleted | wire.ResponseIncomplete):
+                # Stored before it is announced: a save that fails ends the stream with
+                # `error` instead of `response.completed`.
+                await keep(builder.response)
             yield _sse(event)
-    keep(builder.response)
 
 
 ROUTES = [responses, *stored_responses.ROUTES]

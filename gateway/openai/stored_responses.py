@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from asyncio import to_thread
 from typing import Literal
 
 from litestar import Request, Response, delete, get
@@ -20,14 +21,8 @@ def registry_server(request: Request) -> ServerConfig:
 
 
 def store_of(request: Request) -> ResponseStore:
-    """The process's store, opened at first use in `server.state_dir` (read at start)."""
-    state = request.app.state
-    store = state.get("responses_store")
-    if store is None:
-        base_dir = state.reloader.path.resolve().parent  # relative state_dir: the config's
-        store = ResponseStore(registry_server(request), base_dir)
-        state["responses_store"] = store
-    return store
+    """The process's store, opened at start in `server.state_dir` (see `create_app`)."""
+    return request.app.state.responses_store
 
 
 def _missing(response_id: str) -> StoredNotFound:
@@ -41,7 +36,7 @@ def _owner(request: Request) -> str:
 @get("/v1/responses/{response_id:str}")
 async def retrieve_response(request: Request, response_id: str) -> Response:
     """A stored response as it finished."""
-    found = store_of(request).response(_owner(request), response_id)
+    found = await to_thread(store_of(request).response, _owner(request), response_id)
     if found is None:
         raise _missing(response_id)
     return Response(found)
@@ -50,7 +45,7 @@ async def retrieve_response(request: Request, response_id: str) -> Response:
 @delete("/v1/responses/{response_id:str}", status_code=200)
 async def delete_response(request: Request, response_id: str) -> wire.DeletedResponse:
     """Delete a stored response and its items."""
-    if not store_of(request).delete(_owner(request), response_id):
+    if not await to_thread(store_of(request).delete, _owner(request), response_id):
         raise _missing(response_id)
     return wire.DeletedResponse(id=response_id)
 
@@ -64,7 +59,7 @@ async def input_items(
     after: str | None = None,
 ) -> wire.InputItemList:
     """A stored response's input items, newest first unless `order=asc`, paged by `after`."""
-    items = store_of(request).inputs(_owner(request), response_id)
+    items = await to_thread(store_of(request).inputs, _owner(request), response_id)
     if items is None:
         raise _missing(response_id)
     if order == "desc":

@@ -46,3 +46,16 @@ def test_check_passes_a_config_whose_sources_are_all_there(tmp_path):
     result = check(tmp_path, "models:\n  - id: echo\n    engine: scripted\n")
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("echo  engine=scripted")
+
+
+def test_check_refuses_a_corrupt_responses_store(tmp_path):
+    database = tmp_path / "state" / "responses.sqlite3"
+    database.parent.mkdir()
+    database.write_bytes(b"this is not a database " * 100)
+    result = check(
+        tmp_path, "server: {state_dir: state}\nmodels:\n  - id: echo\n    engine: scripted\n"
+    )
+    assert result.returncode == 1, result.stdout
+    [error] = result.stderr.splitlines()
+    assert error.startswith("server.state_dir:") and str(database) in error
+    assert "not a database" in error

@@ -4,6 +4,11 @@ and the store's TTL and size cap."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sqlite3
+import subprocess
+import threading
 import time
 
 import httpx
@@ -182,3 +187,151 @@ def test_the_size_cap_drops_the_oldest_first(tmp_path):
         store.save(server, "me", {"id": f"resp_{i}", "output": [], "t": text}, [], [])
     kept = [i for i in range(4) if store.response("me", f"resp_{i}")]
     assert kept == [2, 3]
+
+
+def _fill_expired(path, rows: int, size: int) -> None:
+    """`rows` responses that expired an hour ago, written straight into the store's file."""
+    old = time.time() - 3600
+    with sqlite3.connect(path) as db:
+        db.executemany(
+            "INSERT INTO responses VALUES (?, 'me', ?, ?, '{}', '[]', '[]', ?)",
+            [(f"resp_old_{i}", old - 10 + i * 1e-4, old, size) for i in range(rows)],
+        )
+
+
+def test_expired_rows_do_not_push_live_ones_out(tmp_path):
+    server = ServerConfig(state_dir=str(tmp_path), responses=ResponsesConfig(max_bytes="64KB"))
+    store = ResponseStore(server, tmp_path)
+    for i in range(45):
+        if i == 44:  # rows that expired since the last save, not yet evicted
+            _fill_expired(store.path, 45, 1000)
+        store.save(server, "me", {"id": f"resp_{i}", "output": [], "t": "x" * 1000}, [], [])
+    kept = [i for i in range(45) if store.response("me", f"resp_{i}")]
+    assert kept == list(range(45))  # 45 KB of live rows fit 64 KB: none goes
+
+
+def test_a_save_among_many_expired_rows_is_quick(tmp_path):
+    server = ServerConfig(state_dir=str(tmp_path), responses=ResponsesConfig(max_bytes="1MB"))
+    store = ResponseStore(server, tmp_path)
+    _fill_expired(store.path, 16_000, 100)
+    started = time.perf_counter()
+    store.save(server, "me", {"id": "resp_new", "output": []}, [], [])
+    took = time.perf_counter() - started
+    assert took < 0.3, f"one save took {took:.2f}s"  # 4.1 s when eviction was quadratic
+    assert store.response("me", "resp_new") is not None
+
+
+def test_a_save_waiting_for_a_lock_does_not_stall_the_loop(tmp_path):
+    """Another process (a second gateway on the same state_dir) holding the write lock
+    makes a save wait; the wait is on a worker thread, and other requests go on."""
+    with serving(tmp_path, CONFIG) as gateway:
+        key = {"authorization": "Bearer key-a"}
+        body = {"model": "echo", "input": "hi"}
+        httpx.post(f"{gateway.url}/v1/responses", json=body, headers=key, timeout=30)
+        db = sqlite3.connect(tmp_path / "state" / "responses.sqlite3", isolation_level=None)
+        db.execute("BEGIN IMMEDIATE")  # the write lock, held for 1.5 s
+        saving = threading.Thread(
+            target=httpx.post,
+            args=(f"{gateway.url}/v1/responses",),
+            kwargs={"json": body, "headers": key, "timeout": 30},
+        )
+        saving.start()
+        time.sleep(0.3)
+        started = time.perf_counter()
+        httpx.get(f"{gateway.url}/health", timeout=30).raise_for_status()
+        took = time.perf_counter() - started
+        time.sleep(1.2)
+        db.execute("ROLLBACK")
+        saving.join()
+        assert took < 0.5, f"/health waited {took:.2f}s behind a save"
+
+
+# A store that cannot be used: said at start, refused before generating, store: false works.
+
+
+def _post(gateway, **body) -> httpx.Response:
+    headers = {"authorization": "Bearer key-a"}
+    body = {"model": "echo", "input": "hi", **body}
+    return httpx.post(f"{gateway.url}/v1/responses", json=body, headers=headers, timeout=30)
+
+
+def _refused_naming(reply: httpx.Response, path) -> None:
+    assert reply.status_code == 503, reply.text
+    error = reply.json()["error"]
+    assert error["type"] == "server_error" and str(path) in error["message"]
+
+
+def test_a_corrupt_store_is_reported_at_start_and_store_false_still_works(tmp_path):
+    database = tmp_path / "state" / "responses.sqlite3"
+    database.parent.mkdir()
+    database.write_bytes(b"this is not a database " * 100)
+    with serving(tmp_path, CONFIG) as gateway:
+        started = gateway.events("server_started")[0]
+        assert started["responses_store"] == str(database)
+        assert "not a database" in started["responses_store_problem"]
+        assert _post(gateway, store=False).json()["output"][0]["content"][0]["text"]
+        _refused_naming(_post(gateway), database)
+        _refused_naming(_post(gateway, stream=True), database)
+        _refused_naming(_post(gateway, store=False, previous_response_id="resp_1"), database)
+        headers = {"authorization": "Bearer key-a"}
+        got = httpx.get(f"{gateway.url}/v1/responses/resp_1", headers=headers, timeout=30)
+        _refused_naming(got, database)
+        assert len(gateway.events("generated")) == 1  # the store: false one only
+
+
+@contextlib.contextmanager
+def read_only(path):
+    """`path` that no one can write: chmod, or for root (whom modes do not stop) chattr +i."""
+    if os.geteuid() != 0:
+        path.chmod(0o444)
+        path.parent.chmod(0o555)
+        try:
+            yield
+        finally:
+            path.parent.chmod(0o755)
+            path.chmod(0o644)
+        return
+    if subprocess.run(["chattr", "+i", path, path.parent], capture_output=True).returncode:
+        pytest.skip("running as root where chattr +i is refused: cannot make a file read-only")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", path, path.parent], check=True)
+
+
+def test_a_read_only_store_refuses_before_generating(tmp_path):
+    database = tmp_path / "state" / "responses.sqlite3"
+    ResponseStore(ServerConfig(state_dir=str(database.parent)), tmp_path)
+    with read_only(database), serving(tmp_path, CONFIG) as gateway:
+        started = gateway.events("server_started")[0]
+        assert "readonly" in started["responses_store_problem"]
+        assert _post(gateway, store=False).status_code == 200
+        _refused_naming(_post(gateway), database)
+        _refused_naming(_post(gateway, stream=True), database)  # a 503, not a stream
+        assert len(gateway.events("generated")) == 1  # the store: false one only
+
+
+def test_the_store_is_private(tmp_path):
+    server = ServerConfig(state_dir=str(tmp_path / "state"))
+    store = ResponseStore(server, tmp_path)
+    store.save(server, "me", {"id": "resp_1", "output": []}, [], [])
+    assert (tmp_path / "state").stat().st_mode & 0o777 == 0o700
+    for made in (tmp_path / "state").iterdir():  # the database, its WAL and shared memory
+        assert made.stat().st_mode & 0o777 == 0o600, made
+
+
+def test_two_gateways_share_one_state_dir(tmp_path):
+    """A second process's open read does not stop a save (WAL), and each sees the other's."""
+    server = ServerConfig(state_dir=str(tmp_path))
+    first, second = ResponseStore(server, tmp_path), ResponseStore(server, tmp_path)
+    first.save(server, "me", {"id": "resp_1", "output": []}, [], [])
+    reader = sqlite3.connect(first.path, isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT COUNT(*) FROM responses").fetchone()  # a read in progress
+    started = time.perf_counter()
+    second.save(server, "me", {"id": "resp_2", "output": []}, [], [])
+    took = time.perf_counter() - started
+    reader.execute("ROLLBACK")
+    reader.close()
+    assert took < 1, f"the save waited {took:.1f}s for a reader"
+    assert first.response("me", "resp_2") and second.response("me", "resp_1")
