@@ -20,7 +20,7 @@ from urllib.parse import urljoin, urlsplit
 from msgspec.structs import replace
 
 from engines.errors import BadRequest
-from schemas.canonical import ImagePart, Message, Part, TextPart
+from schemas.canonical import IMAGE_FORMATS, ImagePart, Message, Part, TextPart
 from schemas.config import ServerConfig, size_bytes
 
 FETCH_TIMEOUT_S = 10.0
@@ -77,12 +77,12 @@ def _check_readable(part: ImagePart, max_pixels: int) -> None:
     from PIL import Image
 
     try:
-        with Image.open(io.BytesIO(part.data)) as opened:
+        with Image.open(io.BytesIO(part.data), formats=IMAGE_FORMATS) as opened:
             width, height = opened.size
     except Image.DecompressionBombError as bomb:
         raise BadRequest(f"{part.where}: {bomb} (limits.max_image_pixels)") from None
     except (OSError, ValueError, SyntaxError):
-        raise BadRequest(f"{part.where}: not an image (PNG, JPEG, GIF, WebP, ...)") from None
+        raise BadRequest(f"{part.where}: not an image (PNG, JPEG, GIF or WebP)") from None
     if width * height > max_pixels:
         raise BadRequest(
             f"{part.where}: {width}x{height} pixels, more than {max_pixels} "
