@@ -106,6 +106,8 @@ class LimitsConfig(Strict):
     # How long a request's line and headers, and then each piece of its body, may take.
     header_timeout: Duration = "10s"
     body_timeout: Duration = "30s"
+    # The whole fetch of one remote image (server.fetch_images), redirects included.
+    fetch_timeout: Duration = "10s"
 
 
 class ResponsesConfig(Strict):

@@ -6,6 +6,11 @@ address that was checked, the name kept for `Host` and TLS (SNI and the certific
 name cannot answer public for the check and private for the connect. Proxy variables in
 the environment are ignored. Any failure is one `FetchFailed`, whose reason is for the log
 only: the client hears the same words whether a port is closed, open or answers 404.
+
+A fetch costs at most its bounds: one deadline for the whole of it, redirects included
+(not per read, which a server dripping a byte at a time never trips), and `max_bytes` of
+wire bytes — only identity encoding is asked for or accepted, as a few KB of gzip or zstd
+can decode to gigabytes before a cap on decoded bytes sees them.
 """
 
 from __future__ import annotations
@@ -42,8 +47,19 @@ def is_public(address: IPv4Address | IPv6Address, allow: Sequence[Network] = ())
     return address.is_global and not blocked
 
 
-async def fetch_image(url: str, *, max_bytes: int, allow: Sequence[Network] = ()) -> bytes:
-    """The body of `url`, following up to MAX_REDIRECTS redirects; `FetchFailed` if not."""
+async def fetch_image(
+    url: str, *, max_bytes: int, deadline: float, allow: Sequence[Network] = ()
+) -> bytes:
+    """The body of `url`, following up to MAX_REDIRECTS redirects, within `deadline`
+    seconds in all; `FetchFailed` if not."""
+    try:
+        async with asyncio.timeout(deadline):
+            return await _fetch(url, max_bytes, allow)
+    except TimeoutError:
+        raise FetchFailed(f"not fetched within {deadline:g} s") from None
+
+
+async def _fetch(url: str, max_bytes: int, allow: Sequence[Network]) -> bytes:
     async with httpx.AsyncClient(trust_env=False, follow_redirects=False) as client:
         target = _url(url)
         for _ in range(MAX_REDIRECTS + 1):
@@ -51,7 +67,7 @@ async def fetch_image(url: str, *, max_bytes: int, allow: Sequence[Network] = ()
             request = client.build_request(
                 "GET",
                 target.copy_with(host=str(address)),
-                headers={"host": target.netloc.decode("ascii")},
+                headers={"host": target.netloc.decode("ascii"), "accept-encoding": "identity"},
                 extensions={"sni_hostname": target.host} if target.scheme == "https" else {},
             )
             try:
@@ -97,8 +113,13 @@ async def _checked_address(url: httpx.URL, allow: Sequence[Network]) -> IPv4Addr
 async def _body(response: httpx.Response, max_bytes: int) -> bytes:
     if response.status_code != 200:
         raise FetchFailed(f"{response.url.host} answered HTTP {response.status_code}")
+    encoding = response.headers.get("content-encoding", "identity").strip().lower()
+    if encoding != "identity":
+        raise FetchFailed(f"a {encoding!r}-encoded body, when identity was asked for")
+    if int(response.headers.get("content-length") or 0) > max_bytes:
+        raise FetchFailed(f"the body is larger than {max_bytes} bytes")
     body = bytearray()
-    async for chunk in response.aiter_bytes():
+    async for chunk in response.aiter_raw():  # the wire bytes, never decoded
         body += chunk
         if len(body) > max_bytes:
             raise FetchFailed(f"the body is larger than {max_bytes} bytes")

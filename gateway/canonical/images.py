@@ -20,7 +20,7 @@ from engines.errors import BadRequest
 from engines.log import emit
 from gateway.canonical.fetch import FetchFailed, fetch_image
 from schemas.canonical import IMAGE_FORMATS, ImagePart, Message, Part, TextPart
-from schemas.config import ServerConfig, size_bytes
+from schemas.config import ServerConfig, seconds, size_bytes
 from schemas.events import ImageFetchFailed
 
 
@@ -98,7 +98,10 @@ async def _fetch(part: ImagePart, number: int, server: ServerConfig) -> bytes:
     allow = [ip_network(network, strict=False) for network in server.fetch_images_allow]
     try:
         return await fetch_image(
-            part.url, max_bytes=size_bytes(server.limits.max_body_bytes), allow=allow
+            part.url,
+            max_bytes=size_bytes(server.limits.max_body_bytes),
+            deadline=seconds(server.limits.fetch_timeout),
+            allow=allow,
         )
     except FetchFailed as failed:
         emit(ImageFetchFailed(where=part.where, reason=str(failed)))

@@ -6,11 +6,13 @@ every failure. Only loopback is ever reached: the gateways here either refuse it
 from __future__ import annotations
 
 import contextlib
+import gzip
 import http.server
 import io
 import socket
 import socketserver
 import threading
+import time
 from ipaddress import ip_address, ip_network
 
 import httpx
@@ -28,6 +30,8 @@ def png() -> bytes:
 
 
 PNG = png()
+# 50 KB on the wire, 50 MB decoded.
+BOMB = gzip.compress(b"\0" * 50_000_000)
 
 
 class Site(http.server.ThreadingHTTPServer):
@@ -37,6 +41,7 @@ class Site(http.server.ThreadingHTTPServer):
 
     def __init__(self):
         self.requests: list[tuple[str, dict[str, str]]] = []
+        self.drips_ended: list[float] = []  # when each /drip found its reader gone
         super().__init__(("127.0.0.1", 0), SiteHandler)
 
     @property
@@ -52,6 +57,23 @@ class SiteHandler(http.server.BaseHTTPRequestHandler):
             self.send_header("content-length", str(len(PNG)))
             self.end_headers()
             self.wfile.write(PNG)
+        elif self.path == "/bomb.png":  # compressed whatever the request asked for
+            self.send_response(200)
+            self.send_header("content-encoding", "gzip")
+            self.send_header("content-length", str(len(BOMB)))
+            self.end_headers()
+            self.wfile.write(BOMB)
+        elif self.path == "/drip.png":  # a byte every 0.2 s, for up to 30 s
+            self.send_response(200)
+            self.send_header("content-length", "1000")
+            self.end_headers()
+            try:
+                for _ in range(150):
+                    self.wfile.write(b"\0")
+                    self.wfile.flush()
+                    time.sleep(0.2)
+            except OSError:
+                self.server.drips_ended.append(time.monotonic())
         elif self.path.startswith("/to/"):
             self.send_response(302)
             self.send_header("location", self.path.removeprefix("/to/"))
@@ -105,6 +127,7 @@ def proxy():
 CONFIG = """
 server:
   fetch_images: true
+  limits: {{max_body_bytes: 1MiB, fetch_timeout: {timeout}}}
   {allow}
 models:
   - id: echo
@@ -115,7 +138,9 @@ models:
 @pytest.fixture(scope="module")
 def strict(tmp_path_factory):
     """Public addresses only, as every real deployment."""
-    with serving(tmp_path_factory.mktemp("strict"), CONFIG.format(allow="")) as process:
+    with serving(
+        tmp_path_factory.mktemp("strict"), CONFIG.format(allow="", timeout="10s")
+    ) as process:
         yield process
 
 
@@ -123,7 +148,7 @@ def strict(tmp_path_factory):
 def allowing(tmp_path_factory, proxy):
     """127.0.0.1 allowed deliberately, with proxy variables in the environment."""
     env = {name: proxy.url for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy")}
-    text = CONFIG.format(allow="fetch_images_allow: [127.0.0.1/32]")
+    text = CONFIG.format(allow="fetch_images_allow: [127.0.0.1/32]", timeout="1s")
     with serving(tmp_path_factory.mktemp("allowing"), text, env=env) as process:
         yield process
 
@@ -205,7 +230,26 @@ async def test_the_address_checked_is_the_address_connected_to(site, monkeypatch
     site.requests.clear()
     url = f"http://images.test:{site.server_port}/a.png"
     allow = [ip_network("127.0.0.1/32")]
-    assert await fetch_image(url, max_bytes=1 << 20, allow=allow) == PNG
+    assert await fetch_image(url, max_bytes=1 << 20, deadline=10, allow=allow) == PNG
     assert site.requests[0][1]["host"] == f"images.test:{site.server_port}"
     with pytest.raises(FetchFailed, match="127.0.0.2, not a public address"):
-        await fetch_image(url, max_bytes=1 << 20, allow=allow)
+        await fetch_image(url, max_bytes=1 << 20, deadline=10, allow=allow)
+
+
+def test_only_wire_bytes_are_counted_and_nothing_is_decompressed(allowing, site):
+    # Before, the 50 KB gzip body was decoded (to 50 MB) and the cap counted what came out.
+    site.requests.clear()
+    assert error(ask(allowing, f"{site.url}/bomb.png")).endswith("could not fetch image 1")
+    assert site.requests[0][1]["accept-encoding"] == "identity"
+    failed = allowing.wait_event(
+        "image_fetch_failed", reason="a 'gzip'-encoded body, when identity was asked for"
+    )
+    assert failed["where"] == "$.messages[0].content[0].image_url"
+
+
+def test_a_dripping_server_meets_one_deadline_for_the_whole_fetch(allowing, site):
+    # A byte every 0.2 s never trips a per-read timeout; limits.fetch_timeout (1 s) ends it.
+    started = time.monotonic()
+    assert error(ask(allowing, f"{site.url}/drip.png")).endswith("could not fetch image 1")
+    assert time.monotonic() - started < 5
+    allowing.wait_event("image_fetch_failed", reason="not fetched within 1 s")
