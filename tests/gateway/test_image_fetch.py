@@ -253,3 +253,39 @@ def test_a_dripping_server_meets_one_deadline_for_the_whole_fetch(allowing, site
     assert error(ask(allowing, f"{site.url}/drip.png")).endswith("could not fetch image 1")
     assert time.monotonic() - started < 5
     allowing.wait_event("image_fetch_failed", reason="not fetched within 1 s")
+
+
+@pytest.fixture(scope="module")
+def patient(tmp_path_factory):
+    """127.0.0.1 allowed and a deadline long enough that only the client leaving ends a fetch."""
+    text = CONFIG.format(allow="fetch_images_allow: [127.0.0.1/32]", timeout="60s")
+    with serving(tmp_path_factory.mktemp("patient"), text) as process:
+        yield process
+
+
+def drip_requests(url: str) -> list[tuple[str, dict]]:
+    image = {"type": "image_url", "image_url": {"url": url}}
+    anthropic = {"type": "image", "source": {"type": "url", "url": url}}
+    return [
+        ("/v1/chat/completions", {"model": "echo", "messages": [{"role": "user", "content": [image]}]}),
+        ("/v1/responses", {"model": "echo", "input": [{"role": "user", "content": [
+            {"type": "input_image", "image_url": url}]}]}),
+        ("/v1/messages", {"model": "echo", "max_tokens": 8, "messages": [
+            {"role": "user", "content": [anthropic]}]}),
+        ("/v1/messages/count_tokens", {"model": "echo", "messages": [
+            {"role": "user", "content": [anthropic]}]}),
+        ("/api/chat", {"model": "echo", "messages": [{"role": "user", "content": "x", "images": [url]}]}),
+        ("/api/generate", {"model": "echo", "prompt": "x", "images": [url]}),
+    ]  # fmt: skip
+
+
+def test_a_fetch_stops_when_its_client_leaves(patient, site):
+    for path, body in drip_requests(f"{site.url}/drip.png"):
+        ended = len(site.drips_ended)
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{patient.url}{path}", json=body, timeout=1)
+        left = time.monotonic()
+        while len(site.drips_ended) == ended and time.monotonic() - left < 10:
+            time.sleep(0.05)
+        assert len(site.drips_ended) > ended, f"{path}: the fetch went on without its client"
+        assert site.drips_ended[-1] - left < 3, path
