@@ -24,8 +24,13 @@ class TextPart(msgspec.Struct, frozen=True, kw_only=True, tag="text"):
     text: str
 
 
+# The only formats an ImagePart's bytes may be: Pillow is asked to open these and no other
+# (each of its plugins is parser code a hostile file could reach).
+IMAGE_FORMATS = ("PNG", "JPEG", "WEBP", "GIF")
+
+
 class ImagePart(msgspec.Struct, frozen=True, kw_only=True, tag="image"):
-    """One image as its encoded file (PNG, JPEG, ...), already fetched or decoded from
+    """One image as its encoded file (one of IMAGE_FORMATS), already fetched or decoded from
     base64 by the adapter; `where` names the request part it came from, for error messages."""
 
     data: bytes

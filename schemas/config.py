@@ -76,6 +76,14 @@ Origin = Annotated[
     ),
 ]
 
+Network = Annotated[
+    str,
+    Meta(
+        pattern=r"^[0-9A-Fa-f:.]+(/\d{1,3})?$",
+        description='An IP network, "10.1.2.0/24", or one address, "127.0.0.1"',
+    ),
+]
+
 
 class ApiKey(Strict):
     """An API key limited to some models. `key` from an unset `${VAR}` drops the entry."""
@@ -98,6 +106,8 @@ class LimitsConfig(Strict):
     # How long a request's line and headers, and then each piece of its body, may take.
     header_timeout: Duration = "10s"
     body_timeout: Duration = "30s"
+    # The whole fetch of one remote image (server.fetch_images), redirects included.
+    fetch_timeout: Duration = "10s"
 
 
 class ResponsesConfig(Strict):
@@ -131,6 +141,9 @@ class ServerConfig(Strict):
     responses: ResponsesConfig = ResponsesConfig()
     # Remote http(s) image URLs in requests are fetched only when this is true.
     fetch_images: bool = False
+    # Networks (CIDR) images may be fetched from although not public, e.g. [127.0.0.1/32]
+    # for an image server on this machine; every other non-public address is refused.
+    fetch_images_allow: list[Network] = []
 
 
 class QueueConfig(Strict):

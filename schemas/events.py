@@ -60,6 +60,14 @@ class RequestFinished(Event, tag="request_finished"):
     error: str | None = None
 
 
+class ImageFetchFailed(Event, tag="image_fetch_failed"):
+    """A remote image was not fetched; the client heard only `could not fetch image N`, so
+    the reason (refused address, closed port, HTTP status) is told to the operator alone."""
+
+    where: str
+    reason: str  # names the host, never the whole URL (a signed URL's query is a secret)
+
+
 class InternalError(Event, tag="internal_error"):
     """An unexpected exception (a bug, not the request's fault), logged at level error with
     its traceback; the client hears only a generic message with the request id."""

@@ -16,7 +16,7 @@ from typing import Any
 
 from engines.errors import BadRequest
 from engines.text.tools import template_messages
-from schemas.canonical import ImagePart, Message, TextPart, ToolSpec
+from schemas.canonical import IMAGE_FORMATS, ImagePart, Message, TextPart, ToolSpec
 
 
 def vision_messages(
@@ -52,7 +52,7 @@ def decode_image(part: ImagePart):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            image = Image.open(io.BytesIO(part.data))
+            image = Image.open(io.BytesIO(part.data), formats=IMAGE_FORMATS)
             image.load()
         return ImageOps.exif_transpose(image).convert("RGB")
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as bomb:

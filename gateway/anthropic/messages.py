@@ -263,7 +263,8 @@ async def create_message(request: Request, generation: Generation) -> Response |
     refuse_set(data, REFUSED)
     route = resolve(generation, data.model)
     announce(route, stream=data.stream, protocol="anthropic")
-    ask = await to_ask(data, generation.config.server)
+    # Its images may be fetched: a fetch stops with its client.
+    ask = await unless_client_leaves(request, to_ask(data, generation.config.server))
     runner = route.runner
     chat, (results,) = await serve_chat(runner, ask)
     message_id = f"msg_{uuid.uuid4().hex[:24]}"
@@ -323,7 +324,8 @@ async def count_tokens(request: Request, generation: Generation) -> wire.TokenCo
     data = await decode_body(request, wire.CountTokensRequest)
     route = resolve(generation, data.model)
     announce(route, stream=False, protocol="anthropic")
-    ask = await to_ask(data, generation.config.server)
+    # Its images may be fetched: a fetch stops with its client.
+    ask = await unless_client_leaves(request, to_ask(data, generation.config.server))
     counted = await unless_client_leaves(request, count_chat(route.runner, ask))
     return wire.TokenCount(input_tokens=counted)
 

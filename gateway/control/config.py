@@ -7,6 +7,7 @@ Every problem found is reported at once, each as `file:line:column: key.path: me
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import os
 import re
 import types
@@ -313,6 +314,12 @@ def _check_references(server: Any, models: list[Any], src: Source) -> None:
                 known = ", ".join(sorted(owner)) or "none"
                 where = ("server", "api_keys", i, "models", j)
                 src.at(where, f"{name!r} names no model id or alias (known: {known})")
+    allow = server.get("fetch_images_allow") if isinstance(server, dict) else None
+    for i, network in enumerate(allow if isinstance(allow, list) else []):
+        try:
+            ipaddress.ip_network(network, strict=False)
+        except (TypeError, ValueError):
+            src.at(("server", "fetch_images_allow", i), f"{network!r} is not an IP network")
 
 
 def _struct_in(tp: Any) -> type[msgspec.Struct] | None:

@@ -24,6 +24,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from engines.errors import BadRequest, BodyTimeout, PayloadTooLarge
 from gateway.http.errors import error_body
 from gateway.http.middleware import send_error
+from schemas.canonical import IMAGE_FORMATS
 from schemas.config import LimitsConfig, seconds, size_bytes
 
 # A string in JSON: quote, then runs of plain characters or escapes, then quote (unrolled,
@@ -165,7 +166,7 @@ def _dimensions(image: str, index: int) -> tuple[int, int]:
             head = base64.b64decode(chars[: len(chars) // 4 * 4])
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-                with Image.open(io.BytesIO(head)) as opened:
+                with Image.open(io.BytesIO(head), formats=IMAGE_FORMATS) as opened:
                     return opened.size
         except Image.DecompressionBombError as bomb:
             # Pillow's own process-wide guard (left at its default: one app must not change

@@ -227,7 +227,8 @@ async def chat(request: Request, generation: Generation) -> Response | Stream:
         )
         for t in data.tools or []
     ]
-    messages = await resolve_images(to_messages(data.messages), generation.config.server)
+    images = resolve_images(to_messages(data.messages), generation.config.server)
+    messages = await unless_client_leaves(request, images)  # a fetch stops with its client
     chat = ChatAsk(
         messages=messages,
         tools=tools,
@@ -277,7 +278,8 @@ async def generate(request: Request, generation: Generation) -> Response | Strea
     else:
         system = [Message(role="system", content=data.system)] if data.system else []
         user = with_images("user", data.prompt, data.images, "$.images")
-        prompt = await resolve_images([*system, user], generation.config.server)
+        images = resolve_images([*system, user], generation.config.server)
+        prompt = await unless_client_leaves(request, images)
         chat = ChatAsk(
             messages=prompt, reasoning=effort(data.think), controls=output, **options(data.options)
         )

@@ -156,7 +156,8 @@ async def chat_completions(request: Request, generation: Generation) -> Response
     route = announce(generation.resolve(data.model), stream=data.stream, protocol="openai")
     n = check_n(route.model, data.n)
     stop = [data.stop] if isinstance(data.stop, str) else data.stop
-    messages = await resolve_images(to_messages(data.messages), generation.config.server)
+    images = resolve_images(to_messages(data.messages), generation.config.server)
+    messages = await unless_client_leaves(request, images)  # a fetch stops with its client
     tools, output = chat_controls(data)
     chat, streams = await serve_chat(
         route.runner,

@@ -270,7 +270,8 @@ async def responses(request: Request, generation: Generation) -> Response | Serv
     own = await own_items(data, store, owner)
     earlier = await conversation(data, store, owner)
     messages = to_messages(data.instructions, [*earlier, *own])
-    messages = await resolve_images(messages, generation.config.server)
+    images = resolve_images(messages, generation.config.server)
+    messages = await unless_client_leaves(request, images)  # a fetch stops with its client
     route = announce(generation.resolve(data.model), stream=data.stream, protocol="openai")
     tools, output = response_controls(data)
     if data.store is not False:

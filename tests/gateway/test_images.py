@@ -21,9 +21,9 @@ models:
 """
 
 
-def png(width: int = 8, height: int = 8) -> str:
+def png(width: int = 8, height: int = 8, kind: str = "PNG") -> str:
     out = io.BytesIO()
-    Image.new("L", (width, height)).save(out, "PNG", optimize=True)
+    Image.new("L", (width, height)).save(out, kind, optimize=True)
     return base64.b64encode(out.getvalue()).decode()
 
 
@@ -86,6 +86,10 @@ CASES = [
     ("/v1/chat/completions", openai("data:text/plain;base64,aGk="), "data:image/...;base64"),
     ("/v1/chat/completions", openai("data:image/png;base64," + base64.b64encode(b"GIF89a").decode()),
      "not an image"),
+    # Formats Pillow reads but the gateway does not open (only PNG, JPEG, WebP and GIF).
+    ("/v1/chat/completions", openai(f"data:image/bmp;base64,{png(kind='BMP')}"), "not an image"),
+    ("/api/generate", {"model": "echo", "prompt": "x", "images": [png(kind="TIFF")]},
+     "not an image (PNG, JPEG, GIF or WebP)"),
     ("/v1/chat/completions", openai("file:///etc/passwd"), "images by 'file' URL are not supported"),
     ("/v1/messages", anthropic({"type": "url", "url": "file:///etc/passwd"}), "must be http(s)"),
     ("/v1/messages", anthropic({"type": "file", "file_id": "f"}), "must be base64"),

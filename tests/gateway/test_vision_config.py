@@ -52,3 +52,21 @@ def test_bad_vision_keys_are_named(vision, fragment):
 
 def test_changing_the_pixel_budget_reloads_the_model():
     assert MODEL_KEYS["vision"].restart
+
+
+@pytest.mark.parametrize(
+    "allow, fragment",
+    [
+        ("[127.0.0.1/32, '::1']", None),
+        ("[999.0.0.1/8]", "'999.0.0.1/8' is not an IP network"),
+        ("[localhost]", "server.fetch_images_allow[0]"),
+    ],
+)
+def test_fetch_images_allow_takes_ip_networks(allow, fragment):
+    text = f"{{server: {{fetch_images: true, fetch_images_allow: {allow}}}, models: [{{id: a, engine: scripted}}]}}"
+    if fragment is None:
+        assert parse(text).server.fetch_images_allow == ["127.0.0.1/32", "::1"]
+        return
+    with pytest.raises(ConfigInvalid) as info:
+        parse(text)
+    assert any(fragment in error for error in info.value.errors), info.value.errors

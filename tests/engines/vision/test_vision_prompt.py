@@ -58,6 +58,15 @@ def test_decoding_refuses_what_is_not_an_image_naming_the_part():
     assert image.mode == "RGB" and image.size == (5, 3)
 
 
+@pytest.mark.parametrize("kind", ["BMP", "TIFF", "ICO", "PPM"])
+def test_only_png_jpeg_webp_and_gif_are_opened(kind):
+    # Pillow reads dozens of formats; each plugin is parser code a hostile file could reach.
+    out = io.BytesIO()
+    Image.new("RGB", (8, 8)).save(out, kind)
+    with pytest.raises(BadRequest, match="not an image"):
+        decode_image(ImagePart(data=out.getvalue(), where="$.images[0]"))
+
+
 def test_truncation_drops_old_turns_with_their_images():
     def turn(text: str, image: ImagePart) -> Message:
         return Message(role="user", content=text, parts=[image, TextPart(text=text)])
