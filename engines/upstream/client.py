@@ -28,7 +28,7 @@ from engines.errors import (
 )
 from engines.log import emit
 from engines.upstream.replicas import NoReplica, Replica, ReplicaPool
-from engines.upstream.wire import StreamDecoder, request_body
+from engines.upstream.wire import StreamDecoder, quoted, request_body
 from schemas.canonical import ChatRequest, Output
 from schemas.events import UpstreamFailed
 
@@ -167,7 +167,7 @@ class Upstream:
                     try:
                         outputs = decoder.feed(msgspec.json.decode(data))
                     except msgspec.DecodeError:
-                        raise Failure(f"the upstream sent bad JSON: {data[:200]!r}") from None
+                        raise Failure(f"the upstream sent bad JSON: {quoted(data[:200])}") from None
                     except UpstreamError as error:
                         raise Failure(error.message) from None
                     if decoder.progress != progress:
@@ -276,7 +276,7 @@ async def _status_failure(response: httpx.Response) -> Failure:
         message = raw.decode(errors="replace")
     retry = response.headers.get("retry-after")
     return Failure(
-        f"the upstream answered {response.status_code}: {str(message)[:300]}",
+        f"the upstream answered {response.status_code}: {quoted(message)}",
         status=response.status_code,
         retry=float(retry) if retry and retry.isdigit() else None,
     )

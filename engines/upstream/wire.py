@@ -3,6 +3,7 @@ the replica's server-sent chunks become canonical outputs, with its usage as the
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from engines.errors import UpstreamError
@@ -101,6 +102,18 @@ def request_body(
 CHARS_PER_TOKEN = 16
 
 
+# How much of a replica's own error text a client and the log are told.
+MAX_QUOTED = 300
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+
+
+def quoted(text: Any) -> str:
+    """A replica's error text as the gateway repeats it: one line, no control characters,
+    at most `MAX_QUOTED` characters (secrets are taken out by the log's redactor)."""
+    text = _CONTROL.sub(" ", str(text)).strip()
+    return text if len(text) <= MAX_QUOTED else text[:MAX_QUOTED] + "…"
+
+
 def _text(value: Any, field: str) -> str:
     """A text field of a chunk: a string, or nothing; anything else is the replica's fault."""
     if value is None:
@@ -162,7 +175,7 @@ class StreamDecoder:
         if "error" in chunk:
             error = chunk["error"]
             message = error.get("message", error) if isinstance(error, dict) else error
-            raise UpstreamError(f"the upstream failed mid-stream: {message!s:.300}")
+            raise UpstreamError(f"the upstream failed mid-stream: {quoted(message)}")
         if isinstance(usage := chunk.get("usage"), dict):
             try:
                 self.prompt_tokens = int(usage.get("prompt_tokens") or 0)

@@ -76,7 +76,10 @@ class HostileReplica:
                 self._chunk("[DONE]")
 
             def _leaky(self) -> None:
-                text = "bad key: bearer upkey-SECRET-0123456789 " + "x" * 5000
+                text = (
+                    "bad key: bearer UPKEY-SECRET-0123456789 (authorization: BEARER "
+                    "tok-unknown-987654321)\n\x1b[31m" + "x" * 5000
+                )
                 self._send(500, json.dumps({"error": {"message": text}}).encode())
 
             def _fine(self) -> None:

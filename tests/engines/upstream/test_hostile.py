@@ -13,6 +13,7 @@ from conftest import free_port
 from hostile import HostileReplica
 
 HELLO = [{"role": "user", "content": "hello"}]
+LEAKY_KEY = "upkey-secret-0123456789"
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +40,7 @@ def config(hostile: HostileReplica, other: str) -> str:
         upstream: {{urls: [{hostile.url}, {other}], model: objecty, check_interval: 1h}}
       - id: leaky
         engine: upstream
-        upstream: {{urls: [{hostile.url}], check_interval: 1h}}
+        upstream: {{urls: [{hostile.url}], check_interval: 1h, api_key: {LEAKY_KEY}}}
       - id: nowhere
         engine: upstream
         upstream: {{urls: ["http://user:pw@127.0.0.1:{free_port()}/v1"], timeout: 2s}}
@@ -125,3 +126,18 @@ def test_no_healthy_replica_names_the_replicas_and_why(front):
     assert "pw" not in message.replace("upstream", "")  # the URL's password is not shown
     summary = [e for e in front.events("request_finished") if e["status"] == 503]
     assert summary and "http://127.0.0.1:" in json.dumps(summary[-1])
+
+
+def test_an_upstreams_error_text_is_redacted_and_capped(front):
+    """The replica quotes the key it was sent (in another case) and a bearer token the
+    gateway never knew, in 5,000 characters: neither reaches the client or the log."""
+    body = {"model": "leaky", "messages": HELLO, "max_tokens": 8}
+    answer = httpx.post(f"{front.url}/v1/chat/completions", json=body, timeout=15)
+    assert answer.status_code == 502
+    message = answer.json()["error"]["message"]
+    assert "answered 500" in message and len(message) < 500
+    assert "\x1b" not in message and "\n" not in message
+    log = front.log.read_text()
+    for secret in ("0123456789", "987654321"):
+        assert secret not in message and secret not in log
+    assert "bearer ***" in message and "BEARER ***" in message
