@@ -34,6 +34,7 @@ REDACTED = "***"
 # Values read from the environment shorter than this are not taken for secrets: a port or
 # a flag redacted would garble every line, and a secret that short protects nothing.
 MIN_ENV_SECRET = 8
+SECRET_ENV_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
 
 # A bearer token anywhere in a text, in any case (an upstream's error quoting the header it
 # was sent): the scheme stays, the token goes, whether the gateway knew it or not.
@@ -106,6 +107,14 @@ def config_secrets(config: GatewayConfig, path: Path | None) -> set[str]:
         found.add(hf_token)
     # The keys the gateway itself sends to upstream replicas (engine upstream).
     found |= {m.upstream.api_key for m in config.models if m.upstream}
+    # What a process model's server is given under a secret's name (`OPENAI_API_KEY: sk-…`).
+    found |= {
+        value
+        for m in config.models
+        if m.process
+        for name, value in m.process.env.items()
+        if SECRET_ENV_NAME.search(name) and len(value) >= MIN_ENV_SECRET
+    }
     try:
         text = path.read_text(encoding="utf-8") if path else ""
     except OSError:
