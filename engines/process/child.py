@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import sys
 import time
@@ -21,8 +22,42 @@ LOG_RATE = 20.0  # lines a second, on average, past the burst
 TAIL_LINES = 20  # the last lines kept, to say why a start failed
 
 
+# What a server inherits of the gateway's environment: what a program needs to run and find
+# its files, nothing that could hold a key (API keys, the admin key, HF_TOKEN stay here).
+# Everything else it needs is said in `process.env`.
+INHERITED = (
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM",
+    "TMPDIR", "TMP", "TEMP", "XDG_CACHE_HOME", "HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE",
+)  # fmt: skip
+# An option whose value is masked where a command line is shown (`--api-key X`, `--token=X`).
+SECRET_OPTION = re.compile(r"^-{1,2}[\w-]*(key|token|secret|password|passwd|auth)[\w-]*$", re.I)
+MASK = "***"
+
+
 def fill_port(text: str, port: int) -> str:
     return text.replace("${PORT}", str(port))
+
+
+def server_environment(env: dict[str, str], port: int) -> dict[str, str]:
+    """The server's environment: `INHERITED` and every `LC_*` of the gateway's, then `env`."""
+    kept = {k: v for k, v in os.environ.items() if k in INHERITED or k.startswith("LC_")}
+    return kept | {k: fill_port(v, port) for k, v in env.items()}
+
+
+def shown_command(command: list[str]) -> str:
+    """`command` as events show it: the value of an option named like a secret masked."""
+    shown: list[str] = []
+    masking = False  # the part before was a secret option: this one is its value
+    for part in command:
+        name, eq, _ = part.partition("=")
+        if masking:
+            shown.append(MASK)
+        elif eq and SECRET_OPTION.match(name):
+            shown.append(f"{name}={MASK}")
+        else:
+            shown.append(part)
+        masking = not masking and not eq and bool(SECRET_OPTION.match(part))
+    return " ".join(shown)
 
 
 class LogLimiter:
@@ -71,7 +106,7 @@ class ServerProcess:
     ) -> ServerProcess:
         """Start `command` (with `${PORT}` filled in) under the keeper, in a new group."""
         argv = [fill_port(part, port) for part in command]
-        environ = {**os.environ, **{k: fill_port(v, port) for k, v in env.items()}}
+        environ = server_environment(env, port)
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             str(KEEPER),

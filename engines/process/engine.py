@@ -23,7 +23,7 @@ from engines.backoff import Backoff
 from engines.base import Capabilities, LoadInfo
 from engines.errors import ModelUnavailable
 from engines.log import emit
-from engines.process.child import ServerProcess
+from engines.process.child import ServerProcess, shown_command
 from engines.upstream.engine import UpstreamEngine
 from engines.upstream.loop import LoopThread
 from schemas.config import ModelConfig, UpstreamConfig, seconds, size_bytes
@@ -93,7 +93,7 @@ class ProcessEngine(UpstreamEngine):
             "engine": "process",
             "pid": str(self._server.pid),  # the keeper's, which leads the server's group
             "port": str(self._port),
-            "command": " ".join(self._process.command),
+            "command": shown_command(self._process.command),
         }
 
     async def _start(self) -> None:

@@ -9,10 +9,12 @@ error. Every failure is an `upstream_failed` event naming the replica (never the
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, TypeVar
 
 import httpx
 import msgspec
@@ -26,13 +28,16 @@ from engines.errors import (
 )
 from engines.log import emit
 from engines.upstream.replicas import NoReplica, Replica, ReplicaPool
-from engines.upstream.wire import StreamDecoder, request_body
+from engines.upstream.wire import StreamDecoder, quoted, request_body
 from schemas.canonical import ChatRequest, Output
 from schemas.events import UpstreamFailed
 
 # Statuses that say the request itself is wrong: the client's 400, on any replica alike.
 CLIENT_ERRORS = {400, 413, 422}
 PROBE_TIMEOUT_S = 5.0
+# Lines read past `max_tokens`, for the replica's usage chunk: one that streams on is cut.
+LINES_PAST_CAP = 8
+T = TypeVar("T")
 # httpx logs every request at INFO: the event log is ours alone (one JSON object a line).
 logging.getLogger("httpx").setLevel(logging.WARNING)
 
@@ -80,6 +85,7 @@ class Upstream:
         self.pool = pool
         self._model = model
         self._health = health  # a fixed health path (engine process), else /health or /models
+        self._timeout = timeout
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         slots = len(pool.replicas) * (pool.max_in_flight + 2)
         self._client = httpx.AsyncClient(
@@ -121,36 +127,57 @@ class Upstream:
     async def _attempt(
         self, replica: Replica, path: str, content: bytes, request: ChatRequest
     ) -> AsyncIterator[Output]:
-        decoder = StreamDecoder(show_reasoning=request.reasoning != "off")
+        """One replica's answer. `timeout` is a deadline to its first output and then between
+        outputs: keep-alive comments, empty chunks and trickled bytes do not move it (httpx's
+        own read timeout restarts at every byte)."""
+        decoder = StreamDecoder(
+            show_reasoning=request.reasoning != "off", max_tokens=request.max_tokens
+        )
+        loop = asyncio.get_running_loop()
         sent = time.perf_counter()
         first: float | None = None
+        deadline = loop.time() + self._timeout
         headers = {"content-type": "application/json", "accept": "text/event-stream"}
         try:
-            async with self._client.stream(
-                "POST", replica.base + path, content=content, headers=headers
-            ) as response:
+            async with contextlib.AsyncExitStack() as stack:
+                opening = self._client.stream(
+                    "POST", replica.base + path, content=content, headers=headers
+                )
+                response = await _by(deadline, stack.enter_async_context(opening))
                 if response.status_code != 200:
-                    raise await _status_failure(response)
-                done = False
-                async for line in response.aiter_lines():
+                    raise await _by(deadline, _status_failure(response))
+                lines = response.aiter_lines()
+                done, past_cap = False, 0
+                while not done:
+                    try:
+                        line = await _by(deadline, anext(lines))
+                    except StopAsyncIteration:
+                        break
+                    if decoder.capped:
+                        past_cap += 1
+                        if past_cap > LINES_PAST_CAP:
+                            break
                     if not line.startswith("data:"):
                         continue  # blank separators, `:` keep-alive comments, `event:` lines
                     data = line[5:].strip()
                     if data == "[DONE]":
                         done = True
                         break
+                    progress = decoder.progress
                     try:
                         outputs = decoder.feed(msgspec.json.decode(data))
                     except msgspec.DecodeError:
-                        raise Failure(f"the upstream sent bad JSON: {data[:200]!r}") from None
+                        raise Failure(f"the upstream sent bad JSON: {quoted(data[:200])}") from None
                     except UpstreamError as error:
                         raise Failure(error.message) from None
+                    if decoder.progress != progress:
+                        deadline = loop.time() + self._timeout
                     for output in outputs:
                         first = first or time.perf_counter()
                         yield output
                 if not done and decoder.stop_reason is None:
                     raise Failure("the upstream's stream ended before the answer did")
-        except httpx.TimeoutException:
+        except (httpx.TimeoutException, TimeoutError):
             raise Failure("the upstream did not answer in time", kind="timeout") from None
         except httpx.TransportError as error:
             what = "could not be reached" if first is None else "broke off"
@@ -182,7 +209,8 @@ class Upstream:
                 error.retry_after = self.pool.retry_after()  # when a replica is next probed
             return error
         return UpstreamUnavailable(
-            f"model {self.model_id!r}: no upstream replica is healthy right now; retry",
+            f"model {self.model_id!r}: no upstream replica is healthy right now "
+            f"({self.pool.down()}); retry",
             retry_after=self.pool.retry_after(),
         )
 
@@ -217,11 +245,12 @@ class Upstream:
         except NoReplica:
             raise self._none_left(None) from None
         try:
-            response = await self._client.post(replica.base + path, json=body)
+            deadline = asyncio.get_running_loop().time() + self._timeout
+            response = await _by(deadline, self._client.post(replica.base + path, json=body))
             if response.status_code != 200:
                 raise (await _status_failure(response)).public(self.model_id)
             return response.json()
-        except httpx.TimeoutException:
+        except (httpx.TimeoutException, TimeoutError):
             raise UpstreamTimeout(f"model {self.model_id!r}: the upstream timed out") from None
         except httpx.HTTPError as error:
             raise UpstreamUnavailable(
@@ -229,6 +258,11 @@ class Upstream:
             ) from None
         finally:
             await self.pool.release(replica)
+
+
+async def _by(deadline: float, work: Awaitable[T]) -> T:
+    """`work`'s result, or TimeoutError once the loop's clock passes `deadline`."""
+    return await asyncio.wait_for(work, max(0.0, deadline - asyncio.get_running_loop().time()))
 
 
 async def _status_failure(response: httpx.Response) -> Failure:
@@ -242,7 +276,7 @@ async def _status_failure(response: httpx.Response) -> Failure:
         message = raw.decode(errors="replace")
     retry = response.headers.get("retry-after")
     return Failure(
-        f"the upstream answered {response.status_code}: {str(message)[:300]}",
+        f"the upstream answered {response.status_code}: {quoted(message)}",
         status=response.status_code,
         retry=float(retry) if retry and retry.isdigit() else None,
     )

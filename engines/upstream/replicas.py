@@ -53,6 +53,7 @@ class Replica:
         self.failures = 0
         self.picked = 0  # the pick counter when it last served: fairness on ties
         self.health_path: str | None = None  # learnt on the first probe
+        self.reason: str | None = None  # why it is out of rotation, while it is
 
 
 class NoReplica(Exception):
@@ -104,6 +105,7 @@ class ReplicaPool:
 
     async def mark_down(self, replica: Replica, reason: str) -> None:
         replica.down_until = time.monotonic() + self.cooldown
+        replica.reason = reason
         if replica.up or not replica.checked:
             replica.up, replica.checked = False, True
             down = ReplicaDown(model=self.model_id, replica=replica.name, reason=reason)
@@ -111,11 +113,17 @@ class ReplicaPool:
         await self._notify()
 
     async def mark_up(self, replica: Replica) -> None:
-        replica.failures = 0
+        replica.failures, replica.reason = 0, None
         if not replica.up:
             replica.up, replica.checked = True, True
             emit(ReplicaUp(model=self.model_id, replica=replica.name))
         await self._notify()
+
+    def down(self, most: int = 8) -> str:
+        """The replicas out of rotation and why, for an error (named without credentials)."""
+        out = [r for r in self.replicas if not r.up]
+        said = "; ".join(f"{r.name}: {r.reason or 'not checked yet'}" for r in out[:most])
+        return said + (f"; and {len(out) - most} more" if len(out) > most else "")
 
     def due(self, replica: Replica) -> bool:
         """Whether a health check should probe `replica` now (in rotation, or rested)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable
 from contextvars import ContextVar
@@ -33,13 +34,19 @@ REDACTED = "***"
 # Values read from the environment shorter than this are not taken for secrets: a port or
 # a flag redacted would garble every line, and a secret that short protects nothing.
 MIN_ENV_SECRET = 8
+SECRET_ENV_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
+
+# A bearer token anywhere in a text, in any case (an upstream's error quoting the header it
+# was sent): the scheme stays, the token goes, whether the gateway knew it or not.
+BEARER = re.compile(r"(?i)\b(bearer)(\s+)[A-Za-z0-9\-._~+/]{8,}=*")
 
 # The Authorization / x-api-key values the current request presented, right or wrong.
 PRESENTED: ContextVar[tuple[str, ...]] = ContextVar("presented_secrets", default=())
 
 
 class Redactor:
-    """Replaces every known secret inside every string of an event with `***`.
+    """Replaces every known secret (in any case) and every bearer token inside every string
+    of an event with `***`.
 
     Known secrets: the API keys and the admin key of the config in force, the values the
     config read from `${VAR}` (MIN_ENV_SECRET characters or more), and the keys the current
@@ -67,11 +74,14 @@ class Redactor:
         return self._ordered
 
     def redact(self, text: str) -> str:
-        """`text` with every known secret (and the request's presented keys) replaced."""
+        """`text` with every known secret (and the request's presented keys) replaced, in
+        any case (a server may echo a key upper-cased), and every bearer token."""
+        lowered = text.lower()
         for secret in (*self.secrets(), *PRESENTED.get()):
-            if secret and secret in text:
-                text = text.replace(secret, REDACTED)
-        return text
+            if secret and secret.lower() in lowered:
+                text = re.sub(re.escape(secret), REDACTED, text, flags=re.IGNORECASE)
+                lowered = text.lower()
+        return BEARER.sub(rf"\1\2{REDACTED}", text)
 
     def __call__(self, _logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:
         """The structlog processor: walks every value of the event."""
@@ -97,6 +107,14 @@ def config_secrets(config: GatewayConfig, path: Path | None) -> set[str]:
         found.add(hf_token)
     # The keys the gateway itself sends to upstream replicas (engine upstream).
     found |= {m.upstream.api_key for m in config.models if m.upstream}
+    # What a process model's server is given under a secret's name (`OPENAI_API_KEY: sk-…`).
+    found |= {
+        value
+        for m in config.models
+        if m.process
+        for name, value in m.process.env.items()
+        if SECRET_ENV_NAME.search(name) and len(value) >= MIN_ENV_SECRET
+    }
     try:
         text = path.read_text(encoding="utf-8") if path else ""
     except OSError:
