@@ -9,7 +9,7 @@ import msgspec
 from litestar import Request
 
 from engines.errors import BadRequest, UnsupportedMediaType
-from gateway.http.limits import check_images, check_json_depth
+from gateway.http.limits import check_images, check_json_depth, check_schema_bytes
 from gateway.http.whole import INT_GOT_FLOAT, decode_whole
 
 T = TypeVar("T")
@@ -61,11 +61,16 @@ async def decode_body(request: Request, schema: type[T]) -> T:
         if IMAGE_PART.search(body):  # count and measure images before any adapter refuses them
             check_images(msgspec.json.decode(body), limits)
         try:
-            return msgspec.json.decode(body, type=schema)
+            data = msgspec.json.decode(body, type=schema)
         except msgspec.ValidationError as error:
             if not INT_GOT_FLOAT.match(str(error)):
                 raise
-        return decode_whole(body, schema)  # `"seed": 5.0` is 5; 5.5 is refused by name
+        else:
+            check_schema_bytes(data, limits.max_tool_schema_bytes)
+            return data
+        data = decode_whole(body, schema)  # `"seed": 5.0` is 5; 5.5 is refused by name
+        check_schema_bytes(data, limits.max_tool_schema_bytes)
+        return data
     except msgspec.ValidationError as error:
         raise BadRequest(f"invalid request: {error}") from None
     except msgspec.DecodeError as error:
