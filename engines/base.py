@@ -26,6 +26,7 @@ class LoadInfo(msgspec.Struct, frozen=True, kw_only=True):
     memory_bytes: int  # weights plus the KV cache reserved for `context` tokens
     context: int
     trained_context: int | None = None
+    dimensions: int | None = None  # an embedding model's vector size
     detail: dict[str, str] = {}
 
 

@@ -47,6 +47,16 @@ class BadRequest(GatewayError):
     pass
 
 
+class DimensionsUnavailable(BadRequest):
+    """`dimensions` asked of an embedding model whose vectors have another size."""
+
+    def __init__(self, model: str, size: int) -> None:
+        super().__init__(
+            f"$.dimensions: model {model!r} makes {size}-dimensional vectors "
+            f"and cannot shorten them; omit dimensions or send {size}"
+        )
+
+
 class ContextOverflow(BadRequest):
     """A prompt that does not fit the model's context window."""
 

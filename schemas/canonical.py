@@ -176,6 +176,8 @@ class EmbedRequest(msgspec.Struct, frozen=True, kw_only=True):
     inputs: list[str]
     # Cut inputs longer than the model's window (sentence-transformers does); False: refuse.
     truncate: bool = True
+    # The vector size the client asked for: an engine refuses another before any work.
+    dimensions: int | None = None
 
 
 StopReason = Literal["stop", "length", "stop_string", "tool_calls", "cancelled"]

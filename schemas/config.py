@@ -100,6 +100,9 @@ class LimitsConfig(Strict):
     max_json_depth: Annotated[int, Meta(ge=2, le=1000)] = 64
     max_images: Annotated[int, Meta(ge=0)] = 8
     max_image_pixels: PositiveInt = 25_000_000
+    # Tool declarations and output schemas of one request, as JSON: checking and compiling
+    # them is CPU the whole process shares (the GIL), so their size is bounded.
+    max_tool_schema_bytes: ByteSize = "512KiB"
     # Connections held at once; more get a 503 at once. None: the open-file limit, less a
     # reserve for model files and logs. Read at start.
     max_connections: PositiveInt | None = None

@@ -25,7 +25,7 @@ from engines.embed.bert import (
     read_json,
     read_pooling,
 )
-from engines.errors import BadRequest, GatewayError, SourceError
+from engines.errors import BadRequest, DimensionsUnavailable, GatewayError, SourceError
 from engines.mlx.isolated import refuse_isolation
 from engines.mlx.kit.memory import release_buffers
 from engines.mlx.kit.weights import weight_bytes
@@ -54,6 +54,7 @@ class EmbeddingEngine:
         self._counter: Tokenizer | None = None  # never truncates: real lengths
         self._pooling = Pooling()
         self._window = 0
+        self._dimensions = 0
 
     def estimate_memory(self) -> int:
         """The weights' size on disk: they load as stored (float32), and there is no KV cache."""
@@ -99,10 +100,12 @@ class EmbeddingEngine:
         load_weights(encoder, path)
         mx.eval(encoder.parameters())
         self._encoder, self._tokenizer, self._counter = encoder, tokenizer, counter
-        self._pooling, self._window = pooling, window
+        self._pooling, self._window, self._dimensions = pooling, window, args.hidden_size
         memory = weight_bytes(encoder)
         detail = {"path": str(path), "task": "embed", "dimensions": str(args.hidden_size)}
-        return LoadInfo(memory_bytes=memory, context=window, detail=detail)
+        return LoadInfo(
+            memory_bytes=memory, context=window, dimensions=args.hidden_size, detail=detail
+        )
 
     def open_batch(self) -> Batch:
         """The empty batch a runner's thread opens before it takes any job, embeddings too
@@ -114,6 +117,9 @@ class EmbeddingEngine:
         import mlx.core as mx
 
         started = time.perf_counter()
+        # Before any input is read: a model loaded after the job queued refuses it here.
+        if request.dimensions is not None and request.dimensions != self._dimensions:
+            raise DimensionsUnavailable(self._config.id, self._dimensions)
         if not request.truncate:
             self._refuse_overlong(request.inputs)
         ids = [e.ids for e in self._tokenizer.encode_batch(request.inputs)]

@@ -83,6 +83,7 @@ class Loader:
         self.download: FileProgress | None = None  # the file arriving now, while DOWNLOADING
         self.source_detail: dict[str, str] = {}  # the hub revision and commit, once fetched
         self.context: int | None = None
+        self.dimensions: int | None = None  # an embedding model's, known once it loaded
         self.memory_bytes = 0
         self.last_used = time.monotonic()
         # Ollama's `keep_alive`: the idle seconds the latest Ollama request asked for (inf:
@@ -250,6 +251,7 @@ class Loader:
         self.state = EngineState.READY
         self._backoff.reset()
         self.context, self.memory_bytes = info.context, info.memory_bytes
+        self.dimensions = info.dimensions
         if self._budget:
             self._budget.hold(self._resident, info.memory_bytes)
         emit(

@@ -100,6 +100,11 @@ class Runner:
         return self._loader.context
 
     @property
+    def dimensions(self) -> int | None:
+        """An embedding model's vector size, once it has loaded (None before, or for chat)."""
+        return self._loader.dimensions
+
+    @property
     def memory_bytes(self) -> int:
         return self._loader.memory_bytes
 

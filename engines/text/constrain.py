@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from engines.errors import BadRequest
@@ -49,6 +50,10 @@ class Plan:
     after: bytes | None = None
 
 
+# Compiled grammars kept, by schema text (bounded: each is at most the request's schema cap).
+GRAMMAR_CACHE = 256
+
+
 def _llguidance():
     import llguidance
 
@@ -76,14 +81,20 @@ def _check(grammar: str, field: str, tokenizer=None) -> str:
 
 def format_grammar(output: OutputFormat) -> str:
     """The grammar of a JSON answer; a schema llguidance cannot enforce is a 400 naming it."""
-    llg = _llguidance()
     if output.schema is not None and not isinstance(output.schema, dict):
         raise BadRequest(f"{output.field}: a JSON Schema must be an object")
+    return _compiled(json.dumps(_schema(output.schema)), output.field)
+
+
+@lru_cache(maxsize=GRAMMAR_CACHE)
+def _compiled(schema: str, field: str) -> str:
+    """The checked grammar of a schema (its JSON text): a client resending the same tools
+    pays for the compile once. A refusal raises, so it is never cached."""
     try:
-        grammar = llg.LLMatcher.grammar_from_json_schema(_schema(output.schema))
+        grammar = _llguidance().LLMatcher.grammar_from_json_schema(schema)
     except ValueError as error:
-        raise BadRequest(f"{output.field}: not a JSON Schema: {error}") from None
-    return _check(grammar, output.field)
+        raise BadRequest(f"{field}: not a JSON Schema: {error}") from None
+    return _check(grammar, field)
 
 
 def check_request(request: ChatRequest) -> None:

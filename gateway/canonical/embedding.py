@@ -7,8 +7,9 @@ Both protocols map to one canonical `EmbedRequest`, run on the model's runner li
 from __future__ import annotations
 
 from litestar import Request
+from msgspec.structs import replace
 
-from engines.errors import BadRequest
+from engines.errors import DimensionsUnavailable
 from gateway.control.registry import Route
 from gateway.http.streaming import unless_client_leaves
 from schemas.canonical import Embedded, EmbedRequest
@@ -17,17 +18,21 @@ from schemas.canonical import Embedded, EmbedRequest
 async def embed(
     request: Request, route: Route, embed: EmbedRequest, dimensions: int | None
 ) -> Embedded:
-    """Queue the job on the model's runner and wait for its one `Embedded` output."""
+    """Queue the job on the model's runner and wait for its one `Embedded` output.
+
+    A `dimensions` the model cannot give is refused before the job queues when the model's
+    size is known (it has loaded), else by the engine before it reads any input.
+    """
     runner = route.runner
-    results = runner.results(runner.submit(embed))
+    known = runner.dimensions
+    if dimensions is not None and known is not None and dimensions != known:
+        raise DimensionsUnavailable(route.served, known)
+    results = runner.results(runner.submit(replace(embed, dimensions=dimensions)))
     try:
         embedded = await unless_client_leaves(request, anext(results))
     finally:
         await results.aclose()
     size = len(embedded.vectors[0]) if embedded.vectors else None
     if dimensions is not None and size is not None and dimensions != size:
-        raise BadRequest(
-            f"$.dimensions: model {route.served!r} makes {size}-dimensional vectors "
-            f"and cannot shorten them; omit dimensions or send {size}"
-        )
+        raise DimensionsUnavailable(route.served, size)  # an engine that does not check
     return embedded

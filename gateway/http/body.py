@@ -9,7 +9,8 @@ import msgspec
 from litestar import Request
 
 from engines.errors import BadRequest, UnsupportedMediaType
-from gateway.http.limits import check_images, check_json_depth
+from gateway.http.limits import check_images, check_json_depth, check_schema_bytes
+from gateway.http.whole import INT_GOT_FLOAT, decode_whole
 
 T = TypeVar("T")
 # A key or type that carries an image in some protocol (`image_url`, `input_image`, an
@@ -47,7 +48,8 @@ async def decode_body(request: Request, schema: type[T]) -> T:
     """The body as `schema`, or `BadRequest` naming what is wrong and where (`$.path`).
 
     litestar's own body parameter converts loosely ("5" would pass as 5); a client that sends
-    the wrong type should hear so.
+    the wrong type should hear so. A whole float in an integer field is that integer, as
+    JSON Schema counts it (`gateway/http/whole.py`).
     """
     require_json(request)  # before the body is read
     body = await request.body()
@@ -58,7 +60,17 @@ async def decode_body(request: Request, schema: type[T]) -> T:
     try:
         if IMAGE_PART.search(body):  # count and measure images before any adapter refuses them
             check_images(msgspec.json.decode(body), limits)
-        return msgspec.json.decode(body, type=schema)
+        try:
+            data = msgspec.json.decode(body, type=schema)
+        except msgspec.ValidationError as error:
+            if not INT_GOT_FLOAT.match(str(error)):
+                raise
+        else:
+            check_schema_bytes(data, limits.max_tool_schema_bytes)
+            return data
+        data = decode_whole(body, schema)  # `"seed": 5.0` is 5; 5.5 is refused by name
+        check_schema_bytes(data, limits.max_tool_schema_bytes)
+        return data
     except msgspec.ValidationError as error:
         raise BadRequest(f"invalid request: {error}") from None
     except msgspec.DecodeError as error:

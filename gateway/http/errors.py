@@ -110,9 +110,15 @@ def should_retry(status: int, error: Exception | None = None) -> str | None:
     return None
 
 
-def protocol_of(path: str) -> str:
-    """Which protocol's envelope an error on `path` is written in."""
+def protocol_of(path: str, anthropic_version: bool = False) -> str:
+    """Which protocol's envelope an error on `path` is written in.
+
+    `/v1/models` serves both OpenAI and Anthropic clients; an Anthropic client says so with
+    `anthropic-version` (`anthropic_version`), and hears its errors in its own shape.
+    """
     if path.startswith("/v1/messages"):
+        return "anthropic"
+    if anthropic_version and path.startswith("/v1/models"):
         return "anthropic"
     if path.startswith("/api/"):
         return "ollama"
@@ -155,7 +161,7 @@ def error_response(request: Request, error: Exception) -> Response:
         status, message, kind = 500, unexpected(error, _where(request)), "server_error"
     if should_retry(status, error):
         headers["x-should-retry"] = "false"
-    protocol = protocol_of(request.url.path)
+    protocol = protocol_of(request.url.path, "anthropic-version" in request.headers)
     if protocol == "anthropic" and isinstance(error, e.ContextOverflow):
         message = anthropic_overflow(error)
     message = current_redactor().redact(message)  # an error body never echoes a key back

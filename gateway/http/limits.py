@@ -195,3 +195,28 @@ class HeaderLimitH11(H11Protocol):
             b"connection: close\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
         )
         self.transport.close()
+
+
+# Request fields that carry client schemas (tool declarations, JSON output formats), in
+# every protocol's request struct that has them.
+SCHEMA_FIELDS = ("tools", "response_format", "format", "text", "output_format", "output_config")
+
+
+def check_schema_bytes(data: object, limit: str | int) -> None:
+    """`BadRequest` when the request's tool and output schemas, as JSON, pass `limit` bytes.
+
+    They are checked (jsonschema) and compiled (llguidance) before the request queues, on a
+    worker thread that still holds the GIL for much of it: 1.4 MiB of them stalled every
+    other request by a second. Measured on the decoded request, so it costs one encode.
+    """
+    sizes = {}
+    for name in SCHEMA_FIELDS:
+        value = getattr(data, name, None)
+        if value is not None and not isinstance(value, str):
+            sizes[name] = len(msgspec.json.encode(value))
+    if sum(sizes.values()) > size_bytes(limit):
+        found = ", ".join(f"$.{name} {size} bytes" for name, size in sizes.items() if size)
+        raise BadRequest(
+            f"{found}: tool and output schemas may take at most {limit} per request "
+            "(server.limits.max_tool_schema_bytes); declare fewer or smaller tools"
+        )

@@ -29,7 +29,9 @@ async def send_error(
     The message is recorded for the request's `request_finished` line as handlers' errors are.
     """
     scope.setdefault("state", {})["error"] = message
-    body = msgspec.json.encode(error_body(protocol_of(scope["path"]), status, message, kind))
+    anthropic = any(name == b"anthropic-version" for name, _ in scope["headers"])
+    protocol = protocol_of(scope["path"], anthropic)
+    body = msgspec.json.encode(error_body(protocol, status, message, kind))
     if should_retry(status):
         headers = [*headers, (b"x-should-retry", b"false")]
     await send(

@@ -68,3 +68,14 @@ def test_version_is_the_ollama_api_version_matched(gateway):
     response = httpx.get(f"{gateway.url}/api/version")
     assert response.json() == {"version": "0.12.11"}
     assert response.headers["x-gateway-version"] == "0.1.0"
+
+
+def test_anthropic_clients_hear_an_unknown_model_in_their_own_envelope(gateway):
+    headers = {"anthropic-version": "2023-06-01"}
+    response = httpx.get(f"{gateway.url}/v1/models/nope", headers=headers)
+    assert response.status_code == 404
+    body = response.json()
+    assert body["type"] == "error" and body["error"]["type"] == "not_found_error", body
+    assert "'nope' not found" in body["error"]["message"]
+    openai_body = httpx.get(f"{gateway.url}/v1/models/nope").json()
+    assert openai_body["error"]["type"] == "not_found_error" and "param" in openai_body["error"]

@@ -245,3 +245,14 @@ async def test_memory_cached_by_a_burst_is_given_back_when_the_runner_goes_idle(
     assert runner.running == 0
     assert mx.get_cache_memory() == 0
     await runner.stop("test")
+
+
+def test_a_size_it_cannot_give_is_refused_before_any_input_is_read(engine, monkeypatch):
+    def no_reading(*args, **kwargs):
+        raise AssertionError("the inputs were tokenized")
+
+    monkeypatch.setattr(engine._tokenizer, "encode_batch", no_reading)
+    monkeypatch.setattr(engine._counter, "encode_batch", no_reading)
+    request = EmbedRequest(inputs=[FOOD] * 2048, dimensions=1, truncate=False)
+    with pytest.raises(BadRequest, match=r"\$\.dimensions: .*384-dimensional"):
+        engine.embed(request)

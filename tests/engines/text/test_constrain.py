@@ -10,6 +10,7 @@ import pytest
 
 from engines.errors import BadRequest
 from engines.scripted import ConstraintViolated, ScriptedEngine
+from engines.text import constrain
 from engines.text.constrain import check_request, plan_for
 from schemas.canonical import (
     ChatRequest,
@@ -190,3 +191,20 @@ def test_a_model_that_opens_its_own_think_block_thinks_freely_first():
     assert feed(state, '{"name": "Ada", "age": 3, "mood": "sad"}') and state.accepting()
     state = ConstraintState(plan, tokenizer, may_think=(257, b"</think>"))
     assert not feed(state, "no thinking, no JSON")  # without the think token: the grammar
+
+
+def test_a_schema_sent_again_is_compiled_once(monkeypatch):
+    import llguidance
+
+    calls = []
+    compile_schema = llguidance.LLMatcher.grammar_from_json_schema
+
+    def counting(schema, *args, **kwargs):
+        calls.append(schema)
+        return compile_schema(schema, *args, **kwargs)
+
+    monkeypatch.setattr(llguidance.LLMatcher, "grammar_from_json_schema", counting)
+    schema = {"type": "object", "properties": {"cache_probe_7": {"type": "integer"}}}
+    first = constrain.format_grammar(OutputFormat(schema=schema, field="$.response_format"))
+    again = constrain.format_grammar(OutputFormat(schema=dict(schema), field="$.response_format"))
+    assert first == again and len(calls) == 1
