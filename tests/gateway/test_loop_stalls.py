@@ -12,7 +12,7 @@ import time
 import httpx
 from conftest import REPO, free_port, serving
 
-FILLERS = 400  # enough models that parsing the file takes about a second
+FILLERS = 1000  # enough models that a reload takes the better part of a second
 WORDS = 120
 
 
