@@ -196,8 +196,10 @@ def fetch(
 ) -> Snapshot:
     """Make `source` local: the cached snapshot when there is one, else download it.
 
-    `refresh` (for `gateway pull`) asks the Hub what a branch points at now even when a
-    snapshot is cached. `progress` gets each file's bytes as they arrive; `bar(file)` is
+    `refresh` (`gateway pull`, the admin's `/api/pull`) asks the Hub what a branch points at
+    now even when a snapshot is cached; without it a branch stays at the commit the cache
+    last resolved it to (a half-downloaded one is finished), and only a branch never
+    fetched is resolved. `progress` gets each file's bytes as they arrive; `bar(file)` is
     the progress-bar class for one file (default: huggingface_hub's own tqdm).
     Offline (`offline`, or HF_HUB_OFFLINE=1) fetches nothing. Raises `SourceError`.
     """
@@ -214,6 +216,8 @@ def fetch(
             "not in the Hugging Face cache and the gateway is offline (server.offline or "
             "HF_HUB_OFFLINE=1); run `gateway pull` with network access first",
         )
+    if not refresh and not spec.pinned and (known := _cached_commit(spec)):
+        spec = spec._replace(revision=known)  # finish what the branch last resolved to
     try:
         return _download(model_id, spec, token, progress, bar)
     except SourceError:

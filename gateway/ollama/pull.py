@@ -19,6 +19,7 @@ from engines.pulls import PullPool, PullStopped
 from engines.sources.hub import Snapshot, fetch, is_hub_source, parse_hub_source
 from engines.sources.hub_client import FileProgress
 from gateway.control.registry import Generation
+from gateway.http.auth import admin_refusal
 from gateway.http.body import decode_body
 from gateway.http.streaming import unless_client_leaves
 from gateway.ollama.models import json_reply, local_name
@@ -33,9 +34,13 @@ def _encode(line: wire.PullProgress) -> bytes:
     return msgspec.json.encode(line) + b"\n"
 
 
-@post("/api/pull", status_code=200)
+@post("/api/pull", status_code=200, opt={"admin_too": True})
 async def pull(request: Request, generation: Generation) -> Response | Stream:
-    """Download a declared `hf:` model into the cache now (nothing is loaded)."""
+    """Download a declared `hf:` model into the cache now (nothing is loaded).
+
+    A branch-tracked model moves to the branch's newest commit only for the admin: any
+    other caller fetches the commit it serves now (the one the cache last resolved).
+    """
     data = await decode_body(request, wire.PullRequest)
     if not (data.model or data.name):
         raise BadRequest("$.model: name the model to pull")
@@ -52,7 +57,8 @@ async def pull(request: Request, generation: Generation) -> Response | Stream:
     generation.resolve(name)  # a key limited to other models may not pull this one
     model = generation.models[model_id]
     offline = generation.config.server.offline
-    lines = _start(model, offline, generation, request.app.state.pulls)  # 429: all busy
+    move = admin_refusal(request) is None
+    lines = _start(model, offline, move, generation, request.app.state.pulls)  # 429: all busy
     if data.stream:
         return Stream(lines, media_type=NDJSON)
     last = await unless_client_leaves(request, _last(lines))  # a client gone stops its pull
@@ -62,7 +68,7 @@ async def pull(request: Request, generation: Generation) -> Response | Stream:
 
 
 def _start(
-    model: ModelConfig, offline: bool, generation: Generation, pulls: PullPool
+    model: ModelConfig, offline: bool, move: bool, generation: Generation, pulls: PullPool
 ) -> AsyncIterator[bytes]:
     """Start the download on a pull thread (`QueueFull` when none is free); its lines."""
     if not is_hub_source(model.source):  # on disk already (or no weights): nothing to fetch
@@ -84,7 +90,7 @@ def _start(
     def download() -> Snapshot:
         try:
             snapshot = fetch(model.id, model.source, token=model.hf_token, offline=offline,
-                             progress=report, refresh=True)  # fmt: skip
+                             progress=report, refresh=move)  # fmt: skip
             if parse_hub_source(model.id, model.source).file:
                 from engines.sources.resolve import resolve_source
 

@@ -112,3 +112,34 @@ def test_a_pull_whose_client_left_stops_downloading(hub, env, start_gateway, str
     whole = httpx.post(f"{gateway.url}/api/pull", json={"model": "smol", "stream": False},
                        timeout=120)  # fmt: skip
     assert whole.status_code == 200 and whole.json()["status"] == "success"
+
+
+def test_only_the_admin_key_moves_a_branch_to_its_newest_commit(hub, env, start_gateway) -> None:
+    keys = {"Authorization": "Bearer sk-plain-0123456789"}
+    admin = {"Authorization": "Bearer sk-admin-0123456789"}
+    gateway = start_gateway(
+        "server:\n  api_keys: [sk-plain-0123456789]\n  admin_key: sk-admin-0123456789\n" + MODELS,
+        env,
+    )
+
+    def pull(headers: dict[str, str]) -> list[str]:
+        reply = httpx.post(f"{gateway.url}/api/pull", json={"model": "smol"}, headers=headers,
+                           timeout=120)  # fmt: skip
+        assert reply.status_code == 200, reply.text
+        return [line for line in reply.text.splitlines() if "resolved" in line]
+
+    assert pull(keys) == [f'{{"status":"resolved main to {A}"}}']  # not cached: fetched
+    hub.repos["org/smol"].branches["main"] = B  # a new commit on the branch
+    hub.requests.clear()
+    assert pull(keys) == [f'{{"status":"resolved main to {A}"}}']  # what the model serves
+    assert hub.requests == []  # the Hub was not even asked
+    tags = {
+        m["name"]: m for m in httpx.get(f"{gateway.url}/api/tags", headers=keys).json()["models"]
+    }
+    assert tags["smol"]["revision"] == A
+
+    assert pull(admin) == [f'{{"status":"resolved main to {B}"}}']  # the admin moves it
+    tags = {
+        m["name"]: m for m in httpx.get(f"{gateway.url}/api/tags", headers=keys).json()["models"]
+    }
+    assert tags["smol"]["revision"] == B
