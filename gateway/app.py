@@ -16,6 +16,7 @@ from litestar.di import Provide
 
 from engines.errors import ConfigInvalid
 from engines.platform import PlatformPath
+from engines.pulls import PullPool
 from engines.residency import MemoryBudget, auto_budget
 from engines.tasks import Tasks
 from gateway import model_list
@@ -72,6 +73,7 @@ def create_app(
     reloader = Reloader(registry, config_path, platform, budget)
     admission = Admission()
     background = Tasks()
+    pulls = PullPool()  # /api/pull's own threads: downloads never take the default executor's
     feed = EventsFeed()
     admission.on_drain.append(feed.close)
     metrics = Metrics(registry, admission)
@@ -104,6 +106,7 @@ def create_app(
             loop.remove_signal_handler(signal.SIGHUP)
             if watcher:
                 watcher.cancel()
+            pulls.close()
             for runner in registry.current.runners.values():
                 await runner.stop("shutdown")
             log_scope.taps.remove(feed.publish)
@@ -146,6 +149,7 @@ def create_app(
                 "bind_host": bind_host,
                 "log_scope": log_scope,
                 "responses_store": responses_store,
+                "pulls": pulls,
                 # Read at start, like the CORS headers they must agree with.
                 "cors_origins": tuple(config.server.cors_origins),
             }

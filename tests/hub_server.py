@@ -4,7 +4,9 @@
 API, the recursive tree listing, and `resolve/` with HEAD and GET (ETag, X-Repo-Commit,
 Content-Length, Range for resumes), with the Hub's own error codes in `X-Error-Code`
 (RepoNotFound, RevisionNotFound, EntryNotFound, GatedRepo). It can send slowly (`rate`), cut
-a transfer once part-way through (`drop_after`) and logs every request it gets.
+a transfer once part-way through (`drop_after`), stall every request until released
+(`stall()` / `release()`: a Hub that accepts connections and never answers), and logs every
+request it gets and every body its client stopped reading (`abandoned`).
 """
 
 from __future__ import annotations
@@ -56,6 +58,9 @@ class FakeHub:
         self.rate = rate  # bytes per second for file bodies; None: as fast as it goes
         self.drop_after: dict[str, int] = {}  # file path -> cut the next GET after N bytes
         self.requests: list[tuple[str, str, dict[str, str]]] = []
+        self.abandoned: list[str] = []  # file paths whose client went away mid-body
+        self._answering = threading.Event()
+        self._answering.set()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
@@ -66,8 +71,17 @@ class FakeHub:
         return self
 
     def __exit__(self, *_) -> None:
+        self.release()
         self._server.shutdown()
         self._server.server_close()
+
+    def stall(self) -> None:
+        """From now on every request is read and logged, then left unanswered."""
+        self._answering.clear()
+
+    def release(self) -> None:
+        """Answer again, the stalled requests included."""
+        self._answering.set()
 
     def file_requests(self, method: str = "GET") -> list[tuple[str, dict[str, str]]]:
         """(path, headers) of every file request with `method` (resolve/ URLs only)."""
@@ -90,11 +104,12 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
         def _route(self, head: bool) -> None:
             path = unquote(urlparse(self.path).path)
             hub.requests.append((self.command, path, dict(self.headers)))
+            hub._answering.wait()
             parts = path.strip("/").split("/")
             if parts[:2] == ["api", "models"] and len(parts) >= 6:
                 repo, kind, revision = "/".join(parts[2:4]), parts[4], parts[5]
                 if kind == "revision":
-                    return self._info(repo, revision)
+                    return self._info(repo, revision, "blobs=true" in self.path.lower())
                 if kind == "tree":
                     return self._tree(repo, revision)
             if len(parts) >= 5 and parts[2] == "resolve":
@@ -112,11 +127,16 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 return None
             return repo, commit
 
-        def _info(self, repo_id: str, revision: str) -> None:
+        def _info(self, repo_id: str, revision: str, blobs: bool) -> None:
             if (found := self._lookup(repo_id, revision)) is None:
                 return
             repo, commit = found
-            siblings = [{"rfilename": p} for p in repo.commits[commit]]
+            siblings = [{"rfilename": e["path"]} for e in self._entries(repo, commit)]
+            if blobs:  # `?blobs=true`: each file's size, git oid and LFS details
+                for sibling, e in zip(siblings, self._entries(repo, commit), strict=True):
+                    sibling.update(size=e["size"], blobId=e["oid"])
+                    if lfs := e.get("lfs"):
+                        sibling["lfs"] = {**lfs, "sha256": lfs["oid"]}
             gated = "manual" if repo.gated_tokens is not None else False
             self._json({"id": repo_id, "sha": commit, "siblings": siblings, "gated": gated})
 
@@ -124,6 +144,9 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             if (found := self._lookup(repo_id, revision)) is None:
                 return
             repo, commit = found
+            self._json(self._entries(repo, commit))
+
+        def _entries(self, repo: Repo, commit: str) -> list[dict]:
             entries = []
             for name, local in repo.commits[commit].items():
                 size = local.stat().st_size
@@ -135,7 +158,7 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                         "pointerSize": 134,
                     }
                 entries.append(entry)
-            self._json(entries)
+            return entries
 
         def _file(self, repo_id: str, revision: str, name: str, head: bool) -> None:
             if (found := self._lookup(repo_id, revision)) is None:
@@ -185,6 +208,7 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                     try:
                         self.wfile.write(block)
                     except OSError:  # the client went away
+                        hub.abandoned.append(name)
                         return
                     sent += len(block)
                     if hub.rate:

@@ -39,6 +39,7 @@ ALLOW_PATTERNS = (
     "tiktoken.model",
 )
 _TRUE = {"1", "true", "yes", "on"}
+CHUNK_BYTES = 1 << 20  # read per progress report, so a stop lands within one
 
 
 class HubSpec(NamedTuple):
@@ -113,14 +114,10 @@ def cached_snapshot(model_id: str, spec: HubSpec) -> Snapshot | None:
     Complete means every file the engine reads is there: config, tokenizer, every weight
     shard the index lists (files are fetched smallest first, so the weights come last).
     """
-    storage = _storage(spec)
-    commit = spec.revision
-    if not spec.pinned:
-        try:
-            commit = (storage / "refs" / spec.revision).read_text().strip()
-        except OSError:
-            return None
-    snapshot = storage / "snapshots" / commit
+    commit = spec.revision if spec.pinned else _cached_commit(spec)
+    if commit is None:
+        return None
+    snapshot = _storage(spec) / "snapshots" / commit
     if spec.file:
         path = snapshot / spec.file
         return Snapshot(path, commit, path.stat().st_size) if path.is_file() else None
@@ -128,6 +125,15 @@ def cached_snapshot(model_id: str, spec: HubSpec) -> Snapshot | None:
         return None
     files = [p for p in snapshot.rglob("*") if _wanted(str(p.relative_to(snapshot)))]
     return Snapshot(snapshot, commit, sum(p.stat().st_size for p in files if p.is_file()))
+
+
+def _cached_commit(spec: HubSpec) -> str | None:
+    """The commit the cache's `refs/` says a branch or tag resolved to last; None if none."""
+    try:
+        commit = (_storage(spec) / "refs" / spec.revision).read_text().strip()
+    except OSError:
+        return None
+    return commit if COMMIT.fullmatch(commit) else None
 
 
 def model_dir_problem(model_id: str, path: Path) -> str | None:
@@ -190,8 +196,10 @@ def fetch(
 ) -> Snapshot:
     """Make `source` local: the cached snapshot when there is one, else download it.
 
-    `refresh` (for `gateway pull`) asks the Hub what a branch points at now even when a
-    snapshot is cached. `progress` gets each file's bytes as they arrive; `bar(file)` is
+    `refresh` (`gateway pull`, the admin's `/api/pull`) asks the Hub what a branch points at
+    now even when a snapshot is cached; without it a branch stays at the commit the cache
+    last resolved it to (a half-downloaded one is finished), and only a branch never
+    fetched is resolved. `progress` gets each file's bytes as they arrive; `bar(file)` is
     the progress-bar class for one file (default: huggingface_hub's own tqdm).
     Offline (`offline`, or HF_HUB_OFFLINE=1) fetches nothing. Raises `SourceError`.
     """
@@ -208,6 +216,8 @@ def fetch(
             "not in the Hugging Face cache and the gateway is offline (server.offline or "
             "HF_HUB_OFFLINE=1); run `gateway pull` with network access first",
         )
+    if not refresh and not spec.pinned and (known := _cached_commit(spec)):
+        spec = spec._replace(revision=known)  # finish what the branch last resolved to
     try:
         return _download(model_id, spec, token, progress, bar)
     except SourceError:
@@ -223,22 +233,28 @@ def _download(
     progress: Progress | None,
     bar: Callable[[str], type] | None,
 ) -> Snapshot:
-    from huggingface_hub import HfApi, hf_hub_download
-    from huggingface_hub.hf_api import RepoFile
+    from huggingface_hub import HfApi, constants, hf_hub_download
 
     # The transport logs every request at INFO: lines that would break the JSON event stream.
     logging.getLogger("httpx2").setLevel(logging.WARNING)
+    # A transfer is stopped (its client left, its model was removed) from the progress
+    # callback, which runs once per chunk read: 1 MiB instead of the library's 10 MiB makes
+    # that a moment even on a slow link, not many seconds.
+    constants.DOWNLOAD_CHUNK_SIZE = min(constants.DOWNLOAD_CHUNK_SIZE, CHUNK_BYTES)
 
     endpoint = os.environ.get("HF_ENDPOINT") or None
     api = HfApi(endpoint=endpoint, token=token)
-    commit = spec.revision
-    if not spec.pinned:  # a branch or tag: the commit it points at now
-        commit = api.model_info(spec.repo, revision=spec.revision).sha
-    tree = [
-        f
-        for f in api.list_repo_tree(spec.repo, revision=commit, recursive=True)
-        if isinstance(f, RepoFile)
-    ]
+    # The Hub API calls wait forever unless given a timeout, and a stalled Hub would hold
+    # this thread for good: HF_HUB_ETAG_TIMEOUT (default 10 s) is the library's own knob for
+    # such small requests (file bodies wait at most HF_HUB_DOWNLOAD_TIMEOUT between bytes).
+    # The model info with its files' metadata (the listing takes no timeout) also resolves
+    # a branch or tag to the commit it points at now.
+    info = api.model_info(
+        spec.repo, revision=spec.revision, files_metadata=True,
+        timeout=constants.HF_HUB_ETAG_TIMEOUT,
+    )  # fmt: skip
+    commit = spec.revision if spec.pinned else info.sha
+    tree = [_File(s.rfilename, s.size, s.lfs) for s in info.siblings or []]
     if spec.file:
         files = [f for f in tree if f.path == spec.file]
         if not files:
@@ -272,7 +288,15 @@ def _download(
     return found._replace(downloaded=sum(f.size or 0 for f in missing))
 
 
-def _digest(file) -> str | None:
+class _File(NamedTuple):
+    """One file of a commit, as the Hub lists it."""
+
+    path: str
+    size: int | None
+    lfs: object | None  # huggingface_hub's BlobLfsInfo: `sha256`, for the weights
+
+
+def _digest(file: _File) -> str | None:
     """An LFS file's SHA-256 as `sha256:HEX`; None for small files kept in git itself."""
     return f"sha256:{file.lfs.sha256}" if file.lfs is not None else None
 

@@ -12,8 +12,18 @@ import hmac
 from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 
-from engines.errors import Forbidden, Unauthorized
+from engines.errors import Forbidden, GatewayError, Unauthorized
 from gateway.control.keys import ALLOWED_MODELS, key_entries
+from gateway.http.exposure import is_loopback
+
+ADMIN_LOOPBACK_ONLY = (
+    "admin routes answer only on this machine (a loopback peer) while server.admin_key is "
+    "not set; set server.admin_key to reload, load or unload models from elsewhere"
+)
+ADMIN_KEY_MISSING = (
+    "admin routes are closed: server.api_keys is set but server.admin_key is not, and API "
+    "keys do not open admin routes; set server.admin_key to reload, load or unload models"
+)
 
 
 def presented_key(connection: ASGIConnection) -> str | None:
@@ -30,12 +40,34 @@ def same_secret(presented: str | None, secret: str) -> bool:
     return hmac.compare_digest((presented or "").encode(), secret.encode())
 
 
+def admin_refusal(connection: ASGIConnection) -> GatewayError | None:
+    """Why this request is not the admin's, or None when it is.
+
+    With `server.admin_key` set, the admin is who presents it (Bearer or x-api-key). With
+    API keys and no admin key nobody is (403): the gateway is guarded, and no key opens
+    admin actions. With no key at all, a loopback peer is (403 to any other).
+    """
+    server = connection.app.state.registry.current.config.server
+    if server.admin_key is None:
+        if key_entries(server):
+            return Forbidden(ADMIN_KEY_MISSING)
+        # No key at all: the peer's own address is the guard, whatever the bind (the Host
+        # header is the client's to write; the peer address is not).
+        peer = (connection.client.host if connection.client else "").removeprefix("::ffff:")
+        return None if is_loopback(peer) else Forbidden(ADMIN_LOOPBACK_ONLY)
+    if not same_secret(presented_key(connection), server.admin_key):
+        return Unauthorized("admin routes need the admin key (server.admin_key)")
+    return None
+
+
 async def require_api_key(connection: ASGIConnection, handler: BaseRouteHandler) -> None:
     """Litestar guard: when `server.api_keys` is set, every non-public route needs one of them.
 
     Ops reads (`opt={"ops": True}`: metrics, the ops page's data and event feed) show every
     model and every tenant's events: once keys exist they need the admin key, or, where no
-    admin key is set, a key limited to no models. Admin routes are left to their own guard.
+    admin key is set, a key limited to no models. Admin routes are left to their own guard;
+    a route marked `admin_too` (a pull, which the admin may do more with) also takes the
+    admin key.
     Async on purpose: litestar runs a sync guard in a worker thread, whose context would
     not carry `ALLOWED_MODELS` back.
     """
@@ -51,6 +83,8 @@ async def require_api_key(connection: ASGIConnection, handler: BaseRouteHandler)
         if same_secret(key, secret) and key is not None and matched is False:
             matched = models
     admin = bool(server.admin_key and key and same_secret(key, server.admin_key))
+    if admin and handler.opt.get("admin_too"):
+        return
     if handler.opt.get("ops"):
         if admin:
             return

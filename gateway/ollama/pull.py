@@ -6,6 +6,7 @@ streamed as Ollama's progress lines (`pulling manifest`, `downloading FILE` with
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import AsyncIterator
 
@@ -14,10 +15,13 @@ from litestar import Request, Response, post
 from litestar.response import Stream
 
 from engines.errors import BadRequest, DownloadFailed, ModelNotFound, SourceError
-from engines.sources.hub import fetch, is_hub_source, parse_hub_source
+from engines.pulls import PullPool, PullStopped
+from engines.sources.hub import Snapshot, fetch, is_hub_source, parse_hub_source
 from engines.sources.hub_client import FileProgress
 from gateway.control.registry import Generation
+from gateway.http.auth import admin_refusal
 from gateway.http.body import decode_body
+from gateway.http.streaming import unless_client_leaves
 from gateway.ollama.models import json_reply, local_name
 from schemas import ollama as wire
 from schemas.config import ModelConfig
@@ -30,9 +34,13 @@ def _encode(line: wire.PullProgress) -> bytes:
     return msgspec.json.encode(line) + b"\n"
 
 
-@post("/api/pull", status_code=200)
+@post("/api/pull", status_code=200, opt={"admin_too": True})
 async def pull(request: Request, generation: Generation) -> Response | Stream:
-    """Download a declared `hf:` model into the cache now (nothing is loaded)."""
+    """Download a declared `hf:` model into the cache now (nothing is loaded).
+
+    A branch-tracked model moves to the branch's newest commit only for the admin: any
+    other caller fetches the commit it serves now (the one the cache last resolved).
+    """
     data = await decode_body(request, wire.PullRequest)
     if not (data.model or data.name):
         raise BadRequest("$.model: name the model to pull")
@@ -49,73 +57,104 @@ async def pull(request: Request, generation: Generation) -> Response | Stream:
     generation.resolve(name)  # a key limited to other models may not pull this one
     model = generation.models[model_id]
     offline = generation.config.server.offline
-    lines = _progress(model, offline, generation)
+    move = admin_refusal(request) is None
+    lines = _start(model, offline, move, generation, request.app.state.pulls)  # 429: all busy
     if data.stream:
         return Stream(lines, media_type=NDJSON)
-    last = None
-    async for line in lines:
-        last = msgspec.json.decode(line)
+    last = await unless_client_leaves(request, _last(lines))  # a client gone stops its pull
     if "error" in last:
         raise DownloadFailed(last["error"])
     return json_reply(wire.PullProgress(status="success"))
 
 
-async def _progress(
-    model: ModelConfig, offline: bool, generation: Generation
+def _start(
+    model: ModelConfig, offline: bool, move: bool, generation: Generation, pulls: PullPool
 ) -> AsyncIterator[bytes]:
-    yield _encode(wire.PullProgress(status="pulling manifest"))
+    """Start the download on a pull thread (`QueueFull` when none is free); its lines."""
     if not is_hub_source(model.source):  # on disk already (or no weights): nothing to fetch
-        yield _encode(wire.PullProgress(status="success"))
-        return
+        return _lines("pulling manifest", "success")
     loop = asyncio.get_running_loop()
-    updates: asyncio.Queue[FileProgress | None] = asyncio.Queue()
+    updates: asyncio.Queue[FileProgress | str | None] = asyncio.Queue()
     last_line: dict[str, float] = {}
+    left = threading.Event()  # set once the client is gone: the transfer stops
 
-    def report(progress: FileProgress) -> None:  # on the download thread
+    def report(progress: FileProgress) -> None:  # on the download thread, per chunk
+        if left.is_set():
+            raise PullStopped("the client left")
         now = time.monotonic()
         final = progress.total is not None and progress.done >= progress.total
         if final or now - last_line.get(progress.file, 0.0) >= LINE_INTERVAL_S:
             last_line[progress.file] = now
             loop.call_soon_threadsafe(updates.put_nowait, progress)
 
-    def download():
+    def download() -> Snapshot:
         try:
-            return fetch(model.id, model.source, token=model.hf_token, offline=offline,
-                         progress=report, refresh=True)  # fmt: skip
+            snapshot = fetch(model.id, model.source, token=model.hf_token, offline=offline,
+                             progress=report, refresh=move)  # fmt: skip
+            if parse_hub_source(model.id, model.source).file:
+                from engines.sources.resolve import resolve_source
+
+                loop.call_soon_threadsafe(updates.put_nowait, "converting to MLX")
+                resolve_source(model.id, model.source)
+            return snapshot
         finally:
             loop.call_soon_threadsafe(updates.put_nowait, None)
 
-    task = asyncio.ensure_future(asyncio.to_thread(download))
-    # A client that leaves mid-stream leaves the download to finish into the cache; its
-    # outcome is then read here, not reported as a never-retrieved task exception.
+    task = pulls.run(download)
+    # A client that leaves stops the transfer at its next chunk (a load of the model fetches
+    # for itself, on its model's thread, and goes on); the outcome is then read here, not
+    # reported as a never-retrieved exception.
     task.add_done_callback(lambda done: done.cancelled() or done.exception())
-    while (progress := await updates.get()) is not None:
-        yield _encode(
-            wire.PullProgress(
-                status=f"downloading {progress.file}",
-                # The ollama CLI draws one bar per digest; a small file without an LFS
-                # digest is keyed by its name instead.
-                digest=progress.digest or f"file:{progress.file}",
-                total=progress.total,
-                completed=progress.done,
-            )
-        )
-    try:
-        snapshot = await task
-        if parse_hub_source(model.id, model.source).file:
-            yield _encode(wire.PullProgress(status="converting to MLX"))
-            from engines.sources.resolve import resolve_source
+    return _follow(model, generation, task, updates, left)
 
-            await asyncio.to_thread(resolve_source, model.id, model.source)
+
+async def _follow(
+    model: ModelConfig,
+    generation: Generation,
+    task: asyncio.Future[Snapshot],
+    updates: asyncio.Queue[FileProgress | str | None],
+    left: threading.Event,
+) -> AsyncIterator[bytes]:
+    try:
+        yield _encode(wire.PullProgress(status="pulling manifest"))
+        while (progress := await updates.get()) is not None:
+            if isinstance(progress, str):
+                yield _encode(wire.PullProgress(status=progress))
+                continue
+            yield _encode(
+                wire.PullProgress(
+                    status=f"downloading {progress.file}",
+                    # The ollama CLI draws one bar per digest; a small file without an LFS
+                    # digest is keyed by its name instead.
+                    digest=progress.digest or f"file:{progress.file}",
+                    total=progress.total,
+                    completed=progress.done,
+                )
+            )
+        snapshot = await task
     except SourceError as error:
         yield _encode_error(error.reason)
         return
+    finally:  # the pull ended, or its client left (the stream was cancelled or closed)
+        left.set()
     runner = generation.runners.get(model.id)
     if runner is not None:
         runner.forget_failure()  # a model that failed for want of its files may load now
     revision = parse_hub_source(model.id, model.source).revision
     yield _encode(wire.PullProgress(status=f"resolved {revision} to {snapshot.commit}"))
     yield _encode(wire.PullProgress(status="success"))
+
+
+async def _lines(*statuses: str) -> AsyncIterator[bytes]:
+    for status in statuses:
+        yield _encode(wire.PullProgress(status=status))
+
+
+async def _last(lines: AsyncIterator[bytes]) -> dict:
+    last: dict = {}
+    async for line in lines:
+        last = msgspec.json.decode(line)
+    return last
 
 
 def _encode_error(reason: str) -> bytes:

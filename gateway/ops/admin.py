@@ -3,8 +3,6 @@ without one, open only to a peer on this machine."""
 
 from __future__ import annotations
 
-import hmac
-
 import msgspec
 from litestar import post
 from litestar.connection import ASGIConnection
@@ -12,40 +10,15 @@ from litestar.datastructures import State
 from litestar.handlers.base import BaseRouteHandler
 
 from engines.base import EngineState
-from engines.errors import Forbidden, ModelBusy, ModelNotFound, Unauthorized
-from gateway.control.keys import key_entries
+from engines.errors import ModelBusy, ModelNotFound
 from gateway.control.registry import Generation
-from gateway.http.auth import presented_key
-from gateway.http.exposure import is_loopback
-
-ADMIN_LOOPBACK_ONLY = (
-    "admin routes answer only on this machine (a loopback peer) while server.admin_key is "
-    "not set; set server.admin_key to reload, load or unload models from elsewhere"
-)
-ADMIN_KEY_MISSING = (
-    "admin routes are closed: server.api_keys is set but server.admin_key is not, and API "
-    "keys do not open admin routes; set server.admin_key to reload, load or unload models"
-)
+from gateway.http.auth import admin_refusal
 
 
 def require_admin_key(connection: ASGIConnection, _: BaseRouteHandler) -> None:
-    """With `server.admin_key` set, admin routes need it (Bearer or x-api-key). With API keys
-    and no admin key they are closed (403): the gateway is guarded, and no key opens them.
-    With no key at all they answer a loopback peer only (403 to any other)."""
-    server = connection.app.state.registry.current.config.server
-    admin_key = server.admin_key
-    if admin_key is None:
-        if key_entries(server):
-            raise Forbidden(ADMIN_KEY_MISSING)
-        # No key at all: the peer's own address is the guard, whatever the bind (the Host
-        # header is the client's to write; the peer address is not).
-        peer = (connection.client.host if connection.client else "").removeprefix("::ffff:")
-        if not is_loopback(peer):
-            raise Forbidden(ADMIN_LOOPBACK_ONLY)
-        return
-    key = presented_key(connection) or ""
-    if not hmac.compare_digest(key.encode(), admin_key.encode()):
-        raise Unauthorized("admin routes need the admin key (server.admin_key)")
+    """Litestar guard: the admin routes answer the admin only (see `admin_refusal`)."""
+    if (refusal := admin_refusal(connection)) is not None:
+        raise refusal
 
 
 ADMIN_GUARDS = [require_admin_key]

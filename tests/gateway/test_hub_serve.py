@@ -266,7 +266,8 @@ def test_a_pinned_model_at_a_commit_downloads_before_ready(hub, env, start_gatew
     assert gateway.events("model_downloading", model="smol")
     attached = gateway.wait_event("model_attached", model="smol")["detail"]
     assert (attached["revision"], attached["commit"]) == (A, A) and A in attached["path"]
-    assert not any("/revision/" in path for _, path, _ in hub.requests)  # nothing resolved
+    # Nothing resolved: the Hub is asked about the commit itself, never a branch.
+    assert not any(p.endswith("/revision/main") for _, p, _ in hub.requests)
     assert chat(gateway, "smol").status_code == 200
 
 

@@ -117,7 +117,8 @@ def test_a_commit_pin_downloads_that_commit_without_asking_for_a_branch(hub, hom
     snap = fetch("m", f"hf:org/smol@{A}")
     assert snap.commit == A and snap.path.name == A
     paths = [p for _, p, _ in hub.requests]
-    assert not any("/revision/" in p for p in paths)
+    # The Hub is asked about the commit itself (its files), never what a branch says.
+    assert all(p.endswith(f"/revision/{A}") for p in paths if "/revision/" in p)
     assert all(f"/resolve/{A}/" in p for p, _ in hub.file_requests("GET"))
     assert not (home / "models--org--smol" / "refs").exists()
 
