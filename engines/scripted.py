@@ -114,7 +114,7 @@ class ScriptedEngine:
         self._check_constraint(request, reply)
         words = re.findall(r"\s*\S+", reply)
         parser = OutputParser.for_request(request, self._tool_format)
-        if request.logprobs and request.logprobs.prompt:
+        if request.controls.logprobs and request.controls.logprobs.prompt:
             yield self._logprobs(render_chatml(request), prompt=True)
         emitted = ""
         spent = 0  # tokens of `emitted`: one per byte, so counted word by word
@@ -134,8 +134,8 @@ class ScriptedEngine:
                 time.sleep(self._script.token_delay)
             emitted += word
             spent += cost
-            if request.logprobs:
-                yield self._logprobs(word, top=request.logprobs.top)
+            if request.controls.logprobs:
+                yield self._logprobs(word, top=request.controls.logprobs.top)
             yield from parser.feed(word)
             if parser.stopped:
                 stop_reason = "stop_string"

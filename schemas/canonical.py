@@ -95,6 +95,17 @@ ToolPolicy = Literal["repair", "strict", "off"]
 OverflowPolicy = Literal["reject", "truncate"]
 
 
+class OutputControls(msgspec.Struct, frozen=True, kw_only=True):
+    """A request's output controls, as each adapter reads them from its protocol's fields."""
+
+    format: OutputFormat | None = None
+    tool_choice: ToolChoice = "auto"
+    forced_tool: str | None = None
+    strict_tools: list[str] = []
+    parallel_tool_calls: bool = True
+    logprobs: LogprobsRequest | None = None
+
+
 class ChatRequest(msgspec.Struct, frozen=True, kw_only=True):
     messages: list[Message]
     max_tokens: int
@@ -122,24 +133,9 @@ class ChatRequest(msgspec.Struct, frozen=True, kw_only=True):
 
     # Output controls (engines/text/constrain.py): the answer's JSON format; a tool call
     # forced (`required`, or the one `forced_tool`); tools whose arguments are constrained
-    # to their schema even under `auto`; at most one call when `parallel_tool_calls` is off.
-    format: OutputFormat | None = None
-    tool_choice: ToolChoice = "auto"
-    forced_tool: str | None = None
-    strict_tools: list[str] = []
-    parallel_tool_calls: bool = True
-    logprobs: LogprobsRequest | None = None
-
-
-class OutputControls(msgspec.Struct, frozen=True, kw_only=True):
-    """A request's output controls, as each adapter reads them from its protocol's fields."""
-
-    format: OutputFormat | None = None
-    tool_choice: ToolChoice = "auto"
-    forced_tool: str | None = None
-    strict_tools: list[str] = []
-    parallel_tool_calls: bool = True
-    logprobs: LogprobsRequest | None = None
+    # to their schema even under `auto`; at most one call when `parallel_tool_calls` is off;
+    # logprobs.
+    controls: OutputControls = OutputControls()
 
 
 class ChatAsk(msgspec.Struct, frozen=True, kw_only=True):

@@ -155,8 +155,8 @@ class MLXEngine:
         )
         # The grammar's mask (engines/mlx/constrain.py) joins the request's processors.
         processors = self._grammar.processors(request, begun.tail)
-        top = request.logprobs.top if request.logprobs else None
-        piece = self._grammar.piece if request.logprobs else None
+        top = request.controls.logprobs.top if request.controls.logprobs else None
+        piece = self._grammar.piece if request.controls.logprobs else None
         seed = request.sampling.seed
         return Prepared(
             prompt,
@@ -171,11 +171,13 @@ class MLXEngine:
 
     def prompt_logprobs(self, request: ChatRequest, prompt: list[int]) -> Logprobs | None:
         """The prompt's own token logprobs, when the request asked for them (echo)."""
-        if not (request.logprobs and request.logprobs.prompt):
+        if not (request.controls.logprobs and request.controls.logprobs.prompt):
             return None
         from engines.mlx.logprobs import prompt_logprobs
 
-        tokens = prompt_logprobs(self._model, prompt, request.logprobs.top, self._grammar.piece)
+        tokens = prompt_logprobs(
+            self._model, prompt, request.controls.logprobs.top, self._grammar.piece
+        )
         return Logprobs(tokens=tokens, prompt=True)
 
     def open_batch(self) -> Batch:

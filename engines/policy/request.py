@@ -58,12 +58,7 @@ def build_chat_request(model: ModelConfig, ask: ChatAsk) -> ChatRequest:
         tool_policy=model.guardrails.tool_calls,
         overflow=model.context.overflow,
         window=ask.window,
-        format=controls.format,
-        tool_choice=controls.tool_choice,
-        forced_tool=controls.forced_tool,
-        strict_tools=controls.strict_tools,
-        parallel_tool_calls=controls.parallel_tool_calls,
-        logprobs=controls.logprobs,
+        controls=controls,
     )
     return request
 

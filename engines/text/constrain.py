@@ -99,16 +99,17 @@ def _compiled(schema: str, field: str) -> str:
 
 def check_request(request: ChatRequest) -> None:
     """Refuse, before queueing, output controls the grammar engine cannot enforce."""
-    if request.format is not None:
-        format_grammar(request.format)
+    controls = request.controls
+    if controls.format is not None:
+        format_grammar(controls.format)
     names = {t.name for t in request.tools}
-    if request.forced_tool is not None and request.forced_tool not in names:
+    if controls.forced_tool is not None and controls.forced_tool not in names:
         declared = ", ".join(sorted(names)) or "none"
         raise BadRequest(
-            f"tool_choice names function {request.forced_tool!r}, which is not in tools "
+            f"tool_choice names function {controls.forced_tool!r}, which is not in tools "
             f"(declared: {declared})"
         )
-    if request.tool_choice == "required" and not request.tools:
+    if controls.tool_choice == "required" and not request.tools:
         raise BadRequest("tool_choice 'required' needs at least one tool in tools")
     for tool in _constrained_tools(request):
         field = f"tools[{tool.name}].parameters"
@@ -117,8 +118,9 @@ def check_request(request: ChatRequest) -> None:
 
 def plan_needed(request: ChatRequest) -> bool:
     """Whether the request asks the engine for a grammar or for logprobs."""
-    forced = request.forced_tool is not None or request.tool_choice == "required"
-    return bool(request.format or forced or request.strict_tools or request.logprobs)
+    controls = request.controls
+    forced = controls.forced_tool is not None or controls.tool_choice == "required"
+    return bool(controls.format or forced or controls.strict_tools or controls.logprobs)
 
 
 def constrained_calls(request: ChatRequest) -> set[str]:
@@ -127,11 +129,12 @@ def constrained_calls(request: ChatRequest) -> set[str]:
 
 
 def _constrained_tools(request: ChatRequest) -> list[ToolSpec]:
-    if request.forced_tool is not None:
-        return [t for t in request.tools if t.name == request.forced_tool]
-    if request.tool_choice == "required":
+    controls = request.controls
+    if controls.forced_tool is not None:
+        return [t for t in request.tools if t.name == controls.forced_tool]
+    if controls.tool_choice == "required":
         return list(request.tools)
-    return [t for t in request.tools if t.name in request.strict_tools]
+    return [t for t in request.tools if t.name in controls.strict_tools]
 
 
 def _call_schema(tools: list[ToolSpec], strict: bool | set[str]) -> dict[str, Any]:
@@ -160,14 +163,14 @@ def plan_for(
     """The request's constraint for a model whose calls `tool_parser_module` parses
     between `markers`; `think_end` when the prompt left the model inside a think block.
     None: nothing to constrain."""
-    tools = request.tools
-    forced = request.forced_tool is not None or request.tool_choice == "required"
-    strict = {t.name for t in tools if t.name in request.strict_tools}
-    if not (request.format or forced or strict):
+    tools, controls = request.tools, request.controls
+    forced = controls.forced_tool is not None or controls.tool_choice == "required"
+    strict = {t.name for t in tools if t.name in controls.strict_tools}
+    if not (controls.format or forced or strict):
         return None
     after = think_end.encode() if think_end else None
     if not tools:
-        return Plan(grammar=format_grammar(request.format), after=after)
+        return Plan(grammar=format_grammar(controls.format), after=after)
     if tool_parser_module not in JSON_CALL_PARSERS or markers is None:
         asked = "tool_choice" if forced else "strict tools" if strict else "a format with tools"
         raise BadRequest(
@@ -177,15 +180,15 @@ def plan_for(
     start, end = markers
     if forced:
         call = _schema(_call_schema(_constrained_tools(request), True))
-        more = ' ("\\n"? call)*' if request.parallel_tool_calls else ""
+        more = ' ("\\n"? call)*' if controls.parallel_tool_calls else ""
         grammar = _lark(f"start: call{more}\n" + _call_rule(start, call, end), "tool_choice")
         return Plan(grammar=grammar, after=after)
     call = _schema(_call_schema(list(tools), strict))
-    if request.format is not None:
+    if controls.format is not None:
         # A JSON answer or a call: the two start differently, so one grammar holds both.
-        answer = json.dumps(_schema(request.format.schema))
+        answer = json.dumps(_schema(controls.format.schema))
         rules = f"start: %json {answer} | call\n" + _call_rule(start, call, end)
-        return Plan(grammar=_lark(rules, request.format.field), after=after)
+        return Plan(grammar=_lark(rules, controls.format.field), after=after)
     grammar = _lark(f"start: %json {json.dumps(call)} {json.dumps(end)}\n", "tools.strict")
     return Plan(grammar=grammar, trigger=start.encode(), repeat=True, after=after)
 

@@ -102,7 +102,7 @@ class OutputParser:
             reasoning=splitter,
             show_reasoning=request.reasoning != "off",
             check_calls=request.tool_policy != "off",
-            single_call=not request.parallel_tool_calls,
+            single_call=not request.controls.parallel_tool_calls,
         )
 
     @property

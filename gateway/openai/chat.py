@@ -184,7 +184,9 @@ async def chat_completions(request: Request, generation: Generation) -> Response
             id=completion_id,
             created=created,
             model=route.served,
-            choices=[_choice(i, whole, bool(chat.logprobs)) for i, whole in enumerate(wholes)],
+            choices=[
+                _choice(i, whole, bool(chat.controls.logprobs)) for i, whole in enumerate(wholes)
+            ],
             usage=_usage_of([w.finished for w in wholes]),
         )
         return Response(body)

@@ -15,6 +15,7 @@ from schemas.canonical import (
     ChatRequest,
     Finished,
     Message,
+    OutputControls,
     OutputFormat,
     Sampling,
     TextDelta,
@@ -42,6 +43,22 @@ PET = {
 ASK = [Message(role="user", content="Describe a pet as JSON.")]
 
 
+CONTROL_FIELDS = (
+    "format",
+    "tool_choice",
+    "forced_tool",
+    "strict_tools",
+    "parallel_tool_calls",
+    "logprobs",
+)
+
+
+def with_controls(**fields) -> dict:
+    """ChatRequest fields, the output controls among them gathered into `controls`."""
+    controls = {k: fields.pop(k) for k in list(fields) if k in CONTROL_FIELDS}
+    return {**fields, "controls": OutputControls(**controls)} if controls else fields
+
+
 @pytest.fixture(scope="module")
 def engine():
     config = msgspec.convert(
@@ -56,7 +73,7 @@ def engine():
 
 def request(seed: int, **fields) -> ChatRequest:
     sampling = Sampling(temperature=1.0, seed=seed)
-    return ChatRequest(messages=ASK, max_tokens=100, sampling=sampling, **fields)
+    return ChatRequest(messages=ASK, max_tokens=100, sampling=sampling, **with_controls(**fields))
 
 
 def text(outputs) -> str:
@@ -102,8 +119,7 @@ def test_a_forced_call_is_a_call_with_schema_valid_arguments(engine):
         max_tokens=60,
         sampling=Sampling(temperature=0.0),
         tools=[weather],
-        tool_choice="required",
-        parallel_tool_calls=False,
+        controls=OutputControls(tool_choice="required", parallel_tool_calls=False),
     )
     outputs = list(engine.generate(forced, lambda: False))
     (call,) = [o.call for o in outputs if isinstance(o, ToolCallOutput)]

@@ -17,6 +17,7 @@ from schemas.canonical import (
     Finished,
     Logprobs,
     Message,
+    OutputControls,
     OutputFormat,
     TextDelta,
     ToolCallOutput,
@@ -46,9 +47,25 @@ WEATHER = ToolSpec(
 HI = [Message(role="user", content="hi")]
 
 
+CONTROL_FIELDS = (
+    "format",
+    "tool_choice",
+    "forced_tool",
+    "strict_tools",
+    "parallel_tool_calls",
+    "logprobs",
+)
+
+
+def with_controls(**fields) -> dict:
+    """ChatRequest fields, the output controls among them gathered into `controls`."""
+    controls = {k: fields.pop(k) for k in list(fields) if k in CONTROL_FIELDS}
+    return {**fields, "controls": OutputControls(**controls)} if controls else fields
+
+
 def run(reply: str, **fields) -> list:
     engine = ScriptedEngine(ScriptConfig(reply=reply))
-    request = ChatRequest(messages=HI, max_tokens=200, **fields)
+    request = ChatRequest(messages=HI, max_tokens=200, **with_controls(**fields))
     check_request(request)
     return list(engine.generate(request, lambda: False))
 
@@ -141,20 +158,29 @@ def test_parallel_tool_calls_off_keeps_one_call():
     ],
 )
 def test_a_schema_feature_the_engine_cannot_enforce_is_a_400_naming_it(schema, feature):
-    request = ChatRequest(messages=HI, max_tokens=5, format=OutputFormat(schema=schema))
+    request = ChatRequest(
+        messages=HI, max_tokens=5, controls=OutputControls(format=OutputFormat(schema=schema))
+    )
     with pytest.raises(BadRequest, match="response_format") as error:
         check_request(request)
     assert feature in error.value.message
 
 
 def test_a_forced_tool_that_is_not_declared_is_a_400_naming_it():
-    request = ChatRequest(messages=HI, max_tokens=5, tools=[WEATHER], forced_tool="nope")
+    request = ChatRequest(
+        messages=HI, max_tokens=5, tools=[WEATHER], controls=OutputControls(forced_tool="nope")
+    )
     with pytest.raises(BadRequest, match="'nope'.*get_weather"):
         check_request(request)
 
 
 def test_a_tool_format_without_a_grammar_refuses_a_forced_call():
-    request = ChatRequest(messages=HI, max_tokens=5, tools=[WEATHER], tool_choice="required")
+    request = ChatRequest(
+        messages=HI,
+        max_tokens=5,
+        tools=[WEATHER],
+        controls=OutputControls(tool_choice="required"),
+    )
     with pytest.raises(BadRequest, match="qwen3_coder"):
         plan_for(request, "mlx_lm.tool_parsers.qwen3_coder", ("<tool_call>", "</tool_call>"), None)
 
@@ -178,7 +204,9 @@ def test_a_model_that_opens_its_own_think_block_thinks_freely_first():
     byte_tokenizer = make_byte_tokenizer()
     byte_tokenizer.add_special_tokens(["<|end|>", "<think>"])
     tokenizer = make_tokenizer(byte_tokenizer.to_str(), 258, [256])
-    request = ChatRequest(messages=HI, max_tokens=99, format=OutputFormat(schema=PERSON))
+    request = ChatRequest(
+        messages=HI, max_tokens=99, controls=OutputControls(format=OutputFormat(schema=PERSON))
+    )
     plan = plan_for(request, None, None, None)
 
     def feed(state, text: str) -> bool:
