@@ -90,7 +90,9 @@ class Gateway:
 
     def events(self, name: str | None = None) -> list[dict]:
         found = []
-        for line in self.log.read_text().splitlines():
+        text = self.log.read_text()
+        # The last line may be caught half-written by the gateway's log thread: whole lines only.
+        for line in text[: text.rfind("\n") + 1].splitlines():
             if line.startswith("{"):
                 event = json.loads(line)
                 if name is None or event.get("event") == name:
