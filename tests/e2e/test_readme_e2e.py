@@ -29,3 +29,7 @@ def test_the_readme_curl_example_answers_what_the_readme_shows(shipped_gateway):
     text = answer["choices"][0]["message"]["content"]
     assert text == shown["choices"][0]["message"]["content"] == "The capital of France is Paris."
     assert answer["model"] == shown["model"]
+    # The shape too, so the README cannot drift from what the gateway writes.
+    assert answer.keys() == shown.keys()
+    assert answer["choices"][0].keys() == shown["choices"][0].keys()
+    assert answer["choices"][0]["message"].keys() == shown["choices"][0]["message"].keys()
