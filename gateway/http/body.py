@@ -20,8 +20,11 @@ T = TypeVar("T")
 IMAGE_PART = re.compile(
     rb'"(?:image_url|input_image|images)"\s*:|"type"\s*:\s*"(?:image|image_url|input_image)"|\\u'
 )
-# application/json, and the JSON-based types such as application/vnd.api+json
-_JSON_MEDIA = re.compile(r"application/([\w.-]+\+)?json")
+# application/json, the JSON-based types such as application/vnd.api+json, and
+# application/octet-stream: LiteLLM's async Ollama client declares its JSON body so, and a
+# browser cannot send that type to another site without a CORS preflight (it is not one of
+# the "simple" types), so reading it as JSON opens nothing to web pages.
+_JSON_MEDIA = re.compile(r"application/(([\w.-]+\+)?json|octet-stream)")
 
 
 def require_json(request: Request) -> None:
@@ -29,9 +32,10 @@ def require_json(request: Request) -> None:
 
     A browser sends `text/plain`, a form or multipart to any site without asking first (a
     "simple" request); none of them is JSON, so no web page can post a body here unasked.
-    A body with no content-type at all is read as JSON, as Ollama reads it: a browser
-    always declares the type of a body it sends, and clients such as LiteLLM's Ollama
-    provider send none.
+    A body with no content-type at all, or `application/octet-stream`, is read as JSON, as
+    Ollama reads it: a browser always declares the type of a body it sends and needs a
+    preflight for octet-stream, and clients such as LiteLLM's Ollama provider send one of
+    these.
     """
     declared = request.headers.get("content-type")
     if declared is None:

@@ -77,3 +77,17 @@ def test_a_tool_call(gateway, litellm, prefix):
     [call] = reply.choices[0].message.tool_calls
     assert call.function.name == "get_weather"
     assert json.loads(call.function.arguments) == {"city": "Paris"}
+
+
+# LiteLLM's `ollama/` provider builds a pydantic adapter for a ReadOnly TypedDict of its
+# own, which pydantic warns about once per process: the client's warning, not the gateway's.
+@pytest.mark.filterwarnings("ignore:.*on TypedDict class.*ReadOnly:UserWarning")
+@pytest.mark.parametrize("prefix", ["ollama_chat", "ollama", "openai", "anthropic"])
+async def test_async_completion(gateway, litellm, prefix):
+    """`acompletion`: LiteLLM's async Ollama path sends `content-type:
+    application/octet-stream` (its sync path sends none); Ollama ignores the type."""
+    options = dict(model=f"{prefix}/echo", api_base=base(gateway, prefix), api_key="unused")
+    reply = await litellm.acompletion(messages=HELLO, **options)
+    assert reply.choices[0].message.content == "hello from echo"
+    chunks = await litellm.acompletion(messages=HELLO, stream=True, **options)
+    assert "".join([c.choices[0].delta.content or "" async for c in chunks]) == "hello from echo"
