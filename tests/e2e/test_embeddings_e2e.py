@@ -77,7 +77,11 @@ def test_the_embedding_model_refuses_to_chat(openai_client):
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        ({"input": [[101, 102]]}, "$.input[0]: token-id inputs are not supported"),
+        (
+            {"input": [[101, 102]]},
+            "$.input[0]: token-id inputs are not supported; send text (LangChain's "
+            "OpenAIEmbeddings sends token ids unless created with check_embedding_ctx_length=False)",
+        ),
         ({"input": [FOOD, ""]}, "$.input[1]: empty input"),
         ({"input": ""}, "$.input: empty input"),
         ({"input": []}, "$.input"),
