@@ -6,11 +6,15 @@ update checks, a fresh HOME."""
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import subprocess
 
 import pytest
 from client_env import CLAUDE, OFFLINE, require_js
-from conftest import serving
+from conftest import REPO, serving
+
+README_URL = "http://127.0.0.1:8000"  # the address the README's lines name
 
 # Claude Code's system prompt and tool definitions are ~50k bytes: the scripted engine
 # counts bytes, so its window is widened.
@@ -88,18 +92,14 @@ def test_claude_code_runs_its_bash_tool_and_sends_the_result_back(gateway, tmp_p
 @pytest.mark.e2e
 def test_claude_code_answers_through_claude_smollm2(shipped_gateway, tmp_path):
     # SmolLM2's window (8192) cannot hold Claude Code's own system prompt and tools (~12k
-    # tokens, a 400 that says so): the user's own short system prompt and no tools.
-    run = claude(
-        shipped_gateway,
-        tmp_path,
-        "What is the capital of France?",
-        "--model",
-        "claude-smollm2",
-        "--tools",
-        "",
-        "--system-prompt",
-        "You are a helpful assistant.",
-        side="claude-smollm2",
-    )
+    # tokens, a 400 that says so): the user's own short system prompt and no tools — the
+    # README's quick-start line, run as written (its variables are what claude() sets).
+    text = (REPO / "README.md").read_text()
+    start = text.index("Claude Code on the embedded default")
+    block = re.compile(r"```sh\n(.*?)```", re.S).search(text, start).group(1)
+    words = shlex.split(block.replace("\\\n", " "))
+    assert words[:2] == [f"ANTHROPIC_BASE_URL={README_URL}", "ANTHROPIC_API_KEY=unused"]
+    assert words[2:4] == ["claude", "-p"], words
+    run = claude(shipped_gateway, tmp_path, *words[4:], side="claude-smollm2")
     assert run.returncode == 0, run.stderr + run.stdout
     assert run.stdout.strip() == "The capital of France is Paris."
