@@ -131,6 +131,10 @@ class ChatRequest(msgspec.Struct, frozen=True, kw_only=True):
         """The window this request runs in: its own, never wider than the model's."""
         return min(self.window, model_window) if self.window else model_window
 
+    def window_setting(self, window: int) -> str:
+        """What set `window` (this request's, from `window_of`), as a client names it."""
+        return "options.num_ctx" if self.window == window else "context.max"
+
     # Output controls (engines/text/constrain.py): the answer's JSON format; a tool call
     # forced (`required`, or the one `forced_tool`); tools whose arguments are constrained
     # to their schema even under `auto`; at most one call when `parallel_tool_calls` is off;

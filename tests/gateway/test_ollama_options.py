@@ -100,8 +100,9 @@ def test_num_ctx_is_the_requests_own_window(gateway, client):
     with pytest.raises(ollama.ResponseError) as refused:
         client.chat(model="echo", messages=HELLO, options={"num_ctx": prompt - 1})
     assert refused.value.status_code == 400
-    assert f"the prompt has {prompt} tokens and the context window is {prompt - 1}" in str(
-        refused.value
+    assert (
+        f"the prompt has {prompt} tokens and the context window is {prompt - 1} "
+        "(options.num_ctx)" in str(refused.value)
     )
 
 
