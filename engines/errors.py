@@ -60,30 +60,39 @@ class DimensionsUnavailable(BadRequest):
 class ContextOverflow(BadRequest):
     """A prompt that does not fit the model's context window."""
 
-    def __init__(self, model_id: str, prompt_tokens: int, window: int) -> None:
+    def __init__(
+        self, model_id: str, prompt_tokens: int, window: int, setting: str = "context.max"
+    ) -> None:
+        # `setting` names what set the window: the model's `context.max`, or the request's
+        # own (Ollama's `options.num_ctx`), so the client knows which one to raise.
         super().__init__(
             f"model {model_id!r}: the prompt has {prompt_tokens} tokens and the context "
-            f"window is {window} (context.max); shorten the conversation"
+            f"window is {window} ({setting}); shorten the conversation"
         )
         self.model_id = model_id
         self.prompt_tokens = prompt_tokens
         self.window = window
+        self.setting = setting
         self.parts: tuple[int, int, int] | None = None  # (tools declared, their tokens, system)
 
     def explain(self, tool_count: int, tool_tokens: int, system_tokens: int) -> None:
         """Say what the prompt is made of (see `engines/policy/overflow.py`)."""
         self.parts = (tool_count, tool_tokens, system_tokens)
         rest = max(0, self.prompt_tokens - tool_tokens - system_tokens)
+        larger = (
+            "give the model a larger context.max"
+            if self.setting == "context.max"
+            else f"send a larger {self.setting}"
+        )
         self.message = (
             f"model {self.model_id!r}: the prompt has {self.prompt_tokens} tokens and the "
-            f"context window is {self.window} (context.max): the {tool_count} tools' "
+            f"context window is {self.window} ({self.setting}): the {tool_count} tools' "
             f"definitions take {tool_tokens} tokens, the system prompt {system_tokens}, "
             f"the messages {rest}; "
             + (
-                "declare fewer tools, shorten the system prompt or the conversation, or give "
-                "the model a larger context.max"
+                f"declare fewer tools, shorten the system prompt or the conversation, or {larger}"
                 if tool_tokens + system_tokens > rest
-                else "shorten the conversation, or give the model a larger context.max"
+                else f"shorten the conversation, or {larger}"
             )
         )
 

@@ -106,7 +106,7 @@ class ScriptedEngine:
         prompt_tokens = self.count_prompt(request)
         window = request.window_of(self._context)
         if prompt_tokens >= window:
-            raise ContextOverflow(self._id, prompt_tokens, window)
+            raise ContextOverflow(self._id, prompt_tokens, window, request.window_setting(window))
         budget = min(request.max_tokens, window - prompt_tokens)  # the answer fits the window
         prefill_s = time.perf_counter() - start
         with self._turn:

@@ -69,6 +69,24 @@ class Sampling(msgspec.Struct, frozen=True, kw_only=True):
     top_k: int = 0
     min_p: float = 0.0
     seed: int | None = None
+    # Penalties on tokens the answer has already used, counted over its last
+    # `repeat_last_n` tokens (0: none; -1: the whole window): `repeat_penalty` divides a
+    # positive logit (multiplies a negative one), `presence_penalty` is subtracted once,
+    # `frequency_penalty` once per use. `logit_bias` adds to token ids' logits every step.
+    repeat_penalty: float = 1.0
+    repeat_last_n: int = 64
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: dict[int, float] = {}
+
+    @property
+    def penalised(self) -> bool:
+        """Whether any penalty or bias changes the logits (engines that cannot apply them
+        refuse the request)."""
+        return bool(self.logit_bias) or (
+            self.repeat_last_n != 0
+            and (self.repeat_penalty != 1.0 or self.presence_penalty or self.frequency_penalty)
+        )
 
 
 class OutputFormat(msgspec.Struct, frozen=True, kw_only=True):
@@ -131,6 +149,10 @@ class ChatRequest(msgspec.Struct, frozen=True, kw_only=True):
         """The window this request runs in: its own, never wider than the model's."""
         return min(self.window, model_window) if self.window else model_window
 
+    def window_setting(self, window: int) -> str:
+        """What set `window` (this request's, from `window_of`), as a client names it."""
+        return "options.num_ctx" if self.window == window else "context.max"
+
     # Output controls (engines/text/constrain.py): the answer's JSON format; a tool call
     # forced (`required`, or the one `forced_tool`); tools whose arguments are constrained
     # to their schema even under `auto`; at most one call when `parallel_tool_calls` is off;
@@ -154,6 +176,11 @@ class ChatAsk(msgspec.Struct, frozen=True, kw_only=True):
     top_k: int | None = None
     min_p: float | None = None
     seed: int | None = None
+    repeat_penalty: float | None = None
+    repeat_last_n: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[int, float] | None = None
     stop: list[str] | None = None
     tools: list[ToolSpec] | None = None
     raw_prompt: str | None = None

@@ -177,6 +177,10 @@ class SamplingConfig(Strict):
     min_p: Annotated[float, Meta(ge=0, le=1)] | None = None
     max_tokens: PositiveInt | None = None
     seed: int | None = None
+    repeat_penalty: Annotated[float, Meta(gt=0, le=10)] | None = None
+    repeat_last_n: Annotated[int, Meta(ge=-1)] | None = None
+    presence_penalty: Annotated[float, Meta(ge=-2, le=2)] | None = None
+    frequency_penalty: Annotated[float, Meta(ge=-2, le=2)] | None = None
 
 
 class DraftConfig(Strict):

@@ -35,13 +35,13 @@ class Options(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     stop: str | Annotated[list[str], Meta(max_length=16)] | None = None
     seed: int | None = None
     num_ctx: Annotated[int, Meta(ge=1)] | None = None
-    # Ollama's options the gateway does not apply (sampling penalties, runner knobs).
+    repeat_penalty: Annotated[float, Meta(gt=0, le=10)] | None = None
+    repeat_last_n: Annotated[int, Meta(ge=-1)] | None = None  # -1: the window; 0: off
+    presence_penalty: Annotated[float, Meta(ge=-2, le=2)] | None = None
+    frequency_penalty: Annotated[float, Meta(ge=-2, le=2)] | None = None
+    # Ollama's options the gateway does not apply (other samplers, runner knobs).
     num_keep: Any = None
     typical_p: Any = None
-    repeat_last_n: Any = None
-    repeat_penalty: Any = None
-    presence_penalty: Any = None
-    frequency_penalty: Any = None
     penalize_newline: Any = None
     mirostat: Any = None
     mirostat_tau: Any = None

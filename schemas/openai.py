@@ -109,8 +109,8 @@ class ChatCompletionRequest(Wire, kw_only=True):
     response_format: ResponseFormat | None = None
     presence_penalty: Annotated[float, Meta(ge=-2, le=2)] | None = None
     frequency_penalty: Annotated[float, Meta(ge=-2, le=2)] | None = None
+    logit_bias: dict[str, Annotated[float, Meta(ge=-100, le=100)]] | None = None
     # Defined by OpenAI and refused by name when set (see gateway/openai/chat.py: REFUSED).
-    logit_bias: dict[str, float] | None = None
     prediction: Any = None
     modalities: list[str] | None = None
     audio: Any = None

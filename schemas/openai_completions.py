@@ -33,7 +33,7 @@ class CompletionRequest(Wire, kw_only=True):
     best_of: Annotated[int, Meta(ge=1)] | None = None
     presence_penalty: Annotated[float, Meta(ge=-2, le=2)] | None = None
     frequency_penalty: Annotated[float, Meta(ge=-2, le=2)] | None = None
-    logit_bias: dict[str, float] | None = None  # refused by name when set
+    logit_bias: dict[str, Annotated[float, Meta(ge=-100, le=100)]] | None = None
     user: str | None = None  # informational: identifies the caller, changes no output
 
 

@@ -12,6 +12,7 @@ from engines.errors import BadRequest, ContextTooLarge, SourceError
 from engines.mlx.constrain import Grammar
 from engines.mlx.facts import source_chat_template
 from engines.mlx.kit.memory import release_buffers
+from engines.mlx.kit.penalties import make_penalties
 from engines.mlx.kit.prepare import start
 from engines.mlx.kit.sizing import kv_bytes_per_token, size_context, trained_context
 from engines.mlx.kit.stream import StreamRun
@@ -153,8 +154,11 @@ class MLXEngine:
             self._tool_format,
             self._think,
         )
-        # The grammar's mask (engines/mlx/constrain.py) joins the request's processors.
-        processors = self._grammar.processors(request, begun.tail)
+        # Penalties and bias first; the grammar's mask (engines/mlx/constrain.py) last, so
+        # nothing lifts a token it refuses back from -inf.
+        vocab = self._model.args.vocab_size
+        processors = make_penalties(request.sampling, len(prompt), window, vocab)
+        processors += self._grammar.processors(request, begun.tail)
         top = request.controls.logprobs.top if request.controls.logprobs else None
         piece = self._grammar.piece if request.controls.logprobs else None
         seed = request.sampling.seed

@@ -45,6 +45,19 @@ def build_chat_request(model: ModelConfig, ask: ChatAsk) -> ChatRequest:
         top_k=_first(ask.top_k, defaults.top_k, BUILTIN_SAMPLING.top_k),
         min_p=_first(ask.min_p, defaults.min_p, BUILTIN_SAMPLING.min_p),
         seed=_first(ask.seed, defaults.seed, None),
+        repeat_penalty=_first(
+            ask.repeat_penalty, defaults.repeat_penalty, BUILTIN_SAMPLING.repeat_penalty
+        ),
+        repeat_last_n=_first(
+            ask.repeat_last_n, defaults.repeat_last_n, BUILTIN_SAMPLING.repeat_last_n
+        ),
+        presence_penalty=_first(
+            ask.presence_penalty, defaults.presence_penalty, BUILTIN_SAMPLING.presence_penalty
+        ),
+        frequency_penalty=_first(
+            ask.frequency_penalty, defaults.frequency_penalty, BUILTIN_SAMPLING.frequency_penalty
+        ),
+        logit_bias=ask.logit_bias or {},
     )
     request = ChatRequest(
         messages=messages,

@@ -63,7 +63,8 @@ def fit_messages(
     if size(high) + room > window:
         if size(high) < window:
             return shortened(cuts[high])  # fits, with less room than hoped
-        error = explain(ContextOverflow(model_id, size(high), window), shortened(cuts[high]), count)
+        overflow = ContextOverflow(model_id, size(high), window, request.window_setting(window))
+        error = explain(overflow, shortened(cuts[high]), count)
         if cuts[high]:
             error.message += f" (even after dropping the {cuts[high]} oldest messages)"
         raise error

@@ -85,6 +85,16 @@ def request_body(
         body["min_p"] = sampling.min_p
     if sampling.seed is not None:
         body["seed"] = sampling.seed
+    # OpenAI's own penalty fields, and vLLM's and mlx-lm's `repetition_penalty`; the
+    # replica counts them over its own look-back (`repeat_last_n` is not sent).
+    if sampling.presence_penalty:
+        body["presence_penalty"] = sampling.presence_penalty
+    if sampling.frequency_penalty:
+        body["frequency_penalty"] = sampling.frequency_penalty
+    if sampling.repeat_penalty != 1.0:
+        body["repetition_penalty"] = sampling.repeat_penalty
+    if sampling.logit_bias:
+        body["logit_bias"] = {str(t): b for t, b in sampling.logit_bias.items()}
     if request.stop:
         body["stop"] = request.stop
     if request.reasoning != "off":

@@ -206,6 +206,12 @@ class VisionEngine:
                 "output or report logprobs yet: drop the JSON format, forced or strict tool "
                 "calls and logprobs, or use a text model"
             )
+        if request.sampling.penalised:  # not carried through mlx-vlm's decoding paths yet
+            raise BadRequest(
+                f"model {self._config.id!r} (a vision model on mlx-vlm) cannot apply "
+                "repeat_penalty, presence_penalty, frequency_penalty or logit_bias: drop "
+                "them, or use a text model"
+            )
         inputs = self._inputs(request)
         begun = start(
             self._config.id,

@@ -1,10 +1,10 @@
 """Ollama's request options and `keep_alive`: each honoured, or refused by name.
 
-`options` map onto the canonical request (sampling, `num_predict`, `stop`, `num_ctx` as the
-request's own window); Ollama's other options are refused when set. `keep_alive` sets how
-long an on-demand model stays loaded after the request (a duration, `0` unloads it right
-after, a negative value keeps it); pinned models stay whatever it says (`/api/ps` shows them
-as `pinned`).
+`options` map onto the canonical request (sampling and its penalties, `num_predict`, `stop`,
+`num_ctx` as the request's own window); Ollama's other options are refused when set.
+`keep_alive` sets how long an on-demand model stays loaded after the request (a duration,
+`0` unloads it right after, a negative value keeps it); pinned models stay whatever it says
+(`/api/ps` shows them as `pinned`).
 """
 
 from __future__ import annotations
@@ -71,7 +71,8 @@ def options(value: wire.Options | None) -> dict[str, Any]:
     if refused:
         raise BadRequest(
             f"$.options.{refused[0]}: not supported by this gateway (supported: num_predict, "
-            "temperature, top_p, top_k, min_p, stop, seed, num_ctx)"
+            "temperature, top_p, top_k, min_p, stop, seed, num_ctx, repeat_penalty, "
+            "repeat_last_n, presence_penalty, frequency_penalty)"
         )
     return {
         # -1 (no limit) and -2 (fill the context) mean the model's default here; so does 0.
@@ -81,6 +82,10 @@ def options(value: wire.Options | None) -> dict[str, Any]:
         "top_k": o.top_k,
         "min_p": o.min_p,
         "seed": o.seed,
+        "repeat_penalty": o.repeat_penalty,
+        "repeat_last_n": o.repeat_last_n,
+        "presence_penalty": o.presence_penalty,
+        "frequency_penalty": o.frequency_penalty,
         "stop": [o.stop] if isinstance(o.stop, str) else o.stop,
         "window": o.num_ctx,
     }

@@ -21,6 +21,7 @@ from gateway.http.errors import error_body
 from gateway.http.streaming import Collected, started, stream_body, unless_client_leaves
 from gateway.openai.controls import (
     controls,
+    logit_bias,
     logprobs_request,
     output_format,
     tool_choice,
@@ -108,9 +109,6 @@ def wire_tool_call(call: ToolCall) -> wire.ToolCall:
 # Fields OpenAI defines that this gateway cannot honour: a 400 naming each when set to
 # anything but its no-op value. (Penalties of 0 change nothing; "text" is the only modality.)
 REFUSED = {
-    "presence_penalty": lambda v: v != 0,
-    "frequency_penalty": lambda v: v != 0,
-    "logit_bias": bool,
     "prediction": lambda v: True,
     "modalities": lambda v: v != ["text"],
     "audio": lambda v: True,
@@ -169,6 +167,9 @@ async def chat_completions(request: Request, generation: Generation) -> Response
             top_k=data.top_k,
             min_p=data.min_p,
             seed=data.seed,
+            presence_penalty=data.presence_penalty,
+            frequency_penalty=data.frequency_penalty,
+            logit_bias=logit_bias(data.logit_bias),
             stop=stop,
             tools=tools,
             reasoning=effort(data.reasoning_effort),

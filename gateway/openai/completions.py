@@ -15,11 +15,11 @@ from msgspec import UNSET
 from engines.chat import check_n, serve_prompts
 from engines.errors import BadRequest
 from engines.job import Job
-from gateway.canonical.choices import refuse_set
 from gateway.control.registry import Generation, announce
 from gateway.http.body import decode_body
 from gateway.http.streaming import Collected, collect, started, stream_body, unless_client_leaves
 from gateway.openai.chat import FINISH_REASONS, error_chunk
+from gateway.openai.controls import logit_bias
 from schemas import openai_completions as wire
 from schemas.canonical import (
     ChatAsk,
@@ -55,15 +55,6 @@ def _refuse_unsupported(data: wire.CompletionRequest) -> None:
             "$.best_of is not supported: ask for n completions and rank them yourself "
             "(logprobs give each token's log-probability)"
         )
-    refuse_set(data, REFUSED)
-
-
-# Fields OpenAI defines that this gateway cannot honour: a 400 naming each when set.
-REFUSED = {
-    "presence_penalty": lambda v: v != 0,
-    "frequency_penalty": lambda v: v != 0,
-    "logit_bias": bool,
-}
 
 
 def _echoed(answer: Collected, echo: bool) -> str:
@@ -117,6 +108,9 @@ async def completions(request: Request, generation: Generation) -> Response | Se
             top_k=data.top_k,
             min_p=data.min_p,
             seed=data.seed,
+            presence_penalty=data.presence_penalty,
+            frequency_penalty=data.frequency_penalty,
+            logit_bias=logit_bias(data.logit_bias),
             stop=stop,
             controls=OutputControls(logprobs=logprobs),
         )

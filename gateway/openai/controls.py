@@ -1,6 +1,6 @@
 """OpenAI's output controls (chat and Responses) in canonical form, and logprobs in OpenAI's
 shape: `response_format`/`text.format`, `tool_choice`, `parallel_tool_calls`, `strict`
-tools, `logprobs`/`top_logprobs`."""
+tools, `logprobs`/`top_logprobs`; and `logit_bias` keyed by token id."""
 
 from __future__ import annotations
 
@@ -86,3 +86,14 @@ def wire_logprobs(tokens: list[TokenLogprob]) -> list[wire.TokenLogprob]:
         )
         for t in tokens
     ]
+
+
+def logit_bias(bias: dict[str, float] | None) -> dict[int, float] | None:
+    """OpenAI's `logit_bias` (token ids as JSON keys) keyed by int; a key that is not a
+    token id is a 400 naming it (an id past the vocabulary: the engine's 400)."""
+    if not bias:
+        return None
+    bad = [k for k in bias if not k.isdigit()]
+    if bad:
+        raise BadRequest(f"$.logit_bias: key {bad[0]!r} is not a token id")
+    return {int(k): v for k, v in bias.items()}

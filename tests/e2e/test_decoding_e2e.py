@@ -211,3 +211,52 @@ def test_a_second_conversation_evicts_the_first_from_a_single_slot(gateway):
     turn("Tell me about ships.")
     first, second = gateway.events("generated", model="one-slot")[-2:]
     assert not first["session_evicted"] and second["session_evicted"]
+
+
+LOOPING = "Write the letter a ten times, then keep going."
+
+
+def test_penalties_break_a_greedy_loop_on_every_decoding_path(gateway):
+    # Greedy SmolLM2 loops on this prompt: "Ateni, a ten times, a ten times, ...".
+    def ollama(model, **options):
+        body = {"model": model, "prompt": LOOPING, "stream": False}
+        body["options"] = {"num_predict": 48, "temperature": 0, **options}
+        reply = httpx.post(f"{gateway.url}/api/generate", json=body, timeout=300)
+        assert reply.status_code == 200, reply.text
+        return reply.json()["response"]
+
+    looping = ollama("serial")
+    assert looping.count("a ten times") >= 5
+    penalised = ollama("serial", repeat_penalty=1.3)  # the single-sequence loop
+    assert penalised != looping and penalised.count("a ten times") < 2
+    assert ollama("serial", repeat_penalty=1.3, repeat_last_n=0) == looping  # 0: no look-back
+    for model in ("kv8", "batched"):  # mlx-lm's stream_generate; the batch generator
+        answers = asyncio.run(
+            ask_all(gateway, model, [LOOPING], max_tokens=48, frequency_penalty=1.0)
+        )
+        assert answers[0] != looping and answers[0].count("a ten times") < 2
+    # In one batch, each sequence keeps its own processors: the plain one still loops.
+    plain, penalised = asyncio.run(
+        ask_all_with(gateway, "batched", [{}, {"presence_penalty": 1.0}], LOOPING, 48)
+    )
+    assert plain == looping and penalised.count("a ten times") < 2
+
+
+async def ask_all_with(gateway, model, extras, question, max_tokens):
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=300) as http:
+        replies = await asyncio.gather(
+            *(
+                http.post(
+                    "/v1/chat/completions",
+                    json={
+                        "model": model,
+                        "temperature": 0,
+                        "max_tokens": max_tokens,
+                        "messages": [{"role": "user", "content": question}],
+                        **extra,
+                    },
+                )
+                for extra in extras
+            )
+        )
+    return [r.json()["choices"][0]["message"]["content"] for r in replies]

@@ -100,16 +100,31 @@ def test_num_ctx_is_the_requests_own_window(gateway, client):
     with pytest.raises(ollama.ResponseError) as refused:
         client.chat(model="echo", messages=HELLO, options={"num_ctx": prompt - 1})
     assert refused.value.status_code == 400
-    assert f"the prompt has {prompt} tokens and the context window is {prompt - 1}" in str(
-        refused.value
+    assert (
+        f"the prompt has {prompt} tokens and the context window is {prompt - 1} "
+        "(options.num_ctx)" in str(refused.value)
     )
 
 
 def test_options_the_gateway_does_not_apply_are_refused_by_name(gateway, client):
-    with pytest.raises(ollama.ResponseError, match=r"\$.options.repeat_penalty"):
-        client.chat(model="echo", messages=HELLO, options={"repeat_penalty": 1.1})
+    with pytest.raises(ollama.ResponseError, match=r"\$.options.mirostat"):
+        client.chat(model="echo", messages=HELLO, options={"mirostat": 1})
     with pytest.raises(ollama.ResponseError, match="num_gpus"):
         client.generate(model="echo", prompt="hi", options={"num_gpus": 1})  # a misspelling
     # Clients send every option they know, unset ones as null: those are fine.
     body = {"model": "echo", "prompt": "hi", "stream": False, "options": {"mirostat": None}}
     assert httpx.post(f"{gateway.url}/api/generate", json=body).status_code == 200
+
+
+def test_penalty_options_are_applied_not_refused(client):
+    # What they do to an answer: tests/e2e/test_decoding_e2e.py; here, that they are taken.
+    penalties = {
+        "repeat_penalty": 1.1,
+        "repeat_last_n": 64,
+        "presence_penalty": 0.5,
+        "frequency_penalty": 0.5,
+    }
+    reply = client.chat(model="echo", messages=HELLO, options=penalties)
+    assert reply.message.content.startswith("hello from echo")
+    with pytest.raises(ollama.ResponseError, match=r"\$.options.repeat_penalty"):
+        client.chat(model="echo", messages=HELLO, options={"repeat_penalty": 0})

@@ -26,6 +26,7 @@ SCRIPTED = "gateway/test_http_scripted.py"
 CONTROLS = "gateway/test_output_controls.py"
 LIMITS = "gateway/test_request_limits.py"
 SAMPLING = (LIMITS, "sampling_merges_request_over_model")
+PENALTIES = ("e2e/test_decoding_e2e.py", "penalties_break_a_greedy_loop")
 
 
 def honoured(sample, file: str, test: str):
@@ -61,9 +62,9 @@ CHAT = {
     "tool_choice": honoured("auto", CONTROLS, "forced_call_is_constrained"),
     "parallel_tool_calls": honoured(True, CONTROLS, "parallel_tool_calls_off"),
     "response_format": honoured({"type": "text"}, CONTROLS, "json_format_holds"),
-    "presence_penalty": refused(0.5),
-    "frequency_penalty": refused(0.5),
-    "logit_bias": refused({"50": 1.0}),
+    "presence_penalty": honoured(0.5, *PENALTIES),
+    "frequency_penalty": honoured(0.5, *PENALTIES),
+    "logit_bias": honoured({"50": 1.0}, "engines/mlx/test_penalties.py", "logit_bias_adds"),
     "prediction": refused({"type": "content", "content": "x"}),
     "modalities": refused(["text", "audio"]),
     "audio": refused({"voice": "alloy", "format": "mp3"}),
@@ -95,9 +96,9 @@ COMPLETIONS = {
     "logprobs": honoured(2, CONTROLS, "completions_echo_returns"),
     "n": honoured(2, CONTROLS, "n_choices_come_from_one_request"),
     "best_of": refused(3),
-    "presence_penalty": refused(0.5),
-    "frequency_penalty": refused(0.5),
-    "logit_bias": refused({"50": 1.0}),
+    "presence_penalty": honoured(0.5, *PENALTIES),
+    "frequency_penalty": honoured(0.5, *PENALTIES),
+    "logit_bias": honoured({"50": 1.0}, "engines/mlx/test_penalties.py", "logit_bias_adds"),
     "user": informational("someone"),
 }
 RESPONSES_FILE = "gateway/test_responses.py"
@@ -207,16 +208,21 @@ OLLAMA_OPTIONS = {
         "seed": 7,
     }.items()
 } | {"num_ctx": honoured(2048, "gateway/test_ollama_options.py", "num_ctx_is_the_requests_own")}
+OLLAMA_OPTIONS |= {
+    name: honoured(sample, *PENALTIES)
+    for name, sample in {
+        "repeat_penalty": 1.1,
+        "repeat_last_n": 32,
+        "presence_penalty": 0.5,
+        "frequency_penalty": 0.5,
+    }.items()
+}
 # Ollama's options nothing here implements: each refused by name when set.
 OLLAMA_OPTIONS |= {
     name: refused(1)
     for name in [
         "num_keep",
         "typical_p",
-        "repeat_last_n",
-        "repeat_penalty",
-        "presence_penalty",
-        "frequency_penalty",
         "penalize_newline",
         "mirostat",
         "mirostat_tau",

@@ -34,7 +34,7 @@ def start(
     """The budget, sampler and parser of `request`, whose prompt is `prompt` in a `window`
     of tokens; ContextOverflow when the prompt leaves no room to generate."""
     if len(prompt) >= window:
-        raise ContextOverflow(model_id, len(prompt), window)
+        raise ContextOverflow(model_id, len(prompt), window, request.window_setting(window))
     s = request.sampling
     # A seeded request draws from its own key, never the generator its batch-mates share.
     sampler = make_request_sampler(s.temperature, s.top_p, s.min_p, s.top_k, s.seed)

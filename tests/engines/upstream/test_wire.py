@@ -108,3 +108,19 @@ def test_replicas_are_named_without_credentials():
     assert replica_name("http://user:secret@10.0.0.5:8000/v1/") == "http://10.0.0.5:8000/v1"
     bare = Replica("http://10.0.0.5:8000")
     assert (bare.base, bare.origin) == ("http://10.0.0.5:8000/v1", "http://10.0.0.5:8000")
+
+
+def test_penalties_and_bias_go_upstream_as_openai_and_vllm_fields():
+    request = ChatRequest(
+        messages=[Message(role="user", content="hi")],
+        max_tokens=8,
+        sampling=Sampling(
+            repeat_penalty=1.2, presence_penalty=0.5, frequency_penalty=0.25, logit_bias={7: -5.0}
+        ),
+    )
+    _, body = request_body(request, "m", stream=False)
+    assert body["repetition_penalty"] == 1.2
+    assert (body["presence_penalty"], body["frequency_penalty"]) == (0.5, 0.25)
+    assert body["logit_bias"] == {"7": -5.0}
+    _, plain = request_body(ChatRequest(messages=request.messages, max_tokens=8), "m")
+    assert not {"repetition_penalty", "presence_penalty", "logit_bias"} & plain.keys()

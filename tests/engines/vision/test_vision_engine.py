@@ -86,3 +86,18 @@ def test_single_stream_reuses_a_conversation_only_for_the_same_picture(runs):
     again, other = runs[2], runs[3]
     assert again["reused"] == again["prompt"] - 1 and again["text"] == runs[0]["text"]
     assert other["reused"] == 0
+
+
+def test_penalties_are_refused_by_name_on_mlx_vlm():
+    from engines.errors import BadRequest
+    from engines.platform import PlatformPath
+    from engines.vision.engine import VisionEngine
+    from schemas.canonical import ChatRequest, Message, Sampling
+    from schemas.config import ModelConfig
+
+    cpu = PlatformPath(device="cpu", blas="openblas", weights="float32", why="test")
+    engine = VisionEngine(ModelConfig(id="vlm", source="unused"), cpu, None)
+    hi = [Message(role="user", content="hi")]
+    for sampling in (Sampling(repeat_penalty=1.1), Sampling(logit_bias={1: 2.0})):
+        with pytest.raises(BadRequest, match="repeat_penalty, presence_penalty"):
+            engine.prepare(ChatRequest(messages=hi, max_tokens=4, sampling=sampling))
