@@ -140,7 +140,7 @@ class ScriptedEngine:
             if parser.stopped:
                 stop_reason = "stop_string"
                 break
-        yield from parser.finish()
+        yield from parser.finish(stop_reason)
         stop_reason = parser.stop_reason(stop_reason)
         yield Finished(
             stop_reason=stop_reason,

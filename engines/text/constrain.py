@@ -180,7 +180,9 @@ def plan_for(
     start, end = markers
     if forced:
         call = _schema(_call_schema(_constrained_tools(request), True))
-        more = ' ("\\n"? call)*' if controls.parallel_tool_calls else ""
+        # One forced call unless parallel calls were asked for: a grammar that allowed more
+        # let a small model repeat its call until the token limit cut one in half.
+        more = "" if controls.one_call else ' ("\\n"? call)*'
         grammar = _lark(f"start: call{more}\n" + _call_rule(start, call, end), "tool_choice")
         return Plan(grammar=grammar, after=after)
     call = _schema(_call_schema(list(tools), strict))

@@ -147,7 +147,24 @@ def test_parallel_tool_calls_off_keeps_one_call():
     assert len([o for o in outputs if isinstance(o, ToolCallOutput)]) == 1
     with pytest.raises(ConstraintViolated):  # forced and single: a second call breaks it
         run(one + "\n" + one, tools=[WEATHER], tool_choice="required", parallel_tool_calls=False)
-    assert run(one + "\n" + one, tools=[WEATHER], tool_choice="required")
+    assert run(one + "\n" + one, tools=[WEATHER], tool_choice="required", parallel_tool_calls=True)
+
+
+@pytest.mark.parametrize(
+    "forced",
+    [{"tool_choice": "required"}, {"forced_tool": "get_weather"}],
+    ids=["required", "named"],
+)
+def test_a_forced_call_is_one_call_unless_parallel_calls_are_asked_for(forced):
+    # Unset is not true: a grammar that allowed more calls let a small model repeat its call
+    # until the token limit cut one in half (issue 25).
+    one = '<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>'
+    assert run(one, tools=[WEATHER], **forced)
+    with pytest.raises(ConstraintViolated):
+        run(one + "\n" + one, tools=[WEATHER], **forced)
+    if "forced_tool" in forced:  # a named tool is one call, whatever the client says
+        with pytest.raises(ConstraintViolated):
+            run(one + "\n" + one, tools=[WEATHER], parallel_tool_calls=True, **forced)
 
 
 @pytest.mark.parametrize(
