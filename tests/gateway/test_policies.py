@@ -71,6 +71,7 @@ CONFIG = "models:\n" + "\n".join(
         model("stubborn", WRONG_KEY),
         model("cutoff", GOOD + " " + call_text('{"name": "get_weather", "arguments": {}}')),
         model("nameless", call_text('{"arguments": {"city": "Paris"}}')),
+        model("unforceable", "It is sunny."),
         model("strict", "Checking. " + SINGLE_QUOTED, guardrails="{tool_calls: strict}"),
         model("strict-bare", SINGLE_QUOTED, guardrails="{tool_calls: strict}"),
         model("lax", WRONG_KEY, guardrails="{tool_calls: 'off'}"),
@@ -298,6 +299,23 @@ def test_a_refused_call_that_named_no_tool_says_so(gateway):
     assert status == 502
     message = body["error"]["message"]
     assert "None" not in message and "naming no tool" in message
+
+
+def test_a_scripted_reply_its_constraint_forbids_is_a_500_not_to_retry(gateway):
+    # A script's fault, not the client's, and the same script fails the same way again.
+    status, body, _, _, _ = ask(gateway, "openai", "unforceable", tool_choice="required")
+    assert status == 500 and "breaks the request's constraint" in json.dumps(body)
+    response = httpx.post(
+        f"{gateway.url}/v1/chat/completions",
+        json={
+            "model": "unforceable",
+            "messages": ASK,
+            "tools": OPENAI_TOOLS,
+            "tool_choice": "required",
+        },
+        timeout=30,
+    )
+    assert response.status_code == 500 and response.headers["x-should-retry"] == "false"
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
