@@ -20,6 +20,7 @@ and renders it in each protocol's envelope, in one place.
     ├── ModelUnavailable        failed to load, or detaching
     ├── EngineFailed            the engine raised while generating (a batch step)
     ├── ToolCallRefused         the model's tool call failed its guardrails
+    ├── ConstraintViolated      a scripted reply its request's constraint forbids
     ├── DownloadFailed          a Hub download asked for now (a pull) failed
     ├── UpstreamError           a model's upstream answered wrongly (engine upstream)
     ├── UpstreamUnavailable     no replica of a model's upstream could take the request
@@ -162,6 +163,11 @@ class EngineFailed(GatewayError):
 class ToolCallRefused(GatewayError):
     """The model's tool call failed its checks and the policy allows no (further) repair:
     the model behind the gateway answered wrongly, not the client."""
+
+
+class ConstraintViolated(GatewayError):
+    """A scripted model's reply that the request's constraint forbids (a real model is
+    masked, so never writes one): the script's fault, and the same script fails again."""
 
 
 class DownloadFailed(GatewayError):

@@ -20,7 +20,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 from engines.base import Capabilities, LoadInfo
 from engines.batch import Batch, SerialBatch, Step
-from engines.errors import ContextOverflow, GatewayError
+from engines.errors import ConstraintViolated, ContextOverflow
 from engines.text.constrain import ConstraintState, make_tokenizer, plan_for
 from engines.text.output import DEFAULT_TOOL_PARSER, OutputParser, load_tool_format
 from engines.text.reasoning import DEFAULT_THINK
@@ -38,12 +38,6 @@ from schemas.config import ScriptConfig, size_bytes
 SCRIPTED_CONTEXT = 8192
 BYTE_VOCAB = 256
 END_OF_TEXT = "<|end|>"
-
-
-class ConstraintViolated(GatewayError):
-    """A scripted reply that the request's constraint forbids (a real model is masked)."""
-
-    status = 500
 
 
 def make_byte_tokenizer() -> Tokenizer:
@@ -140,7 +134,7 @@ class ScriptedEngine:
             if parser.stopped:
                 stop_reason = "stop_string"
                 break
-        yield from parser.finish()
+        yield from parser.finish(stop_reason)
         stop_reason = parser.stop_reason(stop_reason)
         yield Finished(
             stop_reason=stop_reason,

@@ -98,7 +98,7 @@ class ThinkingConfig(Wire, kw_only=True):
 class ToolChoice(Wire, kw_only=True):
     type: Literal["auto", "any", "tool", "none"]
     name: str | None = None
-    disable_parallel_tool_use: bool = False
+    disable_parallel_tool_use: bool | None = None  # None: not said (not the same as false)
 
 
 class PromptRequest(Wire, kw_only=True):

@@ -120,8 +120,20 @@ class OutputControls(msgspec.Struct, frozen=True, kw_only=True):
     tool_choice: ToolChoice = "auto"
     forced_tool: str | None = None
     strict_tools: list[str] = []
-    parallel_tool_calls: bool = True
+    # None: the client did not say. Calls may then come in any number under `auto`, but a
+    # forced call (`required`) is one call: parallel forced calls only when asked for.
+    parallel_tool_calls: bool | None = None
     logprobs: LogprobsRequest | None = None
+
+    @property
+    def one_call(self) -> bool:
+        """Whether the answer holds at most one tool call: a named tool is forced, a call is
+        required and parallel calls were not asked for, or parallel calls are off."""
+        if self.forced_tool is not None:
+            return True
+        if self.tool_choice == "required":
+            return self.parallel_tool_calls is not True
+        return self.parallel_tool_calls is False
 
 
 class ChatRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -155,7 +167,8 @@ class ChatRequest(msgspec.Struct, frozen=True, kw_only=True):
 
     # Output controls (engines/text/constrain.py): the answer's JSON format; a tool call
     # forced (`required`, or the one `forced_tool`); tools whose arguments are constrained
-    # to their schema even under `auto`; at most one call when `parallel_tool_calls` is off;
+    # to their schema even under `auto`; at most one call when forced or when
+    # `parallel_tool_calls` is off (`OutputControls.one_call`);
     # logprobs.
     controls: OutputControls = OutputControls()
 

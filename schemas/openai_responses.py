@@ -101,7 +101,7 @@ class ResponseRequest(Wire, kw_only=True):
     top_p: Annotated[float, Meta(gt=0, le=1)] | None = None
     tools: list[Tool] = []
     tool_choice: str | ToolChoiceObject = "auto"
-    parallel_tool_calls: bool = True
+    parallel_tool_calls: bool | None = None  # None: not said (a forced call is then one)
     stream: bool = False
     store: bool | None = None
     previous_response_id: str | None = None

@@ -143,8 +143,12 @@ class _Guard:
         if policy == "strict" or last_try:
             self._event(verdict, "refused", level="warning")
             tried = " after one re-ask" if last_try else ""
+            # A call cut or garbled before its name names no tool: say so, never "None".
+            which = "tool call (naming no tool)"
+            if verdict.tool:
+                which = f"call of tool {verdict.tool!r}"
             raise ToolCallRefused(
-                f"model {self._model!r}: its call of tool {verdict.tool!r} failed the "
+                f"model {self._model!r}: its {which} failed the "
                 f"guardrails{tried}: {verdict.problem} (guardrails.tool_calls: {policy})"
             )
         self.bad.append((call, verdict))

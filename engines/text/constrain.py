@@ -11,7 +11,8 @@ Calls are constrained in the format of mlx-lm's `json_tools` parser (JSON betwee
 `<tool_call>` markers: the fallback format the gateway prompts for); a model whose tool
 format is another has its forced calls refused by name rather than left unconstrained.
 Under `auto`, strict tools are constrained lazily: text is free until the model writes the
-call marker, then the call's JSON is held to the tool's schema.
+call marker, then the call's JSON is held to the tool's schema. An object schema that lists
+`properties` and leaves `additionalProperties` unset is closed (`_closed`), as vLLM does.
 """
 
 from __future__ import annotations
@@ -67,7 +68,39 @@ def make_tokenizer(tokenizer_json: str, vocab_size: int, eos: list[int]):
 
 
 def _schema(schema: dict[str, Any] | None) -> dict[str, Any]:
-    return {**(schema if schema is not None else ANY_OBJECT), "x-guidance": JSON_OPTIONS}
+    return {**_closed(schema if schema is not None else ANY_OBJECT), "x-guidance": JSON_OPTIONS}
+
+
+# Where a schema holds schemas: one (`items`), a list (`anyOf`) or a map of them (`properties`).
+_ONE = ("additionalProperties", "items", "contains", "not", "if", "then", "else")
+_ONE += ("unevaluatedItems", "propertyNames")
+_LIST = ("anyOf", "oneOf", "allOf", "prefixItems", "items")
+_MAP = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+# An object that composes or refers: its keys may come from elsewhere, so it stays open.
+_COMPOSED = ("allOf", "anyOf", "oneOf", "$ref", "if", "dependentSchemas")
+
+
+def _closed(schema: Any, merged: bool = False) -> Any:
+    """`schema` with every object that lists `properties` and leaves `additionalProperties`
+    unset closed to further keys, as vLLM decodes: left open, a small model adds keys until
+    its token budget is gone. An explicit `additionalProperties` (true, or a schema) keeps
+    extra keys; `merged` (an `allOf` member) and composed objects are left as they are."""
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    for key in _ONE:
+        if isinstance(out.get(key), dict):
+            out[key] = _closed(out[key])
+    for key in _LIST:
+        if isinstance(out.get(key), list):
+            out[key] = [_closed(s, merged=key == "allOf") for s in out[key]]
+    for key in _MAP:
+        if isinstance(out.get(key), dict):
+            out[key] = {name: _closed(s) for name, s in out[key].items()}
+    open_ = merged or any(k in out for k in ("additionalProperties", "unevaluatedProperties"))
+    if "properties" in out and not open_ and not any(k in out for k in _COMPOSED):
+        out["additionalProperties"] = False
+    return out
 
 
 def _check(grammar: str, field: str, tokenizer=None) -> str:
@@ -180,7 +213,9 @@ def plan_for(
     start, end = markers
     if forced:
         call = _schema(_call_schema(_constrained_tools(request), True))
-        more = ' ("\\n"? call)*' if controls.parallel_tool_calls else ""
+        # One forced call unless parallel calls were asked for: a grammar that allowed more
+        # let a small model repeat its call until the token limit cut one in half.
+        more = "" if controls.one_call else ' ("\\n"? call)*'
         grammar = _lark(f"start: call{more}\n" + _call_rule(start, call, end), "tool_choice")
         return Plan(grammar=grammar, after=after)
     call = _schema(_call_schema(list(tools), strict))

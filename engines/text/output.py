@@ -75,7 +75,7 @@ class OutputParser:
         self._check_calls = check_calls
         self._text = ""  # answer text not yet passed on (could begin a tool-call marker)
         self._call: str | None = None  # inside a tool call: its text so far
-        self._single_call = single_call  # parallel_tool_calls off: the first call ends it
+        self._single_call = single_call  # one call asked for: the first call ends it
         self.tool_calls = 0
 
     @classmethod
@@ -102,7 +102,7 @@ class OutputParser:
             reasoning=splitter,
             show_reasoning=request.reasoning != "off",
             check_calls=request.tool_policy != "off",
-            single_call=not request.controls.parallel_tool_calls,
+            single_call=request.controls.one_call,
         )
 
     @property
@@ -162,11 +162,15 @@ class OutputParser:
             return "tool_calls"
         return reason
 
-    def finish(self) -> list[Output]:
-        """Whatever was held back, once generation has ended."""
+    def finish(self, reason: str = "stop") -> list[Output]:
+        """Whatever was held back, once generation has ended for `reason`."""
         outputs: list[Output] = []
         if self._reasoning is not None:
             outputs += self._route(self._reasoning.finish())
+        if self._call is not None and reason == "length" and self.tool_calls:
+            # The token limit cut a call that followed complete ones: the answer is those
+            # (finish `length`), not a broken call for the guardrails to re-ask about.
+            self._call = None
         if self._call is not None and not self.stopped:
             # Some models end a call with end-of-sequence instead of the closing marker.
             body, self._call = self._call, None
@@ -183,7 +187,7 @@ class OutputParser:
         """What ends a sequence: whatever was held back, then `Finished` with the reason to
         report and the time split at the first token (`perf_counter` times; no first token:
         all prefill). `counts`: the rest of `Finished` (tokens, reuse, images)."""
-        outputs = self.finish()
+        outputs = self.finish(reason)
         ended = time.perf_counter()
         first = first_at or ended
         return [

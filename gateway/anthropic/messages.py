@@ -216,12 +216,13 @@ def _controls(data: wire.PromptRequest) -> tuple[list[ToolSpec], OutputControls]
         schema = data.output_config.format.schema
         fmt = OutputFormat(schema=schema, field="$.output_config.format.schema")
     names = {t.name for t in tools}
+    disabled = choice.disable_parallel_tool_use  # None: not said, which is not `false`
     return tools, OutputControls(
         format=fmt,
         tool_choice="required" if choice.type in ("any", "tool") else "auto",
         forced_tool=forced,
         strict_tools=[t.name for t in data.tools if t.strict and t.name in names],
-        parallel_tool_calls=not choice.disable_parallel_tool_use,
+        parallel_tool_calls=None if disabled is None else not disabled,
     )
 
 

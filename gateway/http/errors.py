@@ -34,6 +34,7 @@ RENDERING: dict[type[e.GatewayError], tuple[int, str]] = {
     # model that failed to load will not come back by waiting.
     e.ModelUnavailable: (503, "server_error"),
     e.ToolCallRefused: (502, "invalid_tool_call"),
+    e.ConstraintViolated: (500, "server_error"),
     e.DownloadFailed: (502, "server_error"),
     e.UpstreamError: (502, "bad_gateway"),
     e.UpstreamUnavailable: (503, "overloaded_error"),
@@ -92,16 +93,18 @@ def render(error: Exception) -> Rendered:
 
 # Statuses a retry can change: a timeout, a conflict that ends, a full queue, a server hiccup.
 RETRYABLE_STATUSES = {408, 409, 429}
-# Server-side errors that a retry cannot fix: the same prompt fails the same checks.
-NOT_RETRYABLE = (e.ToolCallRefused,)
+# Server-side errors that a retry cannot fix: the same prompt fails the same checks, the
+# same script breaks the same constraint.
+NOT_RETRYABLE = (e.ToolCallRefused, e.ConstraintViolated)
 
 
 def should_retry(status: int, error: Exception | None = None) -> str | None:
     """The `x-should-retry` header's value: "false" where a retry cannot change the answer.
 
     The OpenAI and Anthropic SDKs retry 408/409/429 and every 5xx twice unless told not
-    to; a request the gateway refused as written, or a tool call its model got wrong past
-    the guardrails (a 502 that would cost two more generations), fails the same way again.
+    to; a request the gateway refused as written, a tool call its model got wrong past
+    the guardrails (a 502 that would cost two more generations), or a scripted reply its
+    constraint forbids (a 500), fails the same way again.
     """
     if isinstance(error, NOT_RETRYABLE):
         return "false"

@@ -62,7 +62,7 @@ def controls(
         tool_choice=choice,
         forced_tool=forced,
         strict_tools=[name for name in strict if name in {t.name for t in tools}],
-        parallel_tool_calls=parallel is not False,
+        parallel_tool_calls=parallel,  # None (unset) is not true: see OutputControls
         logprobs=logprobs,
     )
 

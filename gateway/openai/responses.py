@@ -240,7 +240,7 @@ def _skeleton(data: wire.ResponseRequest, chat: ChatRequest, model: str) -> wire
         instructions=data.instructions,
         max_output_tokens=chat.max_tokens,
         model=model,
-        parallel_tool_calls=data.parallel_tool_calls,
+        parallel_tool_calls=data.parallel_tool_calls is not False,
         temperature=chat.sampling.temperature,
         top_p=chat.sampling.top_p,
         tool_choice=data.tool_choice,

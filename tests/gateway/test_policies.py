@@ -69,6 +69,9 @@ CONFIG = "models:\n" + "\n".join(
         model("fixer", "Checking. " + SINGLE_QUOTED),
         model("retry", [WRONG_KEY, GOOD]),
         model("stubborn", WRONG_KEY),
+        model("cutoff", GOOD + " " + call_text('{"name": "get_weather", "arguments": {}}')),
+        model("nameless", call_text('{"arguments": {"city": "Paris"}}')),
+        model("unforceable", "It is sunny."),
         model("strict", "Checking. " + SINGLE_QUOTED, guardrails="{tool_calls: strict}"),
         model("strict-bare", SINGLE_QUOTED, guardrails="{tool_calls: strict}"),
         model("lax", WRONG_KEY, guardrails="{tool_calls: 'off'}"),
@@ -257,6 +260,62 @@ def test_a_call_still_wrong_after_the_re_ask_is_a_502_naming_the_tool(gateway, p
     assert "'city' is a required property" in message
     assert gateway.wait_event("guardrail", request_id=rid, action="refused")
     assert len(generated(gateway, rid, 2)) == 2  # the refused re-ask was real work too
+
+
+# The first call and the first word of the second: the token limit cuts the second call.
+CUT_AT = len(GOOD) + len(' <tool_call>{"name":')
+
+
+def test_a_call_cut_by_the_token_limit_after_complete_ones_is_dropped_not_re_asked(gateway):
+    # It was a MalformedToolCall: re-asked, cut again, and a 502 after two generations.
+    openai_reply = httpx.post(
+        f"{gateway.url}/v1/chat/completions",
+        json={"model": "cutoff", "messages": ASK, "tools": OPENAI_TOOLS, "max_tokens": CUT_AT},
+        timeout=30,
+    )
+    assert openai_reply.status_code == 200
+    choice = openai_reply.json()["choices"][0]
+    assert choice["finish_reason"] == "length"
+    (call,) = choice["message"]["tool_calls"]
+    assert json.loads(call["function"]["arguments"]) == {"city": "Paris"}
+    anthropic_reply = httpx.post(
+        f"{gateway.url}/v1/messages",
+        json={"model": "cutoff", "messages": ASK, "tools": ANTHROPIC_TOOLS, "max_tokens": CUT_AT},
+        timeout=30,
+    )
+    assert anthropic_reply.status_code == 200 and anthropic_reply.json()["stop_reason"] == (
+        "max_tokens"
+    )
+    blocks = anthropic_reply.json()["content"]
+    assert [b["input"] for b in blocks if b["type"] == "tool_use"] == [{"city": "Paris"}]
+    for reply in (openai_reply, anthropic_reply):
+        rid = reply.headers["x-request-id"]
+        assert len(generated(gateway, rid, 1)) == 1
+        assert not gateway.events("guardrail", request_id=rid)
+
+
+def test_a_refused_call_that_named_no_tool_says_so(gateway):
+    status, body, _, _, _ = ask(gateway, "openai", "nameless")
+    assert status == 502
+    message = body["error"]["message"]
+    assert "None" not in message and "naming no tool" in message
+
+
+def test_a_scripted_reply_its_constraint_forbids_is_a_500_not_to_retry(gateway):
+    # A script's fault, not the client's, and the same script fails the same way again.
+    status, body, _, _, _ = ask(gateway, "openai", "unforceable", tool_choice="required")
+    assert status == 500 and "breaks the request's constraint" in json.dumps(body)
+    response = httpx.post(
+        f"{gateway.url}/v1/chat/completions",
+        json={
+            "model": "unforceable",
+            "messages": ASK,
+            "tools": OPENAI_TOOLS,
+            "tool_choice": "required",
+        },
+        timeout=30,
+    )
+    assert response.status_code == 500 and response.headers["x-should-retry"] == "false"
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)

@@ -147,7 +147,24 @@ def test_parallel_tool_calls_off_keeps_one_call():
     assert len([o for o in outputs if isinstance(o, ToolCallOutput)]) == 1
     with pytest.raises(ConstraintViolated):  # forced and single: a second call breaks it
         run(one + "\n" + one, tools=[WEATHER], tool_choice="required", parallel_tool_calls=False)
-    assert run(one + "\n" + one, tools=[WEATHER], tool_choice="required")
+    assert run(one + "\n" + one, tools=[WEATHER], tool_choice="required", parallel_tool_calls=True)
+
+
+@pytest.mark.parametrize(
+    "forced",
+    [{"tool_choice": "required"}, {"forced_tool": "get_weather"}],
+    ids=["required", "named"],
+)
+def test_a_forced_call_is_one_call_unless_parallel_calls_are_asked_for(forced):
+    # Unset is not true: a grammar that allowed more calls let a small model repeat its call
+    # until the token limit cut one in half (issue 25).
+    one = '<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>'
+    assert run(one, tools=[WEATHER], **forced)
+    with pytest.raises(ConstraintViolated):
+        run(one + "\n" + one, tools=[WEATHER], **forced)
+    if "forced_tool" in forced:  # a named tool is one call, whatever the client says
+        with pytest.raises(ConstraintViolated):
+            run(one + "\n" + one, tools=[WEATHER], parallel_tool_calls=True, **forced)
 
 
 @pytest.mark.parametrize(
@@ -236,3 +253,39 @@ def test_a_schema_sent_again_is_compiled_once(monkeypatch):
     first = constrain.format_grammar(OutputFormat(schema=schema, field="$.response_format"))
     again = constrain.format_grammar(OutputFormat(schema=dict(schema), field="$.response_format"))
     assert first == again and len(calls) == 1
+
+
+OPEN_PERSON = {  # as `llm --schema 'name, age int'` sends it: additionalProperties unset
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+    "required": ["name", "age"],
+}
+
+
+def test_an_object_with_properties_and_additional_properties_unset_takes_no_other_key():
+    # Left open, SmolLM2 went on `"skills": [...` until its token budget was gone (issue 25).
+    assert run('{"name": "Sylvie", "age": 25}', format=OutputFormat(schema=OPEN_PERSON))
+    with pytest.raises(ConstraintViolated, match="breaks the request's constraint"):
+        run('{"name": "Sylvie", "age": 25, "skills": []}', format=OutputFormat(schema=OPEN_PERSON))
+    nested = {"type": "object", "properties": {"who": OPEN_PERSON}, "required": ["who"]}
+    with pytest.raises(ConstraintViolated):
+        run('{"who": {"name": "Sy", "age": 2, "x": 1}}', format=OutputFormat(schema=nested))
+    listed = {"type": "array", "items": OPEN_PERSON}
+    with pytest.raises(ConstraintViolated):
+        run('[{"name": "Sy", "age": 2, "x": 1}]', format=OutputFormat(schema=listed))
+
+
+def test_the_tool_arguments_of_a_forced_call_take_no_other_key():
+    tool = ToolSpec(name="get_weather", parameters=dict(WEATHER.parameters))
+    del tool.parameters["additionalProperties"]
+    extra = '<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo", "x": 1}}</tool_call>'
+    with pytest.raises(ConstraintViolated):
+        run(extra, tools=[tool], forced_tool="get_weather")
+
+
+@pytest.mark.parametrize("extra", [True, {"type": "integer"}])
+def test_extra_keys_stay_allowed_where_the_schema_asks_for_them(extra):
+    schema = {**OPEN_PERSON, "additionalProperties": extra}
+    assert run('{"name": "Sylvie", "age": 25, "x": 1}', format=OutputFormat(schema=schema))
+    # No `properties` (a map of anything): nothing to close.
+    assert run('{"a": 1}', format=OutputFormat(schema={"type": "object"}))
