@@ -122,3 +122,26 @@ def test_openai_embeddings_as_the_gateway_tells_it(tmp_path):
         vectors = embedder.embed_documents(["pasta with tomatoes", "a bowl of spaghetti"])
         assert len(vectors) == 2 and len(vectors[0]) == 384
         assert len(embedder.embed_query("noodles")) == 384
+
+
+WEATHER = {
+    "title": "get_weather",
+    "description": "The weather in a city",
+    "type": "object",
+    "properties": {"city": {"type": "string"}},
+    "required": ["city"],
+}
+
+
+@pytest.mark.e2e
+def test_structured_output_on_the_real_model_is_one_forced_call(shipped_gateway):
+    """`with_structured_output` on ChatAnthropic forces one tool (`tool_choice: {type:
+    tool}`): SmolLM2 answers it with one schema-valid call, not a 502 after a re-ask."""
+    chat = ChatAnthropic(
+        base_url=shipped_gateway.url, api_key="unused", model="smollm2", max_tokens=48
+    )
+    structured = chat.with_structured_output(WEATHER)
+    answer = structured.invoke("What is the weather in Paris?")
+    assert answer == {"city": "Paris"}
+    (generated,) = shipped_gateway.events("generated", model="smollm2")[-1:]
+    assert generated["stop_reason"] == "tool_calls" and generated["new_tokens"] < 48
