@@ -52,6 +52,11 @@ def gateway(tmp_path_factory):
 
 
 async def ask_all(gateway, model, questions, max_tokens=24, **extra):
+    return await ask_each(gateway, model, [(q, extra) for q in questions], max_tokens)
+
+
+async def ask_each(gateway, model, asks: list[tuple[str, dict]], max_tokens=24):
+    """Each (question, extra fields) at once, greedy; the answers' texts in order."""
     async with httpx.AsyncClient(base_url=gateway.url, timeout=300) as http:
         replies = await asyncio.gather(
             *(
@@ -65,7 +70,7 @@ async def ask_all(gateway, model, questions, max_tokens=24, **extra):
                         **extra,
                     },
                 )
-                for q in questions
+                for q, extra in asks
             )
         )
     return [r.json()["choices"][0]["message"]["content"] for r in replies]
@@ -237,26 +242,6 @@ def test_penalties_break_a_greedy_loop_on_every_decoding_path(gateway):
         assert answers[0] != looping and answers[0].count("a ten times") < 2
     # In one batch, each sequence keeps its own processors: the plain one still loops.
     plain, penalised = asyncio.run(
-        ask_all_with(gateway, "batched", [{}, {"presence_penalty": 1.0}], LOOPING, 48)
+        ask_each(gateway, "batched", [(LOOPING, {}), (LOOPING, {"presence_penalty": 1.0})], 48)
     )
     assert plain == looping and penalised.count("a ten times") < 2
-
-
-async def ask_all_with(gateway, model, extras, question, max_tokens):
-    async with httpx.AsyncClient(base_url=gateway.url, timeout=300) as http:
-        replies = await asyncio.gather(
-            *(
-                http.post(
-                    "/v1/chat/completions",
-                    json={
-                        "model": model,
-                        "temperature": 0,
-                        "max_tokens": max_tokens,
-                        "messages": [{"role": "user", "content": question}],
-                        **extra,
-                    },
-                )
-                for extra in extras
-            )
-        )
-    return [r.json()["choices"][0]["message"]["content"] for r in replies]
