@@ -17,7 +17,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import msgspec
 import pytest
+
+from schemas.canonical import OutputControls
 
 REPO = Path(__file__).resolve().parent.parent
 # Gateways started by the tests store Responses here, not in the user's data directory.
@@ -288,3 +291,13 @@ def anthropic_client(gateway):
 @pytest.fixture(scope="module")
 def ollama_client(gateway):
     return gateway.ollama()
+
+
+# The fields of `OutputControls`, which tests still pass as ChatRequest keywords.
+CONTROL_FIELDS = tuple(f.name for f in msgspec.structs.fields(OutputControls))
+
+
+def with_controls(**fields) -> dict:
+    """ChatRequest fields, the output controls among them gathered into `controls`."""
+    controls = {k: fields.pop(k) for k in list(fields) if k in CONTROL_FIELDS}
+    return {**fields, "controls": OutputControls(**controls)} if controls else fields

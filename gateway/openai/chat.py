@@ -21,9 +21,9 @@ from gateway.http.errors import error_body
 from gateway.http.streaming import Collected, started, stream_body, unless_client_leaves
 from gateway.openai.controls import (
     controls,
-    logit_bias,
     logprobs_request,
     output_format,
+    sampling_asked,
     tool_choice,
     wire_logprobs,
 )
@@ -162,14 +162,7 @@ async def chat_completions(request: Request, generation: Generation) -> Response
         ChatAsk(
             messages=messages,
             max_tokens=data.max_completion_tokens or data.max_tokens,
-            temperature=data.temperature,
-            top_p=data.top_p,
-            top_k=data.top_k,
-            min_p=data.min_p,
-            seed=data.seed,
-            presence_penalty=data.presence_penalty,
-            frequency_penalty=data.frequency_penalty,
-            logit_bias=logit_bias(data.logit_bias),
+            **sampling_asked(data),
             stop=stop,
             tools=tools,
             reasoning=effort(data.reasoning_effort),

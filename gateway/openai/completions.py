@@ -19,7 +19,7 @@ from gateway.control.registry import Generation, announce
 from gateway.http.body import decode_body
 from gateway.http.streaming import Collected, collect, started, stream_body, unless_client_leaves
 from gateway.openai.chat import FINISH_REASONS, error_chunk
-from gateway.openai.controls import logit_bias
+from gateway.openai.controls import sampling_asked
 from schemas import openai_completions as wire
 from schemas.canonical import (
     ChatAsk,
@@ -97,20 +97,14 @@ async def completions(request: Request, generation: Generation) -> Response | Se
         logprobs = LogprobsRequest(top=data.logprobs, prompt=data.echo)
     if data.echo and logprobs is None and any(isinstance(p, list) for p in prompts):
         raise BadRequest("$.echo of a token-id prompt needs logprobs (its text comes from them)")
+    sampling = sampling_asked(data)
     asks = [
         ChatAsk(
             messages=[],
             raw_prompt=prompt if isinstance(prompt, str) else "",
             prompt_ids=prompt if isinstance(prompt, list) else None,
             max_tokens=data.max_tokens,
-            temperature=data.temperature,
-            top_p=data.top_p,
-            top_k=data.top_k,
-            min_p=data.min_p,
-            seed=data.seed,
-            presence_penalty=data.presence_penalty,
-            frequency_penalty=data.frequency_penalty,
-            logit_bias=logit_bias(data.logit_bias),
+            **sampling,
             stop=stop,
             controls=OutputControls(logprobs=logprobs),
         )

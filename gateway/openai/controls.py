@@ -97,3 +97,17 @@ def logit_bias(bias: dict[str, float] | None) -> dict[int, float] | None:
     if bad:
         raise BadRequest(f"$.logit_bias: key {bad[0]!r} is not a token id")
     return {int(k): v for k, v in bias.items()}
+
+
+def sampling_asked(data: Any) -> dict[str, Any]:
+    """The sampling fields chat completions and completions share, as `ChatAsk` keywords."""
+    return {
+        "temperature": data.temperature,
+        "top_p": data.top_p,
+        "top_k": data.top_k,
+        "min_p": data.min_p,
+        "seed": data.seed,
+        "presence_penalty": data.presence_penalty,
+        "frequency_penalty": data.frequency_penalty,
+        "logit_bias": logit_bias(data.logit_bias),
+    }

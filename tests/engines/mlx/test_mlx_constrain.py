@@ -8,6 +8,7 @@ import json
 import jsonschema
 import msgspec
 import pytest
+from conftest import with_controls
 
 from engines.mlx.engine import MLXEngine
 from engines.platform import PlatformPath
@@ -41,22 +42,6 @@ PET = {
     "additionalProperties": False,
 }
 ASK = [Message(role="user", content="Describe a pet as JSON.")]
-
-
-CONTROL_FIELDS = (
-    "format",
-    "tool_choice",
-    "forced_tool",
-    "strict_tools",
-    "parallel_tool_calls",
-    "logprobs",
-)
-
-
-def with_controls(**fields) -> dict:
-    """ChatRequest fields, the output controls among them gathered into `controls`."""
-    controls = {k: fields.pop(k) for k in list(fields) if k in CONTROL_FIELDS}
-    return {**fields, "controls": OutputControls(**controls)} if controls else fields
 
 
 @pytest.fixture(scope="module")

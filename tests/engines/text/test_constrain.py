@@ -7,6 +7,7 @@ import json
 
 import msgspec
 import pytest
+from conftest import with_controls
 
 from engines.errors import BadRequest
 from engines.scripted import ConstraintViolated, ScriptedEngine
@@ -45,22 +46,6 @@ WEATHER = ToolSpec(
     },
 )
 HI = [Message(role="user", content="hi")]
-
-
-CONTROL_FIELDS = (
-    "format",
-    "tool_choice",
-    "forced_tool",
-    "strict_tools",
-    "parallel_tool_calls",
-    "logprobs",
-)
-
-
-def with_controls(**fields) -> dict:
-    """ChatRequest fields, the output controls among them gathered into `controls`."""
-    controls = {k: fields.pop(k) for k in list(fields) if k in CONTROL_FIELDS}
-    return {**fields, "controls": OutputControls(**controls)} if controls else fields
 
 
 def run(reply: str, **fields) -> list:
