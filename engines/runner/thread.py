@@ -19,6 +19,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from engines.base import Engine
+from engines import timeline
 from engines.batch import Batch
 from engines.errors import EngineFailed, ModelUnavailable
 from engines.job import Job, Pace
@@ -137,7 +138,11 @@ class ModelThread:
                 return
             stepping = batch.active
             try:
+                if timeline.ON:
+                    timeline.mark("step", stepping)
                 steps = batch.step()
+                if timeline.ON:
+                    timeline.mark("stepped", len(steps))
                 if steps:
                     self._deliver_step(steps)
             except Exception as error:  # the batch broke: every request in it ends
@@ -242,10 +247,14 @@ class ModelThread:
                 job.first_token_at = now
             if isinstance(output, Finished | Exception):
                 self._in_batch.discard(job)
+        if timeline.ON:  # before the call: the loop may run it before this thread goes on
+            timeline.mark("handed", len(steps))
         self._loop.call_soon_threadsafe(self._hand_out, steps, context=self._context)
 
     def _hand_out(self, steps: list) -> None:
         """On the loop: post each output to its job's channel, in the order the step made."""
+        if timeline.ON:
+            timeline.mark("loop", len(steps))
         for job, output in steps:
             if isinstance(output, Finished):
                 # Reported even when nobody reads on (client gone): ops see what it cost.

@@ -10,6 +10,7 @@ from typing import TypeVar
 import msgspec
 from litestar import Request
 
+from engines import timeline
 from engines.errors import ClientGone
 from gateway.http.errors import stream_failure
 from schemas.canonical import (
@@ -131,7 +132,11 @@ async def stream_body(
     token)."""
     try:
         async for frame in frames:
+            if timeline.ON:
+                timeline.mark("frame")
             yield frame
+            if timeline.ON:  # the server has taken the frame: it is on its way to the socket
+                timeline.mark("written")
     except Exception as error:
         yield error_tail(*stream_failure(request, error))
     finally:

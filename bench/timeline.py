@@ -1,0 +1,219 @@
+"""Where a streamed token's time goes, per token, from the model's step to the client.
+
+    .venv/bin/python bench/timeline.py [--source SRC] [--max-tokens 128] [--burst 32]
+        [--rounds 3]
+
+Starts `gateway serve` with `GATEWAY_TIMELINE` set (engines/timeline.py: marks at the model
+thread's step, its hand-over to the event loop, the loop taking it, each protocol frame
+ready and written), streams one answer from a `concurrency: 1` model and one from a
+batched model, then a burst of `--burst` clients on the batched model, each client
+recording when each content chunk arrives (the same monotonic clock). Reported, per token
+(medians over every token of every round after a warm-up round):
+
+- model thread: the interval between two steps, the step itself, the rest (hand-over,
+  admission, pacing);
+- hop: from the hand-over (`call_soon_threadsafe`) to the loop running it;
+- loop: from taking a step's outputs to the last of its frames written (protocol code,
+  SSE encoding, the server's write);
+- client: from a frame ready to the client reading it;
+- and, for the burst, the loop's busy time per step as a share of the step interval: the
+  Python the event loop runs while the model thread would run its own (they share a GIL).
+
+Nothing is compared here; the ratios against in-process MLX are `single_stream.py`'s and
+`bench/gpu/`'s. This names the parts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import bisect
+import itertools
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+from common import SMOLLM2, Gateway, chat_body, fmt, median, percentile, report, table
+
+CONFIG = """
+server: {{host: 127.0.0.1}}
+models:
+  - id: serial
+    engine: mlx
+    source: {source}
+    context: {{max: 2048}}
+    concurrency: 1
+  - id: batched
+    engine: mlx
+    source: {source}
+    context: {{max: 2048}}
+    concurrency: {concurrency}
+"""
+
+STORY = "Write a long story about a lighthouse keeper. Round {round}, reader {client}."
+
+
+async def stream(client: httpx.AsyncClient, url: str, body: dict) -> list[int]:
+    """Stream one chat; the perf_counter_ns of each content chunk's arrival."""
+    arrivals = []
+    async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
+        response.raise_for_status()
+        async for line in response.aiter_lines():
+            now = time.perf_counter_ns()
+            if line.startswith("data:") and '"content":"' in line:
+                arrivals.append(now)
+    return arrivals
+
+
+async def run(url: str, model: str, clients: int, round_: int, max_tokens: int) -> list:
+    async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=512)) as c:
+        bodies = [
+            chat_body(
+                model,
+                [{"role": "user", "content": STORY.format(round=round_, client=i)}],
+                max_tokens,
+            )
+            for i in range(clients)
+        ]
+        return await asyncio.gather(*(stream(c, url, body) for body in bodies))
+
+
+def window(marks: list, start: int, end: int) -> list:
+    return [m for m in marks if start <= m[0] <= end]
+
+
+def after(times: list[int], t: int) -> int | None:
+    """The first of sorted `times` at or after t."""
+    i = bisect.bisect_left(times, t)
+    return times[i] if i < len(times) else None
+
+
+def before(times: list[int], t: int) -> int | None:
+    """The last of sorted `times` at or before t."""
+    i = bisect.bisect_right(times, t)
+    return times[i - 1] if i else None
+
+
+def breakdown(marks: list, arrivals: list[list[int]]) -> dict[str, list[float]]:
+    """Per token (per step) durations in ms, from the marks of one measured window."""
+    by = {
+        point: [m[0] for m in marks if m[1] == point]
+        for point in ("step", "stepped", "handed", "loop", "frame", "written")
+    }
+    ms = 1e-6
+    parts: dict[str, list[float]] = {
+        k: []
+        for k in (
+            "step interval",
+            "in step",
+            "model thread, outside the step",
+            "hop to the loop",
+            "loop: outputs to last frame written",
+            "frame ready to client read",
+            "client interval",
+            "loop busy / step interval (ratio)",
+        )
+    }
+    steps = by["step"]
+    for i, start in enumerate(steps[:-1]):
+        nxt = steps[i + 1]
+        parts["step interval"].append((nxt - start) * ms)
+        done = after(by["stepped"], start)
+        if done is None or done > nxt:
+            continue
+        parts["in step"].append((done - start) * ms)
+        parts["model thread, outside the step"].append((nxt - done) * ms)
+        handed = after(by["handed"], done)
+        if handed is None or handed > nxt:
+            continue  # a step without outputs
+        taken = after(by["loop"], handed)
+        if taken is None:
+            continue
+        parts["hop to the loop"].append((taken - handed) * ms)
+        following = after(by["loop"], taken + 1)
+        last = before(by["written"], following if following else taken + 10**9)
+        if last is not None and last >= taken:
+            parts["loop: outputs to last frame written"].append((last - taken) * ms)
+            parts["loop busy / step interval (ratio)"].append((last - taken) / (nxt - start))
+    for client in arrivals:
+        for arrival in client:
+            ready = before(by["frame"], arrival)
+            if ready is not None:
+                parts["frame ready to client read"].append((arrival - ready) * ms)
+        parts["client interval"] += [(b - a) * ms for a, b in itertools.pairwise(client)]
+    return parts
+
+
+def rows(label: str, parts: dict[str, list[float]]) -> list[list[object]]:
+    return [
+        [label, name, len(values)]
+        + [fmt(v, 3) for v in (median(values), percentile(values, 10), percentile(values, 90))]
+        for name, values in parts.items()
+        if values
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--source", default=SMOLLM2)
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--burst", type=int, default=32)
+    parser.add_argument("--concurrency", type=int, default=128)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+
+    load_before = os.getloadavg()
+    marks_file = Path(tempfile.mkdtemp(prefix="bench-timeline-")) / "marks.jsonl"
+    os.environ["GATEWAY_TIMELINE"] = str(marks_file)
+    gateway = Gateway(CONFIG.format(source=args.source, concurrency=args.concurrency), "timeline")
+    windows: dict[str, list] = {
+        "serial, 1 stream": [],
+        "batched, 1 stream": [],
+        f"batched, {args.burst} streams": [],
+    }
+    try:
+        gateway.wait_ready()
+        platform = gateway.platform()
+        cases = [
+            ("serial, 1 stream", "serial", 1),
+            ("batched, 1 stream", "batched", 1),
+            (f"batched, {args.burst} streams", "batched", args.burst),
+        ]
+        for round_ in range(args.rounds + 1):  # round 0 warms up
+            for label, model, clients in cases:
+                start = time.perf_counter_ns()
+                arrivals = asyncio.run(run(gateway.url, model, clients, round_, args.max_tokens))
+                end = time.perf_counter_ns()
+                if round_:
+                    windows[label].append((start, end, arrivals))
+    finally:
+        gateway.stop()  # the gateway writes its marks as it exits
+    marks = [json.loads(line) for line in marks_file.read_text().splitlines()]
+    marks.sort()
+    body_rows = []
+    for label, measured in windows.items():
+        merged: dict[str, list[float]] = {}
+        for start, end, arrivals in measured:
+            for name, values in breakdown(window(marks, start, end), arrivals).items():
+                merged.setdefault(name, []).extend(values)
+        body_rows += rows(label, merged)
+    body = table(["case", "per token", "n", "median ms", "p10", "p90"], body_rows)
+    notes = (
+        f"{args.rounds} rounds after a warm-up; max_tokens {args.max_tokens}, greedy; a fresh "
+        "prompt per client and round. Marks: engines/timeline.py (GATEWAY_TIMELINE). "
+        "`loop busy / step interval` is a ratio, not ms."
+    )
+    report(
+        "Per-token timeline through the gateway",
+        body,
+        platform_path=platform,
+        load_before=load_before,
+        notes=notes,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""A per-token timeline of the hot path, kept only when asked for: where a token's time goes
+between the model's step and the socket.
+
+`GATEWAY_TIMELINE=/path/file.jsonl gateway serve ...` records, in memory, a mark at each
+point a token passes (the model thread's step begins and ends, its outputs are handed to the
+event loop, the loop takes them, a protocol frame is ready, the frame is written) and writes
+them out when the process ends. `bench/timeline.py` lines them up against the client's own
+arrival times. Off (the default), each point costs one global lookup.
+
+The clock is `time.perf_counter_ns()`: CLOCK_MONOTONIC on Linux and macOS, so marks compare
+with a client's in another process on the same machine.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import threading
+import time
+
+PATH = os.environ.get("GATEWAY_TIMELINE") or None
+ON = PATH is not None
+
+# (ns, point, count, thread id). list.append is atomic under the GIL: threads need no lock.
+_marks: list[tuple[int, str, int, int]] = []
+
+
+def mark(point: str, count: int = 0) -> None:
+    """Record that `count` things (sequences, outputs) passed `point` now."""
+    _marks.append((time.perf_counter_ns(), point, count, threading.get_ident()))
+
+
+def dump() -> None:
+    """Write the marks, one JSON array per line, to GATEWAY_TIMELINE."""
+    if not ON:
+        return
+    with open(PATH, "w") as out:
+        for entry in _marks:
+            out.write(json.dumps(entry) + "\n")
+
+
+atexit.register(dump)
