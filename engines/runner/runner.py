@@ -61,6 +61,7 @@ class Runner:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed: str | None = None  # why this runner admits no more requests
         self._holds = 0  # requests between admission and their end (see `hold`)
+        self._counting = 0  # prompts being counted on the engine's tokenizer right now
         self._idle = asyncio.Event()  # set exactly when nothing waits, runs or holds
         self._idle.set()
         self._queue = AdmissionQueue(self._settings, left=self._settle)
@@ -155,9 +156,11 @@ class Runner:
     @property
     def _holds_model(self) -> bool:
         """Something runs or holds the model, or waits for it to admit more: it must not
-        unload (a queue waits for a model that has ended its burst to load again)."""
-        queued = bool(self._queue) and not self._yielding()
-        return bool(self._thread.running or self._holds or queued)
+        unload. Once its burst is over only what runs on it counts: the requests waiting
+        (and holding it) load it again when room comes back."""
+        if self._yielding():
+            return bool(self._thread.running or self._counting)
+        return bool(self._thread.running or self._holds or self._queue)
 
     @property
     def evictable(self) -> bool:
@@ -251,7 +254,11 @@ class Runner:
                 await self.load()
             if self.state is not EngineState.READY:
                 raise ModelUnavailable(f"model {self.model.id!r} is not available: {self.error}")
-            return await asyncio.to_thread(self.engine.count_prompt, request)
+            self._counting += 1
+            try:
+                return await asyncio.to_thread(self.engine.count_prompt, request)
+            finally:
+                self._counting -= 1
 
     async def results(self, job: Job) -> AsyncIterator[Output]:
         """The job's outputs as they come; leaving early (client gone) cancels the job."""
