@@ -234,6 +234,12 @@ def _merge_under(defaults: dict, model: dict, path: KeyPath, src: Source) -> dic
 
 def _check(value: Any, tp: Any, path: KeyPath, src: Source) -> None:
     """Report every problem in `value` as a `tp`, going into Structs so each bad key is named."""
+    if isinstance(value, list) and typing.get_origin(tp) is list:
+        (item,) = typing.get_args(tp)
+        if _struct_in(item) is not None:  # a list of Structs (api_keys): each entry's keys
+            for i, entry in enumerate(value):
+                _check(entry, item, (*path, i), src)
+            return
     struct = _struct_in(tp) if isinstance(value, dict) else None
     if struct is None:
         try:

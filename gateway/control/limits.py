@@ -104,6 +104,7 @@ class KeyLimiter:
         usage.spent += tokens
 
     def _refusal(self, usage: KeyUsage, limits: KeyLimits, now: float) -> RateLimited | None:
+        """The first limit the key is past, as the 429 to answer with; None when none is."""
         wall = self._wall()
         requests = tokens = None
         if limits.rpm is not None:
@@ -114,42 +115,51 @@ class KeyLimiter:
             tokens = Allowance(limits.tpm, max(0, limits.tpm - usage.tokens_used()), reset)
         usage.period_s = seconds(limits.budget.period) if limits.budget else 0.0
         spent = usage.budget_spent(wall)
-        if limits.concurrent is not None and usage.in_flight >= limits.concurrent:
-            return RateLimited(
-                f"this API key has {usage.in_flight} requests in flight "
-                f"(limits.concurrent {limits.concurrent}); retry when one ends",
-                limit="concurrent",
-                retry_after=CONCURRENT_RETRY_S,
-                requests=requests,
-                tokens=tokens,
-            )
-        if requests is not None and requests.remaining == 0:
-            return RateLimited(
-                f"this API key made {limits.rpm} requests in the last minute (limits.rpm "
-                f"{limits.rpm}); retry in {requests.reset_s:.0f}s",
-                limit="rpm",
-                retry_after=requests.reset_s,
-                requests=requests,
-                tokens=tokens,
-            )
-        if tokens is not None and tokens.remaining == 0:
-            return RateLimited(
-                f"this API key used {usage.tokens_used()} tokens in the last minute "
-                f"(limits.tpm {limits.tpm}); retry in {tokens.reset_s:.0f}s",
-                limit="tpm",
-                retry_after=tokens.reset_s,
-                requests=requests,
-                tokens=tokens,
-            )
         budget = limits.budget
-        if budget is not None and spent >= budget.tokens:
+        # (limit, whether the key is past it, the message, seconds until it may retry)
+        checks = [
+            (
+                "concurrent",
+                limits.concurrent is not None and usage.in_flight >= limits.concurrent,
+                f"has {usage.in_flight} requests in flight (limits.concurrent "
+                f"{limits.concurrent}); retry when one ends",
+                CONCURRENT_RETRY_S,
+            ),
+            (
+                "rpm",
+                requests is not None and requests.remaining == 0,
+                f"made {limits.rpm} requests in the last minute (limits.rpm {limits.rpm})",
+                requests and requests.reset_s,
+            ),
+            (
+                "tpm",
+                tokens is not None and tokens.remaining == 0,
+                f"used {usage.tokens_used()} tokens in the last minute (limits.tpm {limits.tpm})",
+                tokens and tokens.reset_s,
+            ),
+        ]
+        if budget is not None:
             reset = (usage.period + 1) * usage.period_s - wall
-            return RateLimited(
-                f"this API key spent {spent} tokens of its budget of {budget.tokens} per "
-                f"{budget.period} (limits.budget); it renews in {reset:.0f}s",
-                limit="budget",
-                retry_after=reset,
-                requests=requests,
-                tokens=Allowance(budget.tokens, 0, reset),
+            checks.append(
+                (
+                    "budget",
+                    spent >= budget.tokens,
+                    f"spent {spent} tokens of its budget of {budget.tokens} per "
+                    f"{budget.period} (limits.budget); it renews in {reset:.0f}s",
+                    reset,
+                )
             )
+        for limit, past, message, retry in checks:
+            if past:
+                if limit == "budget":
+                    tokens = Allowance(budget.tokens, 0, retry)
+                elif limit in ("rpm", "tpm"):
+                    message += f"; retry in {retry:.0f}s"
+                return RateLimited(
+                    f"this API key {message}",
+                    limit=limit,
+                    retry_after=retry,
+                    requests=requests,
+                    tokens=tokens,
+                )
         return None
