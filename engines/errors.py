@@ -17,6 +17,7 @@ and renders it in each protocol's envelope, in one place.
     ├── ModelBusy               an admin action that needs an idle model
     ├── QueueFull               the model's queue is at `queue.max_depth`
     │   └── QueueTimeout        waited past `queue.max_wait`
+    ├── RateLimited             a key past one of its limits (rpm, tpm, concurrent, budget)
     ├── ModelUnavailable        failed to load, or detaching
     ├── EngineFailed            the engine raised while generating (a batch step)
     ├── ToolCallRefused         the model's tool call failed its guardrails
@@ -34,6 +35,8 @@ and renders it in each protocol's envelope, in one place.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 
 class GatewayError(Exception):
@@ -143,6 +146,34 @@ class QueueFull(GatewayError):
 
 class QueueTimeout(QueueFull):
     """Waited in the queue past `queue.max_wait`."""
+
+
+class Allowance(NamedTuple):
+    """One limit as a client's rate-limit headers tell it: its size, what is left of it,
+    and the seconds until it is whole again."""
+
+    limit: int
+    remaining: int
+    reset_s: float
+
+
+class RateLimited(GatewayError):
+    """A key past one of its limits (`server.api_keys[].limits`): `limit` names which."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        limit: str,
+        retry_after: float,
+        requests: Allowance | None = None,
+        tokens: Allowance | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.retry_after = retry_after
+        self.requests = requests
+        self.tokens = tokens
 
 
 class ModelUnavailable(GatewayError):

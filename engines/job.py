@@ -8,8 +8,31 @@ import contextvars
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import NamedTuple
 
-from schemas.canonical import ChatRequest, EmbedRequest, Output
+from schemas.canonical import (
+    ChatRequest,
+    Embedded,
+    EmbedRequest,
+    Finished,
+    Output,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallOutput,
+)
+
+
+class Ticket(NamedTuple):
+    """What the gateway tells the engines of the client behind a request: its priority in
+    the model's line, and whom to tell of the tokens its jobs spend, as they are spent."""
+
+    priority: int = 0
+    spend: Callable[[int], None] | None = None
+
+
+NO_TICKET = Ticket()  # a request from no client in particular: priority 0, nothing counted
+# The current request's ticket, set by the HTTP guard; each job takes it when submitted.
+TICKET: contextvars.ContextVar[Ticket] = contextvars.ContextVar("ticket", default=NO_TICKET)
 
 
 class Job:
@@ -24,6 +47,23 @@ class Job:
         # The request's log context (request_id), for events emitted from the model's thread.
         self.context = contextvars.copy_context()
         self._cancelled = threading.Event()
+        self.ticket = TICKET.get()
+        self._spent = 0  # tokens told to `ticket.spend` so far
+
+    def spend(self, output: Output | BaseException) -> None:
+        """On the loop, for each output: a step's output counts as the token it took; the
+        last one brings the count to the engine's own total (prompt + completion)."""
+        if self.ticket.spend is None:
+            return
+        if isinstance(output, Finished | Embedded):
+            made = getattr(output, "new_tokens", 0)
+            tokens = max(0, output.prompt_tokens + made - self._spent)
+        elif isinstance(output, TextDelta | ReasoningDelta | ToolCallOutput):
+            tokens = 1
+        else:
+            return
+        self._spent += tokens
+        self.ticket.spend(tokens)
 
     def cancel(self) -> None:
         self._cancelled.set()

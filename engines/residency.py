@@ -2,15 +2,28 @@
 
 Before a model loads, the budget makes room by unloading the least recently used idle
 model that is not pinned, and reserves the model's estimate at once, so that loads running
-together never overcommit it; when nothing more can be freed the load is refused with the
-numbers, and the request that asked for it gets a 503 saying why.
+together never overcommit it. When the room is held by models that are busy but not
+pinned, the load waits for them instead (swap-aware admission):
+1. the waiting model is noted (`waiting_since`), and a `swap_waiting` event says for whom;
+2. each busy holder goes on admitting from its own queue — a burst — until the waiter
+   has waited `server.max_swap_wait` (counted from when the holder loaded, if later), and
+   always admits at least one request per load, so swapping never starves a model;
+3. then the holder admits no more, finishes what runs, and is evicted with its queue still
+   waiting (it loads again when room comes back, by the same rules);
+4. when even unloading every unpinned model could not make room, the load is refused with
+   the numbers, and the request that asked for it gets a 503 saying why.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Callable
 from typing import Protocol
 
 from engines.errors import ModelUnavailable
+from engines.log import emit
+from schemas.events import SwapWaiting
 
 GiB = 2**30
 # `memory_budget: auto` leaves this share of the machine to the OS and everything else.
@@ -41,6 +54,11 @@ class Resident(Protocol):
         ...
 
     @property
+    def swappable(self) -> bool:
+        """Holds memory it will let go of once it has served its burst (not pinned)."""
+        ...
+
+    @property
     def last_used(self) -> float:
         """`time.monotonic()` of its last use."""
         ...
@@ -49,17 +67,29 @@ class Resident(Protocol):
         """Unload now if idle; False when it was not."""
         ...
 
+    def wake(self) -> None:
+        """No one waits for its memory any more: admit from its queue again."""
+        ...
+
 
 def describe(size: int) -> str:
     return f"{size / GiB:.2f} GiB"
 
 
 class MemoryBudget:
-    """Who holds how much. Lives as long as the process, across config generations."""
+    """Who holds how much, and who waits for room. Lives as long as the process, across
+    config generations."""
 
-    def __init__(self, total: int) -> None:
+    # How often a load waiting for room looks again, should no change be signalled.
+    RECHECK_S = 0.5
+
+    def __init__(self, total: int, swap_wait: Callable[[], float] = lambda: 0.0) -> None:
+        """`swap_wait` gives `server.max_swap_wait` in seconds, as configured now."""
         self.total = total
+        self._swap_wait = swap_wait
         self._held: dict[Resident, int] = {}
+        self._waiting: dict[Resident, float] = {}  # who waits for room, since when
+        self._changes: list[asyncio.Future[None]] = []
 
     @property
     def used(self) -> int:
@@ -71,6 +101,21 @@ class MemoryBudget:
     def release(self, resident: Resident) -> None:
         self._held.pop(resident, None)
 
+    def changed(self) -> None:
+        """A resident's work ended or it stopped admitting: loads waiting for room look again."""
+        for change in self._changes:
+            if not change.done():
+                change.set_result(None)
+        self._changes.clear()
+
+    def yield_due(self, holder: Resident, loaded_at: float) -> bool:
+        """Step 2: whether `holder`'s burst is over — another model has waited for room
+        `server.max_swap_wait`, counted from `loaded_at` if that is later."""
+        others = [since for r, since in self._waiting.items() if r is not holder]
+        if not others:
+            return False
+        return time.monotonic() >= max(min(others), loaded_at) + self._swap_wait()
+
     def could_fit(self, needed: int, *, beside: Resident) -> bool:
         """Whether `needed` bytes fit while `beside` stays resident (idle unpinned models may
         be unloaded to make room, as a load would)."""
@@ -79,24 +124,47 @@ class MemoryBudget:
 
     async def make_room(self, resident: Resident, needed: int) -> int:
         """Unload idle unpinned models, least recently used first, until `needed` fits,
-        and reserve `needed` for `resident` (its load replaces it with what it really holds
+        waiting for busy unpinned ones to finish their burst (the steps above); then
+        reserve `needed` for `resident` (its load replaces it with what it really holds
         through `hold`, or frees it through `release`).
 
         Returns the bytes then left for `resident`; raises `ModelUnavailable` (503) naming
-        the numbers when even unloading every candidate cannot make `needed` fit.
+        the numbers when even unloading every unpinned model cannot make `needed` fit.
         """
         self.release(resident)
-        while self.total - self.used < needed:
-            candidates = [r for r in self._held if r is not resident and r.evictable]
-            if not candidates:
-                held = ", ".join(f"{r.model_id} ({describe(s)})" for r, s in self._held.items())
-                raise ModelUnavailable(
-                    f"model {resident.model_id!r} needs about {describe(needed)} but the memory "
-                    f"budget ({describe(self.total)}) has {describe(self.total - self.used)} "
-                    f"left and nothing idle can be unloaded; resident: {held or 'none'}"
-                )
-            victim = min(candidates, key=lambda r: r.last_used)
-            await victim.unload("evicted")
+        try:
+            while self.total - self.used < needed:
+                others = [r for r in self._held if r is not resident]
+                candidates = [r for r in others if r.evictable]
+                if candidates:
+                    victim = min(candidates, key=lambda r: r.last_used)
+                    await victim.unload("evicted")
+                    continue
+                holders = [r for r in others if r.swappable]
+                if self.total - self.used + sum(self._held[r] for r in holders) < needed:
+                    raise self._no_room(resident, needed)
+                if resident not in self._waiting:  # step 1
+                    self._waiting[resident] = time.monotonic()
+                    emit(
+                        SwapWaiting(model=resident.model_id, holders=[h.model_id for h in holders])
+                    )
+                change = asyncio.get_running_loop().create_future()
+                self._changes.append(change)
+                await asyncio.wait([change], timeout=self.RECHECK_S)
+                if not change.done():  # looked again on time, not on a change: forget it
+                    self._changes.remove(change)
+        finally:
+            if self._waiting.pop(resident, None) is not None:
+                for holder in list(self._held):
+                    holder.wake()  # a burst cut short for this waiter may go on
         left = self.total - self.used
         self._held[resident] = needed  # no await since the check: nobody else took it
         return left
+
+    def _no_room(self, resident: Resident, needed: int) -> ModelUnavailable:
+        held = ", ".join(f"{r.model_id} ({describe(s)})" for r, s in self._held.items())
+        return ModelUnavailable(
+            f"model {resident.model_id!r} needs about {describe(needed)} but the memory "
+            f"budget ({describe(self.total)}) has {describe(self.total - self.used)} "
+            f"left and nothing idle can be unloaded; resident: {held or 'none'}"
+        )

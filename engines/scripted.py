@@ -88,6 +88,7 @@ class ScriptedEngine:
 
     def load(self, memory_left: int | None = None) -> LoadInfo:
         memory = size_bytes(self._script.memory)
+        time.sleep(self._script.load_delay)  # on the model's thread, as a real load runs
         return LoadInfo(memory_bytes=memory, context=self._context, detail={"engine": "scripted"})
 
     def count_prompt(self, request: ChatRequest) -> int:

@@ -21,6 +21,7 @@ from engines.residency import MemoryBudget, auto_budget
 from engines.tasks import Tasks
 from gateway import model_list
 from gateway.anthropic import messages as anthropic_messages
+from gateway.control.limits import KeyLimiter
 from gateway.control.registry import Generation, Registry
 from gateway.control.reload import Reloader, make_runner
 from gateway.http.auth import require_api_key
@@ -42,7 +43,7 @@ from gateway.ops import admin, health, ui
 from gateway.ops import metrics as metrics_routes
 from gateway.ops.events_feed import EventsFeed
 from gateway.ops.metrics import Metrics
-from schemas.config import GatewayConfig, size_bytes
+from schemas.config import GatewayConfig, seconds, size_bytes
 
 
 def provide_generation(state: State) -> Generation:
@@ -64,7 +65,9 @@ def create_app(
     total = size_bytes(config.server.memory_budget) or auto_budget(
         platform.memory_bytes, platform.cuda
     )
-    budget = MemoryBudget(total)
+    budget = MemoryBudget(
+        total, swap_wait=lambda: seconds(registry.current.config.server.max_swap_wait)
+    )
     base_dir = config_path.resolve().parent
     # Opened (and checked) at start: what is wrong with it is said before the first request.
     responses_store = ResponseStore(config.server, base_dir)
@@ -146,6 +149,7 @@ def create_app(
                 "admission": admission,
                 "feed": feed,
                 "metrics": metrics,
+                "limiter": KeyLimiter(),
                 "bind_host": bind_host,
                 "log_scope": log_scope,
                 "responses_store": responses_store,

@@ -85,11 +85,51 @@ Network = Annotated[
 ]
 
 
+# A request's priority: higher is admitted first within a model's queue.
+Priority = Annotated[int, Meta(ge=-100, le=100, description="From -100 to 100; higher first.")]
+Label = Annotated[
+    str,
+    Meta(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        max_length=64,
+        description="A key's name in events and metrics: letters, digits and . _ -",
+    ),
+]
+
+
+class KeyPriority(Strict):
+    """A key's requests' priority: `default` when a request asks none, at most `max`."""
+
+    default: Priority = 0
+    max: Priority = 0
+
+
+class KeyBudget(Strict):
+    """Tokens (prompt + completion) a key may use per `period`; the count starts afresh at
+    each multiple of `period` since the Unix epoch (`24h`: at midnight UTC)."""
+
+    tokens: PositiveInt
+    period: Duration
+
+
+class KeyLimits(Strict):
+    """What one key may take; past any of them its requests get a 429."""
+
+    rpm: PositiveInt | None = None  # requests per minute
+    tpm: PositiveInt | None = None  # prompt + completion tokens per minute
+    concurrent: PositiveInt | None = None  # requests in flight at once
+    budget: KeyBudget | None = None
+
+
 class ApiKey(Strict):
-    """An API key limited to some models. `key` from an unset `${VAR}` drops the entry."""
+    """An API key, with what it may use and take. `key` from an unset `${VAR}` drops the
+    entry; `models` absent: every model (`[]`: none, a key that reads only the ops views)."""
 
     key: str | None
-    models: list[Identifier] = []
+    label: Label | None = None  # absent: `api_keys[N]`, its position in the list
+    models: list[Identifier] | None = None
+    priority: KeyPriority = KeyPriority()
+    limits: KeyLimits = KeyLimits()
 
 
 class LimitsConfig(Strict):
@@ -147,11 +187,18 @@ class ServerConfig(Strict):
     # Networks (CIDR) images may be fetched from although not public, e.g. [127.0.0.1/32]
     # for an image server on this machine; every other non-public address is refused.
     fetch_images_allow: list[Network] = []
+    # When the memory budget cannot hold every model with waiting requests: how long a
+    # model waiting for room lets the loaded one go on admitting from its queue before that
+    # one stops, finishes what runs, and is swapped out. 0s: swap at the first chance.
+    max_swap_wait: Duration = "5s"
 
 
 class QueueConfig(Strict):
     max_depth: PositiveInt = 64
     max_wait: Duration = "120s"
+    # Waiting this long counts as one level of priority: a request is never overtaken by
+    # one that arrived more than (their priority - its priority) x aging after it.
+    aging: Duration = "1s"
 
 
 class GuardrailsConfig(Strict):
@@ -199,6 +246,8 @@ class ScriptConfig(Strict):
     # Replies used in turn, one per request (cycling); when set, `reply` is not used.
     replies: list[str] = []
     token_delay: Annotated[float, Meta(ge=0, le=60)] = 0.0
+    # Seconds a load takes, as loading weights would (swap costs measurable without them).
+    load_delay: Annotated[float, Meta(ge=0, le=60)] = 0.0
     # Raise a RuntimeError after this many words: a mid-stream engine failure, for tests.
     fail_after: Annotated[int, Meta(ge=0)] | None = None
     # Fault injection for tests of the runtime: the engine's Nth batch step (counted over

@@ -26,6 +26,7 @@ class RequestRouted(Event, tag="request_routed"):
 class RequestQueued(Event, tag="request_queued"):
     model: str
     position: int
+    priority: int = 0  # as admitted: asked (x-gateway-priority) or the key's default, clamped
 
 
 class Generated(Event, tag="generated"):
@@ -240,3 +241,19 @@ class ServerStopping(Event, tag="server_stopping"):
     drained: bool
     left_in_flight: int
     drain_s: float
+
+
+class LimitReached(Event, tag="rate_limited"):
+    """A key's request refused past one of its limits; the key is named by its label only."""
+
+    key_label: str
+    limit: str  # rpm | tpm | concurrent | budget
+    retry_after_s: float
+
+
+class SwapWaiting(Event, tag="swap_waiting"):
+    """A model with waiting requests needs memory a busy model holds: the busy one serves
+    on for at most `server.max_swap_wait`, then finishes what runs and is swapped out."""
+
+    model: str
+    holders: list[str]  # the busy models it waits for

@@ -1,23 +1,29 @@
-"""The line a model's requests wait in: first come, first served, bounded in depth and time.
+"""The line a model's requests wait in: by priority, then arrival; bounded in depth and time.
 
 Admission order (the runner's `submit` and `_pump` drive it; this queue keeps it):
 1. `refuse_when_full` refuses at once with `QueueFull` when `queue.max_depth` requests
    already wait; then `refuse_unable` with `BadRequest` what the engine cannot do.
-2. Otherwise `join` puts the job at the back of the line; nothing overtakes it.
+2. Otherwise `join` places the job by its rank: its arrival time, moved earlier by
+   `priority x queue.aging` (the priority its ticket carries: engines/job.py). So a higher
+   priority goes first, equal priorities keep arrival order, and waiting ages a request
+   upwards: one is never overtaken by a request that arrived more than
+   (their priority - its priority) x `queue.aging` after it, so nothing starves.
 3. Whenever the engine is ready and free, the runner `take`s the front job and hands it to
    its model thread.
 4. A job cancelled while waiting (its client went away) leaves the line without generating:
    `remove` takes it out at once, and `take` passes over one that is still there.
 5. A job still waiting after `queue.max_wait` fails with `QueueTimeout` (503 + Retry-After).
 
-A waiting job is only an entry in a deque: it holds no thread. The queue lives on the event
-loop and is its jobs' only owner until `take` hands one over.
+A waiting job is only an entry in a list: it holds no thread. The queue lives on the event
+loop and is its jobs' only owner until `take` hands one over. Running requests are never
+pre-empted: priority orders only who starts next.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import deque
+import bisect
+import itertools
 from collections.abc import Callable
 
 from engines.base import Engine
@@ -33,15 +39,17 @@ DEFAULT_RETRY_AFTER_S = 1.0
 
 
 class AdmissionQueue:
-    """The waiting jobs of one model, in arrival order, each with its `max_wait` timer."""
+    """The waiting jobs of one model, in admission order, each with its `max_wait` timer."""
 
     def __init__(self, settings: Callable[[], ModelConfig], left: Callable[[], None]) -> None:
         """`settings` gives the model's config as it is now (a reload may retune `queue`);
         `left` is called when a job leaves the line other than by `take`."""
         self._settings = settings
         self._left = left
-        self._waiting: deque[Job] = deque()
+        # Front first, by (rank, arrival number): see `join`.
+        self._waiting: list[tuple[float, int, Job]] = []
         self._expiry: dict[Job, asyncio.TimerHandle] = {}
+        self._arrivals = itertools.count()
 
     def __len__(self) -> int:
         return len(self._waiting)
@@ -57,10 +65,14 @@ class AdmissionQueue:
             )
 
     def join(self, job: Job, loop: asyncio.AbstractEventLoop) -> None:
-        """Step 2: the back of the line, and the `max_wait` timer armed (step 5)."""
+        """Step 2: the job's place by rank, and the `max_wait` timer armed (step 5)."""
         model = self._settings()
-        self._waiting.append(job)
-        emit(RequestQueued(model=model.id, position=len(self._waiting)))
+        priority = job.ticket.priority
+        rank = job.enqueued_at - priority * seconds(model.queue.aging)
+        entry = (rank, next(self._arrivals), job)
+        position = bisect.bisect(self._waiting, entry[:2], key=lambda e: e[:2])
+        self._waiting.insert(position, entry)
+        emit(RequestQueued(model=model.id, position=position + 1, priority=priority))
         self._expiry[job] = loop.call_later(seconds(model.queue.max_wait), self._expire, job)
 
     def take(self) -> Job | None:
@@ -73,9 +85,8 @@ class AdmissionQueue:
 
     def remove(self, job: Job) -> bool:
         """Step 4: take `job` out of the line; False when it is not waiting (any more)."""
-        if job not in self._waiting:
+        if not self._drop(job):
             return False
-        self._waiting.remove(job)
         self._expiry.pop(job).cancel()
         return True
 
@@ -86,16 +97,22 @@ class AdmissionQueue:
             jobs.append(self._leave())
         return jobs
 
+    def _drop(self, job: Job) -> bool:
+        for i, (_, _, waiting) in enumerate(self._waiting):
+            if waiting is job:
+                del self._waiting[i]
+                return True
+        return False
+
     def _leave(self) -> Job:
-        job = self._waiting.popleft()
+        job = self._waiting.pop(0)[2]
         self._expiry.pop(job).cancel()
         return job
 
     def _expire(self, job: Job) -> None:
         """Step 5, on the loop when the job's timer fires."""
-        if job not in self._waiting:
+        if not self._drop(job):
             return
-        self._waiting.remove(job)
         del self._expiry[job]
         self._left()
         model = self._settings()

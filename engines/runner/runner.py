@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import contextvars
 import functools
+import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -50,11 +51,17 @@ class Runner:
     ):
         self.model = model  # a reload may replace it (settings that need no new engine)
         self.engine = engine
+        self._budget = budget
+        # When it last loaded, and how many requests it has admitted since: a burst it
+        # serves while another model waits for its memory (engines/residency.py).
+        self._loaded_at = 0.0
+        self._burst = 0
         # The model's one thread: loads, unloads and batch steps all run on it, in turn.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"runner-{model.id}")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed: str | None = None  # why this runner admits no more requests
         self._holds = 0  # requests between admission and their end (see `hold`)
+        self._counting = 0  # prompts being counted on the engine's tokenizer right now
         self._idle = asyncio.Event()  # set exactly when nothing waits, runs or holds
         self._idle.set()
         self._queue = AdmissionQueue(self._settings, left=self._settle)
@@ -68,9 +75,9 @@ class Runner:
             budget=budget,
             fetch=fetch,
             resident=self,
-            busy=lambda: self._busy,
+            busy=lambda: self._holds_model,
             drop_batch=self._thread.drop_batch,
-            ready=self._resume,
+            ready=self._loaded,
             failed=self._fail_waiting,
         )
 
@@ -147,9 +154,31 @@ class Runner:
         return bool(self._thread.running or self._queue or self._holds)
 
     @property
+    def _holds_model(self) -> bool:
+        """Something runs or holds the model, or waits for it to admit more: it must not
+        unload. Once its burst is over only what runs on it counts: the requests waiting
+        (and holding it) load it again when room comes back."""
+        if self._yielding():
+            return bool(self._thread.running or self._counting)
+        return bool(self._thread.running or self._holds or self._queue)
+
+    @property
     def evictable(self) -> bool:
-        """Loaded, not pinned, and with nothing waiting or running."""
-        return self.state is EngineState.READY and not self.model.pinned and not self._busy
+        """Loaded, not pinned, and with nothing running, holding it, or waiting (unless it
+        has served its burst while another model waits for its memory)."""
+        return self.state is EngineState.READY and not self.model.pinned and not self._holds_model
+
+    @property
+    def swappable(self) -> bool:
+        """Holds memory it lets go of after a burst: not pinned, loaded or loading."""
+        serving = (EngineState.READY, EngineState.LOADING, EngineState.DOWNLOADING)
+        return not self.model.pinned and self.state in serving
+
+    def _yielding(self) -> bool:
+        """Its burst is over: another model waits for its memory (engines/residency.py)."""
+        if self._budget is None or self.model.pinned or not self._burst:
+            return False
+        return self._budget.yield_due(self, self._loaded_at)
 
     @contextlib.asynccontextmanager
     async def hold(self) -> AsyncIterator[None]:
@@ -225,7 +254,11 @@ class Runner:
                 await self.load()
             if self.state is not EngineState.READY:
                 raise ModelUnavailable(f"model {self.model.id!r} is not available: {self.error}")
-            return await asyncio.to_thread(self.engine.count_prompt, request)
+            self._counting += 1
+            try:
+                return await asyncio.to_thread(self.engine.count_prompt, request)
+            finally:
+                self._counting -= 1
 
     async def results(self, job: Job) -> AsyncIterator[Output]:
         """The job's outputs as they come; leaving early (client gone) cancels the job."""
@@ -254,8 +287,12 @@ class Runner:
         self._loader.forget_failure()
 
     async def unload(self, reason: str) -> bool:
-        """Unload now if nothing waits or runs; False when busy (or not loaded)."""
-        return await self._loader.unload(reason)
+        """Unload now if nothing waits or runs; False when busy (or not loaded). A model
+        swapped out at the end of its burst loads again for the requests still in line."""
+        unloaded = await self._loader.unload(reason)
+        if unloaded and self._queue and not self._closed:
+            self._loader.load_soon()
+        return unloaded
 
     async def stop(self, reason: str, *, finish_queued: bool = False) -> None:
         """Admit nothing more, let what runs finish, unload, and end the model's thread.
@@ -276,13 +313,28 @@ class Runner:
         self._executor.shutdown(wait=False)
 
     def _pump(self) -> None:
-        """Admit from the front of the line while the batch has room (`concurrency`)."""
+        """Admit from the front of the line while the batch has room (`concurrency`) and
+        its burst lasts (engines/residency.py)."""
         while self.state is EngineState.READY and self._thread.running < self.model.concurrency:
+            if self._yielding():
+                break
             job = self._queue.take()
             if job is None:
                 break
+            self._burst += 1
             self._thread.hand(job)
         self._thread.serve_if_needed()
+
+    def wake(self) -> None:
+        """The memory budget's call: a model that waited for this one's memory no longer
+        does, so a burst it cut short goes on."""
+        if self._loop is not None:
+            self._resume()
+
+    def _loaded(self) -> None:
+        """A load succeeded: a new burst starts."""
+        self._loaded_at, self._burst = time.monotonic(), 0
+        self._resume()
 
     def _resume(self) -> None:
         """A load ended or a job did: admit what now fits, and settle."""
@@ -303,6 +355,8 @@ class Runner:
 
     def _settle(self) -> None:
         """Keep `_idle` true exactly when nothing waits or runs, and arm the idle unload."""
+        if self._budget:
+            self._budget.changed()  # a load waiting for this model's memory looks again
         if self._busy:
             self._idle.clear()
             return

@@ -231,6 +231,7 @@ class ModelThread:
         if isinstance(output, Finished | Embedded):
             # Reported even when nobody reads on (client gone): ops see what it cost.
             post(self._report, job, output, context=job.context)
+        post(job.spend, output)
         post(job.outputs.put_nowait, output)
         if isinstance(output, Finished | Embedded | Exception):
             self._in_batch.discard(job)
@@ -259,6 +260,7 @@ class ModelThread:
             if isinstance(output, Finished):
                 # Reported even when nobody reads on (client gone): ops see what it cost.
                 job.context.run(self._report, job, output)
+            job.spend(output)
             job.outputs.put_nowait(output)
             if isinstance(output, Finished | Exception):
                 self._finished_one()

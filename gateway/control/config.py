@@ -234,6 +234,12 @@ def _merge_under(defaults: dict, model: dict, path: KeyPath, src: Source) -> dic
 
 def _check(value: Any, tp: Any, path: KeyPath, src: Source) -> None:
     """Report every problem in `value` as a `tp`, going into Structs so each bad key is named."""
+    if isinstance(value, list) and typing.get_origin(tp) is list:
+        (item,) = typing.get_args(tp)
+        if _struct_in(item) is not None:  # a list of Structs (api_keys): each entry's keys
+            for i, entry in enumerate(value):
+                _check(entry, item, (*path, i), src)
+            return
     struct = _struct_in(tp) if isinstance(value, dict) else None
     if struct is None:
         try:
@@ -314,12 +320,38 @@ def _check_references(server: Any, models: list[Any], src: Source) -> None:
                 known = ", ".join(sorted(owner)) or "none"
                 where = ("server", "api_keys", i, "models", j)
                 src.at(where, f"{name!r} names no model id or alias (known: {known})")
+    _check_key_entries(keys if isinstance(keys, list) else [], src)
     allow = server.get("fetch_images_allow") if isinstance(server, dict) else None
     for i, network in enumerate(allow if isinstance(allow, list) else []):
         try:
             ipaddress.ip_network(network, strict=False)
         except (TypeError, ValueError):
             src.at(("server", "fetch_images_allow", i), f"{network!r} is not an IP network")
+
+
+def _check_key_entries(keys: list[Any], src: Source) -> None:
+    """Labels unique (events and metrics name keys by them); a default priority within the
+    key's ceiling."""
+    seen: dict[str, int] = {}
+    for i, entry in enumerate(keys):
+        if not isinstance(entry, dict):
+            continue
+        label = entry.get("label")
+        if isinstance(label, str):
+            if label in seen:
+                src.at(
+                    ("server", "api_keys", i, "label"),
+                    f"duplicate key label {label!r} (also api_keys[{seen[label]}])",
+                )
+            seen.setdefault(label, i)
+        priority = entry.get("priority")
+        if isinstance(priority, dict):
+            default, ceiling = priority.get("default", 0), priority.get("max", 0)
+            if isinstance(default, int) and isinstance(ceiling, int) and default > ceiling:
+                src.at(
+                    ("server", "api_keys", i, "priority", "default"),
+                    f"priority.default {default} is above priority.max {ceiling}",
+                )
 
 
 def _struct_in(tp: Any) -> type[msgspec.Struct] | None:

@@ -1,28 +1,49 @@
-"""API keys as the control plane knows them: each key's models, and what the request's key
-may use (set by the HTTP guard, read where a model name is resolved). No HTTP here."""
+"""API keys as the control plane knows them: each key's label, models, priority and limits,
+and what the request's key may use (set by the HTTP guard, read where a model name is
+resolved). No HTTP here."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from contextvars import ContextVar
+from typing import NamedTuple
 
 from engines.errors import Forbidden
-from schemas.config import ApiKey, ModelConfig, ServerConfig
+from schemas.config import ApiKey, KeyLimits, KeyPriority, ModelConfig, ServerConfig
 
 # The model names the request's key may use; None when it may use every model. Set by the
 # guard in the request's own task, read where a model name is resolved.
 ALLOWED_MODELS: ContextVar[tuple[str, ...] | None] = ContextVar("allowed_models", default=None)
 
 
-def key_entries(server: ServerConfig) -> list[tuple[str, tuple[str, ...] | None]]:
-    """Each configured key with the model names it may use (None: every model)."""
+class KeyEntry(NamedTuple):
+    """One configured key as the guard uses it; `label` names it wherever the key may not."""
+
+    secret: str
+    label: str
+    models: tuple[str, ...] | None  # None: every model
+    priority: KeyPriority
+    limits: KeyLimits
+
+
+def key_label(position: int, entry: str | ApiKey) -> str:
+    """The name a key goes by in events and metrics: its `label`, else its place in the list."""
+    if isinstance(entry, ApiKey) and entry.label:
+        return entry.label
+    return f"api_keys[{position}]"
+
+
+def key_entries(server: ServerConfig) -> list[KeyEntry]:
+    """Each configured key, with its label, models, priority and limits."""
     entries = []
-    for entry in server.api_keys:
+    for i, entry in enumerate(server.api_keys):
+        label = key_label(i, entry)
         if isinstance(entry, ApiKey):
             if entry.key:  # a key read from an unset ${VAR} is no key at all
-                entries.append((entry.key, tuple(entry.models)))
+                models = None if entry.models is None else tuple(entry.models)
+                entries.append(KeyEntry(entry.key, label, models, entry.priority, entry.limits))
         else:
-            entries.append((entry, None))
+            entries.append(KeyEntry(entry, label, None, KeyPriority(), KeyLimits()))
     return entries
 
 

@@ -7,14 +7,19 @@ that reaches no handler is a 404 that carries no data.
 
 from __future__ import annotations
 
+import functools
 import hmac
 
+import structlog
 from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 
 from engines.errors import Forbidden, GatewayError, Unauthorized
-from gateway.control.keys import ALLOWED_MODELS, key_entries
+from engines.job import NO_TICKET, TICKET, Ticket, own
+from gateway.control.keys import ALLOWED_MODELS, KeyEntry, key_entries
+from gateway.control.limits import KeyLimiter
 from gateway.http.exposure import is_loopback
+from gateway.http.ratelimit import asked_priority
 
 ADMIN_LOOPBACK_ONLY = (
     "admin routes answer only on this machine (a loopback peer) while server.admin_key is "
@@ -68,33 +73,45 @@ async def require_api_key(connection: ASGIConnection, handler: BaseRouteHandler)
     admin key is set, a key limited to no models. Admin routes are left to their own guard;
     a route marked `admin_too` (a pull, which the admin may do more with) also takes the
     admin key.
+    A request on a key is then held to the key's limits (429 past one), named by the key's
+    label in every event it causes, and given its priority (`x-gateway-priority`, at most
+    the key's `priority.max`).
     Async on purpose: litestar runs a sync guard in a worker thread, whose context would
     not carry `ALLOWED_MODELS` back.
     """
     ALLOWED_MODELS.set(None)
+    TICKET.set(NO_TICKET)
     server = connection.app.state.registry.current.config.server
     entries = key_entries(server)
-    if not entries or handler.opt.get("public") or handler.opt.get("admin"):
+    if handler.opt.get("public") or handler.opt.get("admin"):
+        return
+    if not entries:
+        TICKET.set(Ticket(asked_priority(connection, None)))
         return
     key = presented_key(connection)
     # Compare against every key, always: which key matched (if any) takes the same time.
-    matched: tuple[str, ...] | None | bool = False
-    for secret, models in entries:
-        if same_secret(key, secret) and key is not None and matched is False:
-            matched = models
+    matched: KeyEntry | None = None
+    for entry in entries:
+        if same_secret(key, entry.secret) and key is not None and matched is None:
+            matched = entry
     admin = bool(server.admin_key and key and same_secret(key, server.admin_key))
     if admin and handler.opt.get("admin_too"):
         return
     if handler.opt.get("ops"):
         if admin:
             return
-        if matched is not False and (server.admin_key or matched is not None):
+        if matched is not None and (server.admin_key or matched.models is not None):
             raise Forbidden(
                 "the ops views show every model and every client's events: they need the "
                 "admin key" + ("" if server.admin_key else " or an API key limited to no models")
             )
-    if matched is False:
+    if matched is None:
         raise Unauthorized(
             "missing or invalid API key: send it as 'Authorization: Bearer <key>' or 'x-api-key'"
         )
-    ALLOWED_MODELS.set(matched)
+    ALLOWED_MODELS.set(matched.models)
+    structlog.contextvars.bind_contextvars(key_label=matched.label)
+    priority = asked_priority(connection, matched.priority)
+    limiter: KeyLimiter = connection.app.state.limiter
+    own(limiter.admit(matched.label, matched.limits))  # its slot ends with the request
+    TICKET.set(Ticket(priority, functools.partial(limiter.spend, matched.label)))

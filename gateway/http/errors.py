@@ -12,6 +12,7 @@ from litestar.exceptions import HTTPException, ValidationException
 
 from engines import errors as e
 from engines.log import emit
+from gateway.http.ratelimit import rate_limit_headers
 from gateway.logs.setup import current_redactor
 from schemas.events import InternalError
 
@@ -29,6 +30,7 @@ RENDERING: dict[type[e.GatewayError], tuple[int, str]] = {
     e.BodyTimeout: (408, "invalid_request_error"),
     e.UnsupportedMediaType: (415, "invalid_request_error"),
     e.QueueFull: (429, "rate_limit_error"),
+    e.RateLimited: (429, "rate_limit_error"),
     e.QueueTimeout: (503, "overloaded_error"),
     # Not "overloaded": clients back off and retry an overload for as long as it lasts, and a
     # model that failed to load will not come back by waiting.
@@ -165,6 +167,8 @@ def error_response(request: Request, error: Exception) -> Response:
     if should_retry(status, error):
         headers["x-should-retry"] = "false"
     protocol = protocol_of(request.url.path, "anthropic-version" in request.headers)
+    if isinstance(error, e.RateLimited):
+        headers |= rate_limit_headers(protocol, error)
     if protocol == "anthropic" and isinstance(error, e.ContextOverflow):
         message = anthropic_overflow(error)
     message = current_redactor().redact(message)  # an error body never echoes a key back

@@ -34,6 +34,7 @@ from schemas.events import (
     ConfigReloaded,
     Event,
     Generated,
+    LimitReached,
     ModelAttached,
     ModelDownloaded,
     ModelFailed,
@@ -98,6 +99,28 @@ class Metrics:
             "gateway_replica_up", "1 while a replica is in rotation",
             ["model", "replica"], **labelled,
         )  # fmt: skip
+        # Usage per API key, named by its label (never the key): labels and model ids both
+        # come from the config, so the series stay bounded. Keyless requests are not here.
+        self.key_requests = Counter(
+            "gateway_key_requests", "Requests answered, by API key label and model served",
+            ["key", "model"], **labelled,
+        )  # fmt: skip
+        self.key_errors = Counter(
+            "gateway_key_errors", "Requests answered with an error status (>= 400), by key",
+            ["key", "model"], **labelled,
+        )  # fmt: skip
+        self.key_prompt_tokens = Counter(
+            "gateway_key_prompt_tokens", "Prompt tokens, by API key label and model",
+            ["key", "model"], **labelled,
+        )  # fmt: skip
+        self.key_generated_tokens = Counter(
+            "gateway_key_generated_tokens", "Tokens generated, by API key label and model",
+            ["key", "model"], **labelled,
+        )  # fmt: skip
+        self.key_limited = Counter(
+            "gateway_key_rate_limited", "Requests refused past a key's limit, by label and limit",
+            ["key", "limit"], **labelled,
+        )  # fmt: skip
         for result in ("ok", "rejected"):
             self.reloads.labels(result)
         self.prometheus.register(RunnerState(registry, admission))
@@ -106,7 +129,8 @@ class Metrics:
 
     def observe(self, event: Event) -> None:
         """The listener on `emit`: one event in, the metrics it moves moved."""
-        request_id = structlog.contextvars.get_contextvars().get("request_id")
+        bound = structlog.contextvars.get_contextvars()
+        request_id, key = bound.get("request_id"), bound.get("key_label")
         match event:
             case RequestRouted(served=model) if request_id:
                 self._served[request_id] = model
@@ -114,6 +138,10 @@ class Metrics:
                 model = self._served.pop(request_id, "") if request_id else ""
                 self.requests.labels(model, str(status)).inc()
                 self.latency.labels(model).observe(ms / 1000)
+                if key:
+                    self.key_requests.labels(key, model).inc()
+                    if status >= 400:
+                        self.key_errors.labels(key, model).inc()
             case Generated(model=model):
                 self.prompt_tokens.labels(model).inc(event.prompt_tokens)
                 self.generated_tokens.labels(model).inc(event.new_tokens)
@@ -121,6 +149,11 @@ class Metrics:
                     self.ttft.labels(model).observe(event.ttft_s)
                 recent = self._recent.setdefault(model, deque(maxlen=RECENT_RUNS))
                 recent.append((time.monotonic(), event.new_tokens, event.decode_s))
+                if key:
+                    self.key_prompt_tokens.labels(key, model).inc(event.prompt_tokens)
+                    self.key_generated_tokens.labels(key, model).inc(event.new_tokens)
+            case LimitReached(key_label=label, limit=limit):
+                self.key_limited.labels(label, limit).inc()
             case ConfigReloaded():
                 self.reloads.labels("ok").inc()
             case ConfigRejected():
