@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 
 from engines.cache import CacheDir
+from engines.cache.store import disk_usage
+from engines.residency import describe
 from schemas.config import ServerConfig, size_bytes
 
 
@@ -40,3 +42,14 @@ def cache_dir(server: ServerConfig, base_dir: Path) -> CacheDir | None:
         return CacheDir(base_dir / Path(cache.dir).expanduser(), limit)
     state = state_dir(server, base_dir)
     return None if state is None else CacheDir(state / "kv-cache", limit)
+
+
+def cache_summary(server: ServerConfig, base_dir: Path) -> str:
+    """What `gateway check` says of the disk tier: where, how full (nothing is created)."""
+    where = cache_dir(server, base_dir)
+    if where is None:
+        return "kv cache: off (server.cache.max_bytes is 0, or state_dir is null)"
+    blocks, size = disk_usage(where.path)
+    return (
+        f"kv cache: {where.path}, {blocks} blocks, {describe(size)} of {describe(where.max_bytes)}"
+    )
