@@ -11,6 +11,7 @@ head: eviction shortens chains from the end rather than cutting their first bloc
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import queue
 import threading
@@ -75,7 +76,12 @@ class BlockStore:
         self._model = model
         self._pending: queue.Queue = queue.Queue(MAX_PENDING)
         self._writable = True  # False after a write failed (disk full): RAM only from then
-        self._writer = threading.Thread(target=self._write_loop, name=f"kv-disk {model}")
+        # The writer's events reach the listeners (metrics) of the context it was made in
+        # (the model's load): a new thread starts with none.
+        context = contextvars.copy_context()
+        self._writer = threading.Thread(
+            target=context.run, args=(self._write_loop,), name=f"kv-disk {model}"
+        )
         self._writer.daemon = True
         self._writer.start()
 
