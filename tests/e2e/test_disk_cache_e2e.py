@@ -46,6 +46,10 @@ def config(cache: Path, max_bytes: str = "2GiB", budget: str = "auto") -> str:
           - id: other
             source: {SOURCE}
             residency: {{on_demand: true}}
+          - id: batched
+            source: {SOURCE}
+            residency: {{on_demand: true}}
+            concurrency: 2
     """)
 
 
@@ -230,3 +234,21 @@ def test_two_gateways_share_one_directory(gateways, tmp_path, reference):
         assert converse(gateway, "cached") == reference["main"][:1]
         assert last_generated(gateway)["reused_disk_tokens"] >= 2 * BLOCK
         assert not gateway.events("cache_corrupt")
+
+
+def test_requests_decoded_together_start_from_disk_too(gateways, tmp_path, reference):
+    cache = tmp_path / "kv"
+    first = gateways.start(config(cache))
+    converse(first, "batched")
+    converse(first, "batched", system=OTHER_SYSTEM)
+    unload(first, "batched")  # waits for the writes
+    first.stop()
+
+    second = gateways.start(config(cache))
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        main = pool.submit(converse, second, "batched")
+        other = pool.submit(converse, second, "batched", system=OTHER_SYSTEM)
+        answers = [main.result(), other.result()]
+    assert answers == [reference["main"][:1], reference["other"]]
+    turns = second.events("generated", model="batched")
+    assert len(turns) == 2 and all(t["reused_disk_tokens"] >= 2 * BLOCK for t in turns)
