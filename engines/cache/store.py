@@ -29,8 +29,9 @@ from schemas.events import CacheCorrupt, CacheEvicted, CacheSaved, CacheUnwritab
 SUFFIX = ".safetensors"
 # A temporary file this old was left by a writer that died: swept when the directory shrinks.
 STALE_TEMPORARY_S = 600.0
-# Saves waiting for the writer at most; past that a save is dropped (the cache is a help).
-MAX_PENDING = 16
+# Bytes of blocks waiting for the writer at most; past that a save is dropped (the cache is
+# a help, not a promise): a writer behind a slow disk never holds more RAM than this.
+MAX_PENDING_BYTES = 1 << 30
 
 Tensors = dict[str, tuple[str, np.ndarray]]
 
@@ -74,7 +75,9 @@ class BlockStore:
         self.root = where.path
         self.max_bytes = where.max_bytes
         self._model = model
-        self._pending: queue.Queue = queue.Queue(MAX_PENDING)
+        self._pending: queue.SimpleQueue = queue.SimpleQueue()
+        self._pending_bytes = 0  # of the saves queued; changed under `_lock`
+        self._lock = threading.Lock()
         self._writable = True  # False after a write failed (disk full): RAM only from then
         # The writer's events reach the listeners (metrics) of the context it was made in
         # (the model's load): a new thread starts with none.
@@ -117,10 +120,12 @@ class BlockStore:
     def save(self, chain: list[str], blocks: dict[str, Tensors], tokens: int) -> None:
         """Write `blocks` (key → tensors, the ones of `chain` not on disk) off this thread,
         then touch the whole `chain`. Dropped when the writer is behind or disk is full."""
-        if not self._writable:
-            return
-        with contextlib.suppress(queue.Full):
-            self._pending.put_nowait((chain, blocks, tokens))
+        size = sum(a.nbytes for tensors in blocks.values() for _, a in tensors.values())
+        with self._lock:
+            if not self._writable or self._pending_bytes + size > MAX_PENDING_BYTES:
+                return
+            self._pending_bytes += size
+        self._pending.put((chain, blocks, tokens, size))
 
     def close(self) -> None:
         """Finish the writes under way and stop the writer (the model unloads)."""
@@ -129,8 +134,11 @@ class BlockStore:
 
     def _write_loop(self) -> None:
         while (job := self._pending.get()) is not None:
+            *work, size = job
             if self._writable:
-                self._write(*job)
+                self._write(*work)
+            with self._lock:
+                self._pending_bytes -= size
 
     def _write(self, chain: list[str], blocks: dict[str, Tensors], tokens: int) -> None:
         started = time.perf_counter()
