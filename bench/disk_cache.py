@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 import time
 
@@ -70,16 +71,16 @@ def system_prompt(session: int, tokens: int) -> str:
     return "".join(parts)
 
 
-def config(cache: str, budget: str = "auto", on_demand: bool = False) -> str:
+def config(cache: str, source: str, budget: str = "auto", on_demand: bool = False) -> str:
     residency = "{on_demand: true}" if on_demand else "pinned"
     return f"""
 server: {{host: 127.0.0.1, memory_budget: {budget}, cache: {{dir: {cache}, max_bytes: 20GiB}}}}
 models:
   - id: agent
-    source: {SMOLLM2}
+    source: {source}
     residency: {residency}
   - id: other
-    source: {SMOLLM2}
+    source: {source}
     residency: {residency}
     disk_cache: false
 """
@@ -126,7 +127,9 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=3, help="turns after the restart")
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--budget", default="1700MiB", help="holds one SmolLM2 on the CPU")
+    parser.add_argument("--source", default=SMOLLM2, help="the model (on the H200: the 8B)")
     args = parser.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)  # progress lines as they come, into a file too
     load_before = os.getloadavg()
     cache = tempfile.TemporaryDirectory(prefix="bench-kv-")
     rows, identical = [], True
@@ -134,12 +137,12 @@ def main() -> None:
 
     # 1. Restart.
     cold = {}
-    with Gateway(config(cache.name), "disk-1") as gateway:
+    with Gateway(config(cache.name, args.source), "disk-1") as gateway:
         for r in range(args.repeats):
             cold[r] = ask(client, gateway, "agent", turn(r, args.tokens, [], 0), args.max_tokens)
             print(f"restart {r}: cold {cold[r]['ttft']:.2f}s, {cold[r]['prompt']} tokens")
     restart, later, fresh = [], [], {"agent": [], "other": []}
-    with Gateway(config(cache.name), "disk-2") as gateway:
+    with Gateway(config(cache.name, args.source), "disk-2") as gateway:
         for r in range(args.repeats):
             history: list[dict] = []
             for k in range(args.turns):
@@ -173,7 +176,7 @@ def main() -> None:
 
     # 2. Eviction under a budget that holds one model.
     evicted, first = [], []
-    with Lazy(config(cache.name, args.budget, on_demand=True), "disk-3") as gateway:
+    with Lazy(config(cache.name, args.source, args.budget, on_demand=True), "disk-3") as gateway:
         for r in range(args.repeats):
             session = 2000 + r
             first.append(
@@ -202,7 +205,7 @@ def main() -> None:
                      fmt(median([a[what] for a in on])), fmt(ratio, 3), ""])  # fmt: skip
     body = table(["case", "reference s", "with the disk tier s", "ratio (median)", "reused"], rows)
     notes = (
-        f"SmolLM2-135M, a system prompt of rules and tool schemas of "
+        f"{args.source}, a system prompt of rules and tool schemas of "
         f"{median([c['prompt'] for c in cold.values()])} prompt tokens, {args.repeats} repeats, "
         f"greedy, {args.max_tokens} new tokens at turn 1. Reference: cold TTFT (restart), the "
         "first TTFT including its load (eviction), the tier off (fresh prompt). TTFT is the "
