@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from engines.base import Engine
+from engines.cache import CacheDir
 from engines.errors import GatewayError
 from engines.platform import PlatformPath
 from engines.sources.resolve import check_source
@@ -17,8 +18,10 @@ def make_engine(
     platform: PlatformPath,
     base_dir: Path | None,
     draft: ModelConfig | None = None,
+    disk: CacheDir | None = None,
 ) -> Engine:
-    """The engine for `model`; `draft` is the model its `draft:` setting names, if any."""
+    """The engine for `model`; `draft` is the model its `draft:` setting names, if any;
+    `disk` the KV cache's disk tier (`server.cache`), None when it is off."""
     if model.engine == "scripted":
         from engines.scripted import ScriptedEngine
 
@@ -46,7 +49,7 @@ def make_engine(
         return IsolatedEngine(model, platform, base_dir, draft)
     from engines.mlx.engine import MLXEngine
 
-    return MLXEngine(model, platform, base_dir, draft)
+    return MLXEngine(model, platform, base_dir, draft, disk)
 
 
 def reads_images(model: ModelConfig, base_dir: Path | None) -> bool:

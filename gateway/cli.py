@@ -82,6 +82,7 @@ def check(path: Path) -> int:
     pass SQLite's quick check and be writable (nothing is created).
     """
     from gateway.control.config import summarize, validate_config
+    from gateway.control.state import cache_summary
     from gateway.openai.response_store import store_problem
 
     try:
@@ -95,6 +96,7 @@ def check(path: Path) -> int:
         return 1
     for line in summarize(config):
         print(line)
+    print(cache_summary(config.server, path.resolve().parent))
     return 0
 
 

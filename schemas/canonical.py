@@ -271,6 +271,8 @@ class Finished(msgspec.Struct, frozen=True, kw_only=True, tag="finished"):
     prefill_s: float
     decode_s: float
     reused_prefix_tokens: int = 0  # prompt tokens served from a parked KV cache
+    reused_disk_tokens: int = 0  # of those, read from the disk tier
+    disk_load_s: float = 0.0
     session_evicted: bool = False  # parking this conversation evicted another one
     images: int = 0  # images the prompt carried (vision models)
     image_tokens: int = 0  # prompt tokens that stand for those images (in prompt_tokens)

@@ -160,6 +160,15 @@ class ResponsesConfig(Strict):
     max_bytes: ByteSize = "256MiB"  # past it, the oldest responses go first
 
 
+class CacheConfig(Strict):
+    """The disk tier under prefix reuse: KV cache blocks that outlive eviction and restarts."""
+
+    # Where the blocks live; None: `kv-cache` in `state_dir` (none when state_dir is null).
+    dir: str | None = None
+    # Past it, the least recently used blocks go first; 0 (or "0B") turns the tier off.
+    max_bytes: Annotated[int, Meta(ge=0)] | ByteSize = "10GiB"
+
+
 class ServerConfig(Strict):
     host: str = "127.0.0.1"
     port: Port = 8000
@@ -182,6 +191,7 @@ class ServerConfig(Strict):
     # "auto" is $GATEWAY_STATE_DIR, else the user's data directory; null keeps it in memory.
     state_dir: str | None = "auto"
     responses: ResponsesConfig = ResponsesConfig()
+    cache: CacheConfig = CacheConfig()
     # Remote http(s) image URLs in requests are fetched only when this is true.
     fetch_images: bool = False
     # Networks (CIDR) images may be fetched from although not public, e.g. [127.0.0.1/32]
@@ -328,6 +338,10 @@ class ModelConfig(Strict):
     prefix_reuse: bool = True
     session_slots: Annotated[int, Meta(ge=0)] = 4
     kv_bits: Literal[4, 8] | None = None
+    # Park this model's KV cache in the disk tier (`server.cache`) too. On the continuous
+    # batching path; single-stream (kv_bits, draft), isolated and vision models do not yet,
+    # and their `model_attached` line says so.
+    disk_cache: bool = True
     weights: WeightsHeld = "auto"
     isolation: Isolation = "none"
     draft: DraftConfig | None = None
@@ -384,6 +398,7 @@ MODEL_KEYS: dict[str, KeyRule] = {
     "prefix_reuse": KeyRule(LOCAL, restart=True),
     "session_slots": KeyRule(LOCAL, restart=True),
     "kv_bits": KeyRule(LOCAL, restart=True),
+    "disk_cache": KeyRule(MLX, restart=True),
     "weights": KeyRule(LOCAL, restart=True),
     "isolation": KeyRule(MLX, restart=True),
     "draft": KeyRule(LOCAL, restart=True),

@@ -39,6 +39,10 @@ class Generated(Event, tag="generated"):
     ttft_s: float | None
     stop_reason: str
     reused_prefix_tokens: int = 0
+    # The same tokens by tier: parked in RAM, read from the disk tier (`server.cache`).
+    reused_ram_tokens: int = 0
+    reused_disk_tokens: int = 0
+    disk_load_s: float = 0.0  # time spent reading those blocks from disk
     session_evicted: bool = False
     truncated_messages: int = 0  # oldest turns dropped to fit (context.overflow: truncate)
     images: int = 0  # images in the prompt (vision models)
@@ -109,6 +113,42 @@ class CacheRebuilt(Event, tag="cache_rebuilt"):
 
     model: str
     path: str
+    reason: str
+
+
+class CacheSaved(Event, tag="cache_saved"):
+    """KV cache blocks written to the disk tier (`server.cache`), off the model's thread."""
+
+    model: str
+    blocks: int  # blocks written now (those already on disk are not written again)
+    tokens: int  # tokens the conversation's cache covers on disk
+    bytes: int
+    save_s: float
+    dir_bytes: int  # the directory's size after the write (and any eviction)
+
+
+class CacheEvicted(Event, tag="cache_evicted"):
+    """Least recently used blocks removed to keep the directory under `max_bytes`."""
+
+    model: str  # whose write pushed the directory past its limit
+    blocks: int
+    bytes: int
+    dir_bytes: int
+
+
+class CacheCorrupt(Event, tag="cache_corrupt"):
+    """A block failed its checksum (cut short, altered): removed; the request prefills."""
+
+    model: str
+    block: str
+    reason: str
+
+
+class CacheUnwritable(Event, tag="cache_unwritable"):
+    """A write to the disk tier failed (disk full, read-only): RAM-only from now on."""
+
+    model: str
+    dir: str
     reason: str
 
 

@@ -88,6 +88,7 @@ class MLXBatch:
             LRUPromptCache(max_size=slots, max_bytes=engine.parked_bytes) if slots else None
         )
         self._reuse_min = reuse_min_tokens(engine.platform.device)
+        self._disk = engine.disk  # the disk tier under the parked caches (None: off)
         self._sequences: dict[int, tuple[Hashable, Sequence]] = {}
         # The parked conversations, oldest first: the order in which the cache evicts.
         self._parked: OrderedDict[tuple[int, ...], None] = OrderedDict()
@@ -98,7 +99,7 @@ class MLXBatch:
 
     def add(self, key: Hashable, request: ChatRequest, cancelled: Callable[[], bool]) -> None:
         job = self._engine.prepare(request)  # a seeded request's sampler has its own key
-        cache, rest = self._nearest_cache(job.prompt)
+        cache, rest, hit = self._nearest_cache(job.prompt)
         reused = len(job.prompt) - len(rest)
         echoed = self._engine.prompt_logprobs(request, job.prompt)  # echo's prompt logprobs
         seq = Sequence(
@@ -112,6 +113,8 @@ class MLXBatch:
             outputs=[echoed] if echoed is not None else [],
             job=job,
         )
+        if hit is not None:
+            seq.reused_disk, seq.disk_load_s = hit.tokens, hit.seconds
         admitted = Admitted(rest, cache, job.prompt[:reused], job)
         # Alone: the single-sequence path (which reads no logprobs: those go to the batch).
         if not self._sequences and job.logprobs is None:
@@ -242,6 +245,18 @@ class MLXBatch:
         return out
 
     def _nearest_cache(self, prompt: list[int]):
+        """The cache sharing the longest prefix with `prompt` in RAM or on disk, the tokens
+        left, and the `DiskHit` when the disk tier's was the longer (else None)."""
+        cache, rest = self._nearest_parked(prompt)
+        if self._disk is None:
+            return cache, rest, None
+        shortest = max(self._reuse_min, len(prompt) // 2) - 1
+        hit = self._disk.find(prompt, longer_than=max(len(prompt) - len(rest), shortest))
+        if hit is None:
+            return cache, rest, None
+        return hit.cache, prompt[hit.tokens :], hit
+
+    def _nearest_parked(self, prompt: list[int]):
         """The parked cache sharing the longest prefix with `prompt`, and the tokens left."""
         if self._cache is None:
             return None, prompt
@@ -272,6 +287,8 @@ class MLXBatch:
         """
         from mlx_lm.models.cache import can_trim_prompt_cache
 
+        if self._disk is not None and cache is not None:
+            self._disk.save(tokens, cache)
         if self._cache is None or cache is None:
             return
         key = tuple(tokens)

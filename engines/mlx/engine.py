@@ -8,9 +8,11 @@ from typing import NamedTuple
 
 from engines.base import Capabilities, LoadInfo
 from engines.batch import Batch, SerialBatch
+from engines.cache import CacheDir
 from engines.errors import BadRequest, ContextTooLarge, SourceError
 from engines.mlx.constrain import Grammar
 from engines.mlx.facts import source_chat_template
+from engines.mlx.kit.disk_cache import BLOCK_TOKENS, DiskKV, cacheable
 from engines.mlx.kit.memory import release_buffers
 from engines.mlx.kit.penalties import make_penalties
 from engines.mlx.kit.prepare import start
@@ -66,8 +68,11 @@ class MLXEngine:
         platform: PlatformPath,
         base_dir: Path | None,
         draft: ModelConfig | None = None,
+        disk: CacheDir | None = None,
     ) -> None:
         self._config = model
+        self._disk_dir = disk
+        self.disk: DiskKV | None = None  # the KV cache's disk tier, while loaded
         self._draft_config = draft
         self._draft = None
         self._platform = platform
@@ -120,6 +125,7 @@ class MLXEngine:
         self._context = self._window(trained, weights, per_token, memory_left, windows)
         self.parked_bytes = per_token * self._context * parked
         self._model, self._tokenizer = model, tokenizer
+        self.disk, disk_detail = self._open_disk(model, path, held)
         self._eos_ids = set(tokenizer.eos_token_ids)
         self._tool_format = self._pick_tool_format(tokenizer)
         self._think = thinking_markers(tokenizer)
@@ -135,6 +141,7 @@ class MLXEngine:
                 "weights": held,
                 "kv_bytes_per_token": str(per_token),
                 **self._decoding_detail(),
+                "disk_cache": disk_detail,
             },
         )
 
@@ -239,8 +246,26 @@ class MLXEngine:
         release_buffers()
 
     def unload(self) -> None:
+        if self.disk is not None:  # the writes under way finish first
+            self.disk.close()
+            self.disk = None
         self._model = self._tokenizer = self._draft = None
         release_buffers()
+
+    def _open_disk(self, model, path: Path, held: str) -> tuple[DiskKV | None, str]:
+        """The disk tier for this model, or None; and what `model_attached` says of it."""
+        config = self._config
+        if self._disk_dir is None:
+            return None, "off (server.cache)"
+        if not config.disk_cache or not config.prefix_reuse:
+            return None, "off (disk_cache)" if not config.disk_cache else "off (prefix_reuse)"
+        if config.kv_bits or config.draft:
+            return None, "off (single-stream decoding: kv_bits or draft)"
+        if not cacheable(model):
+            return None, "off (this architecture's cache is not in blocks)"
+        meaning = f"{held}|{config.kv_bits}|{self._platform.device}"
+        disk = DiskKV.open(self._disk_dir, config.id, path, meaning)
+        return disk, f"{self._disk_dir.path} (blocks of {BLOCK_TOKENS} tokens)"
 
     def _parked_windows(self) -> int:
         """Windows of KV cache the parked sessions may hold together: one per slot, at most

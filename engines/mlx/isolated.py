@@ -97,7 +97,11 @@ class IsolatedEngine:
                 context=info.context,
                 memory_bytes=info.memory_bytes,
                 trained_context=info.trained_context,
-                detail={**info.detail, "isolation": f"process {self._process.pid}"},
+                detail={
+                    **info.detail,
+                    "isolation": f"process {self._process.pid}",
+                    "disk_cache": "off (isolation: process)",  # not in the child yet
+                },
             )
 
     def count_prompt(self, request: ChatRequest) -> int:

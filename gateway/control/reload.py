@@ -23,6 +23,7 @@ from engines.runner import Runner
 from engines.tasks import Tasks
 from gateway.control.config import validate_config
 from gateway.control.registry import Generation, Registry
+from gateway.control.state import cache_dir
 from schemas.config import MODEL_KEYS, GatewayConfig, ModelConfig
 from schemas.events import ConfigRejected, ConfigReloaded
 
@@ -58,7 +59,8 @@ def make_runner(
 ) -> Runner:
     draft = next((m for m in config.models if model.draft and m.id == model.draft.model), None)
     fetch = make_fetch(model, draft, offline=config.server.offline)
-    return Runner(model, make_engine(model, platform, base_dir, draft), budget, fetch)
+    disk = cache_dir(config.server, base_dir)
+    return Runner(model, make_engine(model, platform, base_dir, draft, disk), budget, fetch)
 
 
 class Reloader:

@@ -18,7 +18,6 @@ import hashlib
 import json
 import os
 import sqlite3
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from engines.errors import StoreUnavailable
+from gateway.control.state import state_dir
 from schemas.config import ServerConfig, seconds, size_bytes
 
 BUSY_TIMEOUT = 5.0  # seconds a write waits for another connection's (another process's)
@@ -46,17 +46,6 @@ CREATE INDEX IF NOT EXISTS responses_by_expiry ON responses (expires);
 """
 
 
-def default_state_dir() -> Path:
-    """`$GATEWAY_STATE_DIR`, else the user's data directory for `mlx-gateway`."""
-    env = os.environ.get("GATEWAY_STATE_DIR")
-    if env:
-        return Path(env).expanduser()
-    if sys.platform == "darwin":
-        return Path.home() / "Library" / "Application Support" / "mlx-gateway"
-    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data) / "mlx-gateway"
-
-
 def owner_of(key: str | None) -> str:
     """Who owns a row: a digest of the API key the request presented ("" for none)."""
     return hashlib.sha256(key.encode()).hexdigest() if key else ""
@@ -66,9 +55,7 @@ def store_path(server: ServerConfig, base_dir: Path) -> Path | None:
     """Where `server.state_dir` puts `responses.sqlite3`; None for the in-memory store."""
     if server.state_dir is None:
         return None
-    directory = default_state_dir() if server.state_dir == "auto" else None
-    directory = directory or (base_dir / Path(server.state_dir).expanduser())
-    return directory / "responses.sqlite3"
+    return state_dir(server, base_dir) / "responses.sqlite3"
 
 
 def store_problem(server: ServerConfig, base_dir: Path) -> str | None:

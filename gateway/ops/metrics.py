@@ -29,6 +29,7 @@ from prometheus_client.registry import Collector
 from engines.base import EngineState
 from gateway.control.registry import Registry
 from gateway.http.shutdown import Admission
+from gateway.ops.cache_metrics import CacheMetrics
 from schemas.events import (
     ConfigRejected,
     ConfigReloaded,
@@ -124,6 +125,7 @@ class Metrics:
         for result in ("ok", "rejected"):
             self.reloads.labels(result)
         self.prometheus.register(RunnerState(registry, admission))
+        self.kv_cache = CacheMetrics(self.prometheus)
         self._served: dict[str, str] = {}  # request_id -> model, until request_finished
         self._recent: dict[str, deque[tuple[float, int, float]]] = {}
 
@@ -131,6 +133,7 @@ class Metrics:
         """The listener on `emit`: one event in, the metrics it moves moved."""
         bound = structlog.contextvars.get_contextvars()
         request_id, key = bound.get("request_id"), bound.get("key_label")
+        self.kv_cache.observe(event)
         match event:
             case RequestRouted(served=model) if request_id:
                 self._served[request_id] = model

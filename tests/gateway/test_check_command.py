@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 from conftest import REPO
 
 
@@ -59,3 +60,27 @@ def test_check_refuses_a_corrupt_responses_store(tmp_path):
     [error] = result.stderr.splitlines()
     assert error.startswith("server.state_dir:") and str(database) in error
     assert "not a database" in error
+
+
+def test_check_reports_where_the_kv_cache_lives_and_how_full_it_is(tmp_path):
+    from engines.cache.blockfile import write_block
+
+    shard = tmp_path / "kv" / "ab"
+    shard.mkdir(parents=True)
+    size = write_block(shard / "ab12.safetensors", {"0.keys": ("F32", np.zeros(1 << 18))})
+    result = check(
+        tmp_path,
+        """
+        server: {cache: {dir: ./kv, max_bytes: 1GiB}}
+        models:
+          - id: echo
+            engine: scripted
+        """,
+    )
+    assert result.returncode == 0, result.stderr
+    last = result.stdout.splitlines()[-1]
+    assert last == f"kv cache: {tmp_path / 'kv'}, 1 blocks, {size / 2**30:.2f} GiB of 1.00 GiB"
+    off = check(
+        tmp_path, "server: {cache: {max_bytes: 0}}\nmodels:\n  - id: e\n    engine: scripted\n"
+    )
+    assert off.stdout.splitlines()[-1].startswith("kv cache: off")

@@ -23,6 +23,7 @@ VALUES = {
     "prefix_reuse": False,
     "session_slots": 2,
     "kv_bits": 8,
+    "disk_cache": False,
     "weights": "stored",
     "isolation": "process",
     "draft": {"model": "other"},

@@ -23,6 +23,8 @@ class Sequence:
     prompt_tokens: int
     started: float
     reused: int = 0  # prompt tokens served from a parked or block cache
+    reused_disk: int = 0  # of those, read from the disk tier
+    disk_load_s: float = 0.0
     evicted: bool = False  # parking this conversation evicted another one
     images: int = 0
     image_tokens: int = 0
@@ -56,6 +58,8 @@ class Sequence:
             prompt_tokens=self.prompt_tokens,
             new_tokens=self.new_tokens,
             reused_prefix_tokens=self.reused,
+            reused_disk_tokens=self.reused_disk,
+            disk_load_s=self.disk_load_s,
             session_evicted=self.evicted,
             images=self.images,
             image_tokens=self.image_tokens,

@@ -1,0 +1,162 @@
+"""The disk tier of an mlx-lm model's KV cache: blocks of `BLOCK_TOKENS` tokens per file.
+
+Block i of a prompt holds every layer's keys and values for tokens [i·B, (i+1)·B); its key
+hashes the key of block i-1 with its own tokens, so a key names the whole prefix up to it
+and any shared prefix finds its blocks. The first key is salted with all that changes
+what the cache means: the weights' files (a hub blob's name is its sha256), how they are
+held (dtype), `kv_bits`, the platform and this format.
+
+Saving copies the blocks not yet on disk out of MLX on the model's thread (a memory copy);
+the store's thread writes them. Loading reads and checks files on the model's thread,
+where the cache is needed, and is a small fraction of the prefill it replaces.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from engines.cache import CacheDir
+from engines.cache.store import BlockStore
+
+# Small enough that the tail a reused prompt must prefill again (under one block, plus the
+# new turn) is a small part of a long prompt: at 256, a 2k-token prompt after a restart
+# took 0.16x its cold time to the first token on the CPU, most of it the 182-token tail.
+BLOCK_TOKENS = 64
+FORMAT = b"mlx-gateway-kv/1"
+# MLX dtypes as safetensors names them; bfloat16 crosses into numpy as raw 16 bits.
+DTYPE_NAMES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}
+# Files whose content is the model's meaning; hashed by name, size and identity.
+MEANING_SUFFIXES = (".safetensors", ".json", ".gguf")
+
+
+class DiskHit(NamedTuple):
+    """What a lookup found on disk: the cache, the tokens it covers, the seconds it took."""
+
+    cache: list
+    tokens: int
+    seconds: float
+
+
+def weights_identity(path: Path) -> bytes:
+    """A digest of the model's files: names, sizes, mtimes, and where the Hub cache links
+    them, the blob's name (its content's sha256). A changed file changes the salt."""
+    digest = hashlib.blake2b(digest_size=16)
+    files = [path] if path.is_file() else sorted(path.iterdir())
+    for file in files:
+        if not file.name.endswith(MEANING_SUFFIXES):
+            continue
+        stat = file.stat()
+        real = os.path.realpath(file)
+        digest.update(f"{file.name}|{Path(real).name}|{stat.st_size}|{stat.st_mtime_ns}\n".encode())
+    return digest.digest()
+
+
+def cacheable(model) -> bool:
+    """Whether every layer's cache is a plain `KVCache` (what a block can hold): rotating
+    windows and state-space layers are not split into blocks."""
+    from mlx_lm.models.cache import KVCache, make_prompt_cache
+
+    return all(type(c) is KVCache for c in make_prompt_cache(model))
+
+
+class DiskKV:
+    """One model's KV blocks on disk: find and load a prompt's prefix, save a conversation."""
+
+    def __init__(self, store: BlockStore, salt: bytes) -> None:
+        self.store = store
+        self._salt = salt
+
+    @classmethod
+    def open(cls, where: CacheDir, model_id: str, path: Path, meaning: str) -> DiskKV:
+        """`meaning`: how the cache is computed beyond the files (dtype, kv_bits, device)."""
+        salt = hashlib.blake2b(FORMAT + weights_identity(path) + meaning.encode()).digest()
+        return cls(BlockStore(where, model_id), salt)
+
+    def close(self) -> None:
+        self.store.close()
+
+    def keys(self, tokens: list[int], blocks: int) -> list[str]:
+        """The chained keys of the first `blocks` blocks of `tokens`."""
+        keys, previous = [], self._salt
+        for i in range(blocks):
+            chunk = np.asarray(tokens[i * BLOCK_TOKENS : (i + 1) * BLOCK_TOKENS], np.uint32)
+            previous = hashlib.blake2b(previous + chunk.tobytes(), digest_size=20).digest()
+            keys.append(previous.hex())
+        return keys
+
+    def find(self, prompt: list[int], longer_than: int) -> DiskHit | None:
+        """The longest prefix of `prompt` on disk, loaded, if it is longer than `longer_than`
+        tokens; one token at least is left for the model to read."""
+        keys = self.keys(prompt, (len(prompt) - 1) // BLOCK_TOKENS)
+        keys = keys[: self.store.present(keys)]
+        if len(keys) * BLOCK_TOKENS <= longer_than:
+            return None
+        started = time.perf_counter()
+        blocks = []
+        for key in keys:  # a damaged or vanished block ends the prefix there
+            tensors = self.store.read(key)
+            if tensors is None:
+                break
+            blocks.append(tensors)
+        if len(blocks) * BLOCK_TOKENS <= longer_than:
+            return None
+        self.store.touch(keys[: len(blocks)])
+        cache = _cache_of(blocks)
+        return DiskHit(cache, len(blocks) * BLOCK_TOKENS, time.perf_counter() - started)
+
+    def save(self, tokens: list[int], cache: list) -> None:
+        """Queue the whole blocks of a finished conversation's cache that are not on disk."""
+        held = min(min(c.offset for c in cache), len(tokens))
+        keys = self.keys(tokens, held // BLOCK_TOKENS)
+        if not keys:
+            return
+        have = self.store.present(keys)
+        missing = {i: key for i, key in enumerate(keys) if i >= have}
+        blocks = {key: _block_of(cache, i) for i, key in missing.items()}
+        self.store.save(keys, blocks, len(keys) * BLOCK_TOKENS)
+
+
+def _block_of(cache: list, index: int) -> dict:
+    """Block `index` of every layer, copied out of MLX into numpy."""
+    import mlx.core as mx
+
+    start, end = index * BLOCK_TOKENS, (index + 1) * BLOCK_TOKENS
+    tensors = {}
+    for layer, c in enumerate(cache):
+        for name, array in (("keys", c.keys), ("values", c.values)):
+            part = array[..., start:end, :]
+            dtype = DTYPE_NAMES[str(part.dtype).removeprefix("mlx.core.")]
+            if dtype == "BF16":
+                part = part.view(mx.uint16)
+            tensors[f"{layer}.{name}"] = (dtype, np.array(part, copy=True))
+    return tensors
+
+
+def _cache_of(blocks: list[dict]) -> list:
+    """One `KVCache` per layer holding the blocks in order."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import KVCache
+
+    def joined(name: str):
+        parts = []
+        for tensors in blocks:
+            dtype, array = tensors[name]
+            part = mx.array(array)
+            parts.append(part.view(mx.bfloat16) if dtype == "BF16" else part)
+        return mx.concatenate(parts, axis=2)
+
+    layers = len(blocks[0]) // 2
+    cache = []
+    for layer in range(layers):
+        c = KVCache()
+        c.keys, c.values = joined(f"{layer}.keys"), joined(f"{layer}.values")
+        c.offset = c.keys.shape[2]
+        cache.append(c)
+    mx.eval([(c.keys, c.values) for c in cache])
+    return cache

