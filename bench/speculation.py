@@ -5,8 +5,8 @@ SmolLM2, alone and at 4 and 8 concurrent streams, on three tasks.
 
 One gateway serves the model twice: `plain` and `lookup` (`speculation: {kind:
 prompt_lookup}`), both `concurrency: 8`, prefix reuse off (every round prefills its prompts
-alike). Tasks: (a) a ~60-line Python file and "rename x to total and return the code in
-full", (b) a summary of a pasted text, (c) free chat. Each round runs every task and stream
+alike). Tasks: (a) a ~60-line Python file and "rename x to total and return the file in
+full" (with a system prompt asking for the file alone), (b) a summary of a pasted text, (c) free chat. Each round runs every task and stream
 count on both models, the order of the two sides alternating by round, so the noise of a
 shared CPU hits both. Each stream's prompt is distinct per stream and round. Decode tok/s =
 all new tokens / (last token - first token, over the streams): prefill left out. Greedy:
@@ -98,7 +98,8 @@ TARGETS = {("code edit", 1): 1.8, ("code edit", 4): 1.3, "summary": 1.2, "free c
 
 def messages(task: str, round_: int, stream: int) -> list[dict]:
     topic = TOPICS[(stream + round_) % len(TOPICS)]
-    return [{"role": "user", "content": f"({round_}.{stream}) {TASKS[task](topic)}"}]
+    system = [{"role": "system", "content": EDITOR}] if task == "code edit" else []
+    return [*system, {"role": "user", "content": f"({round_}.{stream}) {TASKS[task](topic)}"}]
 
 
 async def burst(url: str, model: str, task: str, streams: int, round_: int, max_tokens: int):
