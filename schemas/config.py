@@ -245,6 +245,16 @@ class DraftConfig(Strict):
     tokens: Annotated[int, Meta(ge=1, le=16)] = 3
 
 
+class SpeculationConfig(Strict):
+    """Drafting without a draft model: `prompt_lookup` proposes the tokens that followed the
+    last `ngram` tokens where they occurred before (in the prompt or the answer so far), up
+    to `tokens` at a time, all verified by one forward pass of the model."""
+
+    kind: Literal["prompt_lookup"]
+    tokens: Annotated[int, Meta(ge=1, le=16)] = 6
+    ngram: Annotated[int, Meta(ge=1, le=8)] = 3
+
+
 class RateConfig(Strict):
     max_tokens_per_sec: Annotated[float, Meta(gt=0)] | None = None
 
@@ -345,6 +355,7 @@ class ModelConfig(Strict):
     weights: WeightsHeld = "auto"
     isolation: Isolation = "none"
     draft: DraftConfig | None = None
+    speculation: SpeculationConfig | None = None
     system: str | None = None
     guardrails: GuardrailsConfig = GuardrailsConfig()
     sampling: SamplingConfig = SamplingConfig()
@@ -402,6 +413,7 @@ MODEL_KEYS: dict[str, KeyRule] = {
     "weights": KeyRule(LOCAL, restart=True),
     "isolation": KeyRule(MLX, restart=True),
     "draft": KeyRule(LOCAL, restart=True),
+    "speculation": KeyRule(MLX, restart=True),
     "system": KeyRule(ENGINES, restart=False),
     "guardrails": KeyRule(ENGINES, restart=False),
     "sampling": KeyRule(ENGINES, restart=False),

@@ -48,6 +48,8 @@ class Generated(Event, tag="generated"):
     images: int = 0  # images in the prompt (vision models)
     image_tokens: int = 0  # prompt tokens standing for them (counted in prompt_tokens)
     replica: str | None = None  # engine upstream/process: the replica that served it
+    drafted_tokens: int = 0  # speculation: tokens proposed by the draft
+    accepted_tokens: int = 0  # speculation: of those, the ones decoding kept
 
 
 class Guardrail(Event, tag="guardrail"):

@@ -29,6 +29,7 @@ from engines.errors import BadRequest, DimensionsUnavailable, GatewayError, Sour
 from engines.mlx.isolated import refuse_isolation
 from engines.mlx.kit.memory import release_buffers
 from engines.mlx.kit.weights import weight_bytes
+from engines.mlx.speculate import refuse_speculation
 from engines.sources.resolve import check_source, resolve_source
 from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Output
 from schemas.config import ModelConfig
@@ -68,6 +69,7 @@ class EmbeddingEngine:
         import mlx.core as mx
 
         refuse_isolation(self._config, "an embedding model")
+        refuse_speculation(self._config, "an embedding model")
         model_id = self._config.id
         path = resolve_source(model_id, self._config.source, base_dir=self._base_dir)
         config = read_json(model_id, path / "config.json") or {}

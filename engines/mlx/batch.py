@@ -21,6 +21,7 @@ from engines.batch import Step
 from engines.mlx.kit.sequence import Sequence, cancelled_uids
 from engines.mlx.logprobs import logprobs_of
 from engines.mlx.single import Solo
+from engines.mlx.speculate import BatchDrafting, batch_positions, make_drafter
 from schemas.canonical import ChatRequest
 from schemas.config import ModelConfig
 
@@ -78,6 +79,11 @@ class MLXBatch:
             completion_batch_size=config.concurrency,
             prefill_batch_size=prefill_batch_size(config.concurrency),
         )
+        # Prompt-lookup drafts (`speculation:`), on the single-sequence path and in batches.
+        self._speculation = config.speculation
+        self._drafting = (
+            BatchDrafting(batch_positions(engine.platform.device)) if config.speculation else None
+        )
         self._solo: Solo | None = None
         self._solo_start: Admitted | None = None
         self._pending: list[Step] = []  # outputs made outside step() (a solo joining)
@@ -112,6 +118,7 @@ class MLXBatch:
             started=time.perf_counter(),
             outputs=[echoed] if echoed is not None else [],
             job=job,
+            drafter=make_drafter(self._speculation, job),
         )
         if hit is not None:
             seq.reused_disk, seq.disk_load_s = hit.tokens, hit.seconds
@@ -147,7 +154,10 @@ class MLXBatch:
             return out
         if SOLO in self._sequences:
             return out + self._solo_step()
-        for response in self._generator.next_generated():
+        drafted = None
+        if self._drafting is not None:
+            drafted = self._drafting.next(self._generator, self._drafter_of)
+        for response in self._generator.next_generated() if drafted is None else drafted:
             if response.uid not in self._sequences:
                 continue
             out += self._emit(
@@ -159,6 +169,10 @@ class MLXBatch:
             )
         return out
 
+    def _drafter_of(self, uid: int):
+        entry = self._sequences.get(uid)
+        return entry[1].drafter if entry is not None else None
+
     def _solo_step(self) -> list[Step]:
         if self._solo is None:
             start, self._solo_start = self._solo_start, None
@@ -169,17 +183,21 @@ class MLXBatch:
                 start.cache,
                 start.cached,
                 start.job,
+                self._sequences[SOLO][1].drafter,
             )
         solo = self._solo
-        token = solo.advance()
-        reason = None
-        if token in self._eos:
-            reason = "stop"
-        elif solo.emitted >= solo.max_tokens:
-            reason = "length"
-        out = self._emit(SOLO, token, reason, lambda: (solo.fed, solo.cache))
-        if SOLO not in self._sequences:  # it ended
-            self._solo = None
+        first = solo.emitted
+        out = []
+        for count, token in enumerate(solo.advance_run(), start=first + 1):
+            reason = None
+            if token in self._eos:
+                reason = "stop"
+            elif count >= solo.max_tokens:
+                reason = "length"
+            out += self._emit(SOLO, token, reason, lambda: (solo.fed, solo.cache))
+            if SOLO not in self._sequences:  # it ended
+                self._solo = None
+                break
         return out
 
     def _join_solo(self) -> None:

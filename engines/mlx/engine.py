@@ -9,7 +9,7 @@ from typing import NamedTuple
 from engines.base import Capabilities, LoadInfo
 from engines.batch import Batch, SerialBatch
 from engines.cache import CacheDir
-from engines.errors import BadRequest, ContextTooLarge, SourceError
+from engines.errors import BadRequest, ContextTooLarge, ModelUnavailable, SourceError
 from engines.mlx.constrain import Grammar
 from engines.mlx.facts import source_chat_template
 from engines.mlx.kit.disk_cache import BLOCK_TOKENS, DiskKV, cacheable
@@ -124,6 +124,8 @@ class MLXEngine:
         per_token = kv_per_token(model, held, self._config.kv_bits)
         self._context = self._window(trained, weights, per_token, memory_left, windows)
         self.parked_bytes = per_token * self._context * parked
+        if self._config.speculation is not None:
+            refuse_untrimmable(self._config.id, model)
         self._model, self._tokenizer = model, tokenizer
         self.disk, disk_detail = self._open_disk(model, path, held)
         self._eos_ids = set(tokenizer.eos_token_ids)
@@ -290,6 +292,9 @@ class MLXEngine:
             detail["kv_bits"] = str(config.kv_bits)
         if config.draft:
             detail["draft"] = f"{config.draft.model} ({config.draft.tokens} tokens)"
+        if config.speculation:
+            spec = config.speculation
+            detail["speculation"] = f"{spec.kind} (up to {spec.tokens} tokens, {spec.ngram}-gram)"
         if config.rate.max_tokens_per_sec:
             detail["rate"] = f"{config.rate.max_tokens_per_sec} tokens/s"
         return detail
@@ -385,6 +390,19 @@ def load_model_dir(model_id: str, source: str, path: Path):
     except Exception as error:
         where = source if str(path) == source else f"{source} (loaded from {path})"
         raise SourceError(model_id, where, f"{type(error).__name__}: {error}") from None
+
+
+def refuse_untrimmable(model_id: str, model) -> None:
+    """Speculation removes refused draft tokens from the KV cache: a model whose cache keeps
+    no positions to remove (a sliding window, a recurrent state) is refused it at load."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    kept = {type(c).__name__ for c in make_prompt_cache(model) if not c.is_trimmable()}
+    if kept:
+        raise ModelUnavailable(
+            f"model {model_id!r}: `speculation` needs a KV cache that drafts can be removed "
+            f"from; this architecture keeps {', '.join(sorted(kept))}: remove `speculation`"
+        )
 
 
 def kv_per_token(model, weights: str, kv_bits: int | None) -> int:

@@ -7,9 +7,15 @@ cache with offsets and masks, per-step filtering) costs a third of the speed on 
 (`mx.async_eval`) before the host reads the current one, so detokenizing and delivering a
 token overlaps the accelerator's work on the next. Greedy output is that of
 `stream_generate`. Its cache can join a `BatchGenerator` when a second request arrives.
+
+With a drafter (`speculation:`, engines/mlx/speculate.py) a step whose look-up proposes
+tokens feeds them with the current one in one forward pass and keeps those the model's own
+sampling agrees with; a step with no draft is the plain pipelined step.
 """
 
 from __future__ import annotations
+
+from engines.mlx.speculate import verify_alone
 
 # generate_step's defaults: prompt chunk size, and how often it returns freed buffers.
 PREFILL_STEP_SIZE = 2048
@@ -27,8 +33,10 @@ class Solo:
         cache: list | None,
         cached_tokens: list[int],
         job,
+        drafter=None,
     ) -> None:
-        """`job` is the engine's `Prepared` request: budget, sampler, logits processors."""
+        """`job` is the engine's `Prepared` request: budget, sampler, logits processors;
+        `drafter` the sequence's prompt-lookup drafter (None: no speculation)."""
         from mlx_lm.models.cache import make_prompt_cache
 
         self._model = model
@@ -44,6 +52,7 @@ class Solo:
         self._context = None  # the tokens logits processors see, grown step by step
         self._next = None  # the sampled token whose forward pass has not run yet
         self.emitted = 0
+        self._drafter = drafter
 
     @property
     def started(self) -> bool:
@@ -68,6 +77,38 @@ class Solo:
         if self.emitted % CLEAR_CACHE_EVERY == 0:
             mx.clear_cache()
         return token
+
+    def advance_run(self) -> list[int]:
+        """The next tokens: one, or the current one and the draft tokens verified with it."""
+        import mlx.core as mx
+
+        drafter = self._drafter
+        if drafter is None:
+            return [self.advance()]
+        with mx.stream(self._stream):
+            if self._next is None:
+                self._next = self._prefill()
+            current = self._next.item()
+        room = self.max_tokens - self.emitted - 1  # the current token takes one
+        draft = drafter.propose(min(room, drafter.wanted()), current)
+        if not draft:
+            return [self.advance()]
+        with mx.stream(self._stream):
+            kept, self._next, self._context = verify_alone(
+                self._model,
+                self.cache,
+                self.fed,
+                self._context,
+                [current, *draft],
+                self._processors,
+                self._sampler,
+            )
+        drafter.record(len(draft), len(kept) - 1)
+        self.fed += kept
+        self.emitted += len(kept)
+        if self.emitted // CLEAR_CACHE_EVERY > (self.emitted - len(kept)) // CLEAR_CACHE_EVERY:
+            mx.clear_cache()
+        return kept
 
     def pending(self) -> int:
         """The token sampled but not yet returned (its forward pass is still to run)."""

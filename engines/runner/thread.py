@@ -297,6 +297,8 @@ class ModelThread:
                 images=done.images,
                 image_tokens=done.image_tokens,
                 replica=done.replica if isinstance(done, Finished) else None,
+                drafted_tokens=done.drafted_tokens,
+                accepted_tokens=done.accepted_tokens,
             )
         )
 

@@ -28,6 +28,7 @@ from engines.mlx.kit.prepare import start
 from engines.mlx.kit.sizing import kv_bytes_per_token, size_context, trained_context
 from engines.mlx.kit.template import render_chat
 from engines.mlx.kit.weights import FLOAT32_EXPANSION, weight_bytes
+from engines.mlx.speculate import refuse_speculation
 from engines.platform import PlatformPath
 from engines.sources.resolve import check_source, resolve_source
 from engines.text.constrain import plan_needed
@@ -114,6 +115,7 @@ class VisionEngine:
         import mlx_vlm
 
         refuse_isolation(self._config, "a vision model")
+        refuse_speculation(self._config, "a vision model")
         path = resolve_source(self._config.id, self._config.source, base_dir=self._base_dir)
         try:
             model, processor = mlx_vlm.load(str(path))

@@ -139,6 +139,7 @@ def _validate(doc: Any, src: Source) -> GatewayConfig | None:
         if isinstance(model, dict) and isinstance(defaults, dict):
             model = _merge_under(_defaults_for(defaults, model), model, ("models", i), src)
             _check_engine(model, ("models", i), src)
+            _check_speculation(model, ("models", i), src)
             _remote_concurrency(model)
         merged.append(model)
         _check(model, ModelConfig, ("models", i), src)
@@ -205,6 +206,31 @@ def _check_engine(model: dict, path: KeyPath, src: Source) -> None:
                 f"model {mid!r}: the command (or env) must say ${{PORT}}, the port it is to "
                 "serve on (the gateway picks a free one at each start)",
             )
+
+
+# What `speculation` cannot be combined with, and why (a model of one of these decodes on a
+# path that has no prompt-lookup drafts).
+SPECULATION_CONFLICTS = {
+    "draft": "a model drafts either with a draft model or by prompt lookup: remove one",
+    "kv_bits": "a quantized KV cache decodes on mlx-lm's single-stream loop, which has no "
+    "prompt-lookup drafts: remove one",
+}
+
+
+def _check_speculation(model: dict, path: KeyPath, src: Source) -> None:
+    """`speculation` is refused beside a setting whose decoding path cannot draft with it."""
+    if not isinstance(model.get("speculation"), dict):
+        return
+    mid = model.get("id")
+    for key, why in SPECULATION_CONFLICTS.items():
+        if model.get(key) not in (None, False):
+            src.at((*path, "speculation"), f"model {mid!r}: `speculation` with `{key}`: {why}")
+    if model.get("task") == "embed":
+        src.at(
+            (*path, "speculation"),
+            f"model {mid!r}: `speculation` applies to text generation; an embedding model "
+            "generates nothing",
+        )
 
 
 def _remote_concurrency(model: dict) -> None:

@@ -77,6 +77,17 @@ class Metrics:
         self.generated_tokens = Counter(
             "gateway_generated_tokens", "Tokens generated", ["model"], **labelled
         )
+        # Speculation: tokens drafted and kept; their ratio is the acceptance rate.
+        self.drafted_tokens = Counter(
+            "gateway_drafted_tokens", "Tokens proposed by speculation", ["model"], **labelled
+        )
+        self.accepted_tokens = Counter(
+            "gateway_accepted_tokens", "Drafted tokens decoding kept", ["model"], **labelled
+        )
+        self.acceptance = Gauge(
+            "gateway_draft_acceptance_ratio", "Accepted over drafted tokens since start",
+            ["model"], **labelled,
+        )  # fmt: skip
         self.ttft = Histogram(
             "gateway_time_to_first_token_seconds", "From admission to the first token",
             ["model"], buckets=TTFT_BUCKETS, **labelled,
@@ -128,6 +139,7 @@ class Metrics:
         self.kv_cache = CacheMetrics(self.prometheus)
         self._served: dict[str, str] = {}  # request_id -> model, until request_finished
         self._recent: dict[str, deque[tuple[float, int, float]]] = {}
+        self._drafts: dict[str, tuple[int, int]] = {}  # model -> (drafted, accepted) so far
 
     def observe(self, event: Event) -> None:
         """The listener on `emit`: one event in, the metrics it moves moved."""
@@ -150,6 +162,8 @@ class Metrics:
                 self.generated_tokens.labels(model).inc(event.new_tokens)
                 if event.ttft_s is not None:
                     self.ttft.labels(model).observe(event.ttft_s)
+                if event.drafted_tokens:
+                    self._speculated(model, event.drafted_tokens, event.accepted_tokens)
                 recent = self._recent.setdefault(model, deque(maxlen=RECENT_RUNS))
                 recent.append((time.monotonic(), event.new_tokens, event.decode_s))
                 if key:
@@ -173,6 +187,14 @@ class Metrics:
                 self.replica_up.labels(model, replica).set(1)
             case ReplicaDown(model=model, replica=replica):
                 self.replica_up.labels(model, replica).set(0)
+
+    def _speculated(self, model: str, drafted: int, accepted: int) -> None:
+        self.drafted_tokens.labels(model).inc(drafted)
+        self.accepted_tokens.labels(model).inc(accepted)
+        total, kept = self._drafts.get(model, (0, 0))
+        total, kept = total + drafted, kept + accepted
+        self._drafts[model] = (total, kept)
+        self.acceptance.labels(model).set(round(kept / total, 4))
 
     def tokens_per_s(self, model: str) -> float | None:
         """Decode speed over the model's recent generations (the last 5 minutes), or None."""

@@ -27,6 +27,7 @@ VALUES = {
     "weights": "stored",
     "isolation": "process",
     "draft": {"model": "other"},
+    "speculation": {"kind": "prompt_lookup", "tokens": 4},
     "system": "be brief",
     "guardrails": {"max_n": 2},
     "sampling": {"temperature": 0.5},

@@ -32,6 +32,7 @@ class Sequence:
     new_tokens: int = 0
     outputs: list = field(default_factory=list)  # made before its first token (echo)
     job: object = None  # the engine's prepared request, where the batch needs it again
+    drafter: object = None  # its prompt-lookup drafter (kit/lookup.py), when it speculates
 
     def take(
         self, token: int | None, finish_reason: str | None, eos: Container[int]
@@ -44,6 +45,8 @@ class Sequence:
         if token is not None and token not in eos:
             self.new_tokens += 1
             self.detokenizer.add_token(token)
+        if token is not None and self.drafter is not None:
+            self.drafter.extend([token])
         if finish_reason is not None:
             self.detokenizer.finalize()
         outputs = self.parser.feed(self.detokenizer.last_segment)
@@ -63,6 +66,8 @@ class Sequence:
             session_evicted=self.evicted,
             images=self.images,
             image_tokens=self.image_tokens,
+            drafted_tokens=self.drafter.drafted if self.drafter is not None else 0,
+            accepted_tokens=self.drafter.accepted if self.drafter is not None else 0,
         )
 
 

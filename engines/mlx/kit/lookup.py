@@ -1,0 +1,152 @@
+"""Prompt-lookup drafts: the tokens that followed the sequence's last n-gram where it occurred
+before, in the prompt or the answer so far, and how many of them to propose.
+
+Editing code, rewriting a document or answering about a pasted file copies long spans of
+the prompt into the answer: the continuation of an earlier occurrence of the last few
+tokens is then a good guess of the next ones, found with a dictionary look-up and no
+second model. The model verifies every guess (engines/mlx/speculate.py), so a wrong one
+costs compute, never correctness.
+"""
+
+from __future__ import annotations
+
+# A sequence whose drafts were all refused this many times in a row rests from drafting,
+# for twice as many steps each time again (up to MAX_REST): free chat rarely copies, and a
+# draft nobody accepts costs a wider forward pass for nothing.
+MISSES_BEFORE_REST = 2
+MAX_REST = 32
+# The weight of the latest verification in a sequence's moving acceptance rate.
+RATE_WEIGHT = 0.3
+
+
+class PromptLookup:
+    """One sequence's history (prompt, then answer) and its n-gram index.
+
+    The index maps each n-gram to where its latest occurrence ends: the draft is what
+    followed. While a draft is being accepted the look-up keeps following the same earlier
+    span (`_follow`), so a long copy does not jump to another occurrence of a common n-gram.
+    """
+
+    def __init__(self, history: list[int], ngram: int) -> None:
+        self.history = list(history)
+        self._n = ngram
+        self._index: dict[tuple[int, ...], int] = {}
+        self._indexed = ngram  # positions below this have their preceding n-gram indexed
+        # The span being copied: (length of the history when it was proposed, where it began).
+        self._follow: tuple[int, int] | None = None
+
+    def extend(self, tokens: list[int]) -> None:
+        """Tokens the sequence now holds after its history."""
+        self.history += tokens
+
+    def draft(self, limit: int) -> list[int]:
+        """Up to `limit` tokens proposed to follow the history (none: no earlier occurrence)."""
+        history, n = self.history, self._n
+        end = len(history)
+        if limit <= 0 or end <= n:
+            return []
+        start = self._followed(end)
+        if start is None:
+            # Index every n-gram whose continuation is known (it ends before the last token).
+            for j in range(self._indexed, end):
+                self._index[tuple(history[j - n : j])] = j
+            self._indexed = max(self._indexed, end)
+            start = self._index.get(tuple(history[end - n :]))
+        if start is None:
+            self._follow = None
+            return []
+        self._follow = (end, start)
+        return history[start : start + limit]
+
+    def _followed(self, end: int) -> int | None:
+        """Where the span copied last continues, if everything since went as it said."""
+        if self._follow is None:
+            return None
+        then, start = self._follow
+        grown = end - then
+        same = self.history[start : start + grown] == self.history[then:end]
+        return start + grown if same and start + grown < end else None
+
+
+class Drafter:
+    """One sequence's prompt-lookup drafting: its look-up, its draft length and its counts.
+
+    The history grows by what the sequence emits (`extend`, from `Sequence.take`); the
+    token sampled but not emitted yet is passed to `propose` as `pending`.
+    """
+
+    def __init__(self, prompt: list[int], tokens: int, ngram: int) -> None:
+        self._lookup = PromptLookup(prompt, ngram)
+        self._length = DraftLength(tokens)
+        self.drafted = 0
+        self.accepted = 0
+
+    @property
+    def rate(self) -> float:
+        """Recent acceptance: the expected share of a draft's tokens kept."""
+        return self._length.rate
+
+    def extend(self, tokens: list[int]) -> None:
+        self._lookup.extend(tokens)
+
+    def wanted(self) -> int:
+        """How many tokens this sequence would draft this step (0: none, it rests)."""
+        return self._length.wanted()
+
+    def propose(self, limit: int, pending: int) -> list[int]:
+        """Up to `limit` tokens to follow the history and `pending`."""
+        if limit <= 0:
+            return []
+        history = self._lookup.history
+        history.append(pending)
+        try:
+            return self._lookup.draft(limit)
+        finally:
+            history.pop()
+
+    def record(self, drafted: int, accepted: int) -> None:
+        """A verification's outcome: `accepted` of the `drafted` tokens kept."""
+        self.drafted += drafted
+        self.accepted += accepted
+        self._length.record(drafted, accepted)
+
+
+class DraftLength:
+    """How many tokens one sequence drafts next, from its recent acceptance.
+
+    Every draft accepted whole grows the length by one (up to `most`); a partly accepted one
+    shrinks it to what was accepted plus one; drafts refused outright `MISSES_BEFORE_REST`
+    times in a row make the sequence rest from drafting, longer each time it happens again.
+    """
+
+    def __init__(self, most: int) -> None:
+        self._most = most
+        self.length = most
+        self._misses = 0
+        self._rest = 0  # steps left without drafting
+        self._rest_next = 1  # the rest the next streak of misses earns
+        self.rate = 0.5  # moving average of the share of drafted tokens accepted
+
+    def wanted(self) -> int:
+        """The draft length for this step (0 while resting)."""
+        if self._rest:
+            self._rest -= 1
+            return 0
+        return self.length
+
+    def record(self, drafted: int, accepted: int) -> None:
+        """A verification's outcome: `accepted` of `drafted` tokens kept."""
+        if drafted == 0:
+            return
+        self.rate += RATE_WEIGHT * (accepted / drafted - self.rate)
+        if accepted == drafted:
+            self.length = min(self._most, self.length + 1)
+        else:
+            self.length = max(1, accepted + 1)
+        if accepted:
+            self._misses, self._rest_next = 0, 1
+            return
+        self._misses += 1
+        if self._misses >= MISSES_BEFORE_REST:
+            self._misses, self._rest = 0, self._rest_next
+            self._rest_next = min(MAX_REST, self._rest_next * 2)
