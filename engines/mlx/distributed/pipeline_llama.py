@@ -38,14 +38,12 @@ class LlamaModel(llama.LlamaModel, PipelineMixin):
         full_mask = create_attention_mask(h, cache[full]) if full is not None else None
         sliding_mask = None
         if sliding is not None:
-            sliding_mask = create_attention_mask(
-                h, cache[sliding], window_size=self.sliding_window
-            )
+            sliding_mask = create_attention_mask(h, cache[sliding], window_size=self.sliding_window)
 
         rank, size = self.pipeline_rank, self.pipeline_size
         if rank < size - 1:  # the rank before this one ran the earlier layers
             h = mx.distributed.recv(h.shape, self._hidden_dtype(h), rank + 1)
-        for layer, c in zip(layers, cache):
+        for layer, c in zip(layers, cache, strict=True):
             h = layer(h, sliding_mask if layer.use_sliding else full_mask, cache=c)
         if rank != 0:
             h = mx.distributed.send(h, (rank - 1) % size)
