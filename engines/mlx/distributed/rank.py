@@ -20,6 +20,7 @@ from pathlib import Path
 from engines.base import LoadInfo
 from engines.mlx.distributed.wire import gather, share
 from engines.mlx.isolated_child import pack_error
+from engines.mlx.kit.weights import weight_bytes
 from schemas.canonical import Finished
 
 SPEC_ENV = "GATEWAY_RANK_SPEC"  # the model, platform and base_dir every rank loads
@@ -36,6 +37,7 @@ class Replica:
         self.batch = None
         self.cancelled: set[int] = set()
         self.share = (1, 1)  # the part of the KV cache this rank holds, of its whole
+        self.model = None  # this rank's part of the model, once loaded
 
     @property
     def active(self) -> bool:
@@ -87,8 +89,9 @@ class Replica:
         self.engine.narrow_window(context)
         # The batch's parked caches hold this rank's layers or heads: so does their limit.
         self.engine.parked_bytes = self.engine.parked_bytes * held // total
-        kv = int(info.detail.get("kv_bytes_per_token", 0)) * info.context
-        mine = info.memory_bytes - kv * (total - held) // total
+        # The engine counts the whole model's KV bytes per token: this rank holds its share.
+        weights = weight_bytes(self.model)
+        mine = weights + (info.memory_bytes - weights) * held // total
         memory = gather(self.group, mine)
         mx.random.seed(gather(self.group, int.from_bytes(os.urandom(4)))[0])  # rank 0's seed
         return LoadInfo(
@@ -108,8 +111,8 @@ def make_replica(spec: dict, group) -> Replica:
     replica = None
 
     def loader(path: Path):
-        loaded, tokenizer, replica.share = load_shard(model.id, path, group, mode)
-        return loaded, tokenizer
+        replica.model, tokenizer, replica.share = load_shard(model.id, path, group, mode)
+        return replica.model, tokenizer
 
     engine = MLXEngine(model, spec["platform"], spec["base_dir"], loader=loader)
     replica = Replica(engine, group, mode)

@@ -2,9 +2,9 @@
 
 Before each step rank 0 shares what changed (requests admitted, cancellations, a load, the
 stop), so every rank applies the same changes in the same order and steps the same batch.
-Every rank calls `share` at the same point of its loop. A message is pickled (the ranks run the same code: the gateway's own Python environment)
-and sent as two `all_sum`s where only rank 0 contributes: its length, then its bytes. A
-step with nothing new costs the first alone.
+Every rank calls `share` at the same point of its loop. A message is pickled (the ranks run
+the same code: the gateway's own Python environment) and sent as two `all_sum`s where only
+rank 0 contributes: its length, then its bytes.
 """
 
 from __future__ import annotations
