@@ -195,13 +195,12 @@ def test_a_rank_killed_or_stopped_mid_stream_fails_the_model_which_comes_back(ga
     while any(map(running, second)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not any(map(running, second)), "no rank is left running"
-    # Within the back-off it died in, a request is told when to come back.
-    refused = httpx.post(
-        f"{gateway.url}/v1/chat/completions",
-        json={"model": "sharded", "messages": [{"role": "user", "content": "Hi"}]},
-        timeout=60,
+    # It died within a minute of its start: it comes back on the back-off schedule.
+    assert hung["error"].endswith("starting it again in 1 s")
+    time.sleep(1)
+    assert ask_openai(gateway, "sharded", QUESTIONS[1]) == ask_openai(
+        gateway, "single", QUESTIONS[1]
     )
-    assert refused.status_code == 503 and float(refused.headers["retry-after"]) >= 1
 
 
 def test_a_reload_from_two_ranks_to_one_and_back_rebuilds_the_group(gateway, tmp_path):
