@@ -25,6 +25,9 @@ class LlamaModel(llama.LlamaModel, PipelineMixin):
     # The mixin after llama's model: llama's __init__ takes the args, then the mixin's runs.
     def __init__(self, args: llama.ModelArgs):
         super().__init__(args)
+        # llama's __init__ does not chain to the mixin's: its defaults (one stage, all layers).
+        self.pipeline_rank, self.pipeline_size = 0, 1
+        self.start_idx, self.end_idx = 0, None
         self._received = None  # the hidden state's dtype between ranks (`_hidden_dtype`)
 
     def __call__(self, inputs: mx.array, cache=None, input_embeddings: mx.array | None = None):
