@@ -221,3 +221,44 @@ def test_a_reload_from_two_ranks_to_one_and_back_rebuilds_the_group(gateway, tmp
         assert len(attached["memory_per_rank"].split(",")) == ranks
         assert ask_openai(gateway, "sharded", QUESTIONS[0]) == expected
         assert len(rank_pids(gateway, "sharded")) == ranks
+
+
+@pytest.fixture(scope="module")
+def random_llama(tmp_path_factory) -> Path:
+    """A small random-weight 4-bit Llama made as bench/gpu/make_models.py makes its shapes,
+    one that splits both ways over 2 ranks (4 query and 2 key/value heads, whole 64-wide
+    quantization groups per rank), with SmolLM2's tokenizer."""
+    import importlib.util
+
+    from engines.sources.resolve import resolve_source
+
+    spec = importlib.util.spec_from_file_location(
+        "make_models", Path(__file__).parents[2] / "bench" / "gpu" / "make_models.py"
+    )
+    make_models = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_models)
+    make_models.SHAPES["pair"] = make_models.SHAPES["tiny"] | dict(
+        hidden_size=256, num_hidden_layers=4, intermediate_size=512
+    )
+    tokenizer = resolve_source("smollm2", SMOLLM2)
+    return make_models.make("pair", tokenizer, tmp_path_factory.mktemp("llama"))
+
+
+def test_a_random_weight_llama_splits_by_layers_and_by_heads_as_one_process(
+    start_gateway, random_llama
+):
+    config = "server: {host: 127.0.0.1}\nmodels:" + "".join(
+        MODEL.format(id=name, source=random_llama)
+        + (f"    distributed: {{ranks: 2, mode: {name}}}\n" if name != "single" else "")
+        for name in ("single", "pipeline", "tensor")
+    )
+    gateway = start_gateway(config)
+    for mode in ("pipeline", "tensor"):
+        detail = gateway.events("model_attached", model=mode)[-1]["detail"]
+        assert (detail["ranks"], detail["mode"]) == ("2", mode)
+    for q in QUESTIONS:
+        expected = ask_openai(gateway, "single", q)
+        # The random model never says its end-of-sequence token: every answer is full length.
+        assert gateway.events("generated", model="single")[-1]["new_tokens"] == MAX_TOKENS
+        assert ask_openai(gateway, "pipeline", q) == expected
+        assert ask_openai(gateway, "tensor", q, stream=True) == expected

@@ -88,3 +88,18 @@ def test_smollm2_splits_in_pipeline_mode_but_not_in_tensor_mode_over_two_ranks(t
     assert "use mode: pipeline, or 3 ranks" in message
     with pytest.raises(SourceError, match="30 layers cannot be pipelined over 31 ranks"):
         check_split("smol", path, 31, "pipeline")
+
+
+def test_tensor_mode_keeps_whole_quantization_groups_per_rank(tmp_path):
+    tiny = dict(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=128,
+        quantization={"group_size": 64, "bits": 4},
+    )
+    with pytest.raises(SourceError) as refused:
+        check_split("tiny", checkpoint(tmp_path, **tiny), 2, "tensor")
+    assert "each of 2 ranks 32 of the attention output's 64 columns" in str(refused.value)
+    check_split("tiny", checkpoint(tmp_path, **tiny), 2, "pipeline")

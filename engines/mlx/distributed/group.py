@@ -30,7 +30,9 @@ from engines.sources.resolve import resolve_source
 from schemas.config import ModelConfig, seconds
 
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
-STALE_S = 3 * HEARTBEAT_S  # a rank silent this long hangs (stopped, or its host is gone)
+# A rank silent this long hangs (stopped, or its host gone). Its heartbeat thread needs the
+# GIL, which a load holds for seconds at a time on a busy machine: hence not 2-3 beats.
+STALE_S = 10 * HEARTBEAT_S
 FIRST_BEAT_S = 60.0  # a rank starting (importing MLX, reaching its host) may take this long
 STOP_GRACE_S = 10.0
 

@@ -40,6 +40,18 @@ def check_split(model_id: str, path: Path, ranks: int, mode: str) -> None:
                     f"tensor mode splits {name} over ranks: {count} {name} do not divide "
                     f"by {ranks} ranks (use mode: pipeline, or {_divisors(heads, kv)} ranks)",
                 )
+        # A quantized layer that sums over ranks keeps whole quantization groups in each.
+        group = (config.get("quantization") or {}).get("group_size")
+        width = text.get("head_dim") or text.get("hidden_size", 0) // max(heads, 1)
+        for name, count in (("attention output", heads * width), ("MLP", mlp)):
+            if group and (count // ranks) % group:
+                raise SourceError(
+                    model_id,
+                    str(path),
+                    f"tensor mode gives each of {ranks} ranks {count // ranks} of the {name}'s "
+                    f"{count} columns, not a whole number of {group}-wide quantization groups "
+                    "(use mode: pipeline)",
+                )
 
 
 def _divisors(heads: int, kv: int) -> str:
