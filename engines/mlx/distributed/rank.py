@@ -150,7 +150,7 @@ def lead(control: Connection, batch_pipe: Connection, spec: dict, env: dict[str,
                     break
         if not changes and not replica.active:
             continue
-        share(replica.group, [m for _, m in changes])
+        share(replica.group, [m for _, m in changes] or None)  # None: one collective
         for pipe, message in changes:
             if message[0] == "stop":
                 replica.engine.unload()
