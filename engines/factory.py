@@ -43,6 +43,12 @@ def make_engine(
         from engines.vision.engine import VisionEngine
 
         return VisionEngine(model, platform, base_dir)
+    if model.distributed is not None:  # rank 0 in a process of its own, like isolation's
+        from engines.mlx.distributed.group import RankGroup
+        from engines.mlx.isolated import IsolatedEngine
+
+        group = RankGroup(model, platform, base_dir)
+        return IsolatedEngine(model, platform, base_dir, group=group)
     if model.isolation == "process":
         from engines.mlx.isolated import IsolatedEngine
 

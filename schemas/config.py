@@ -323,6 +323,21 @@ class ProcessConfig(Strict):
     stop_grace: Duration = "10s"  # after SIGTERM, before SIGKILL
 
 
+class DistributedConfig(Strict):
+    """`distributed:` an MLX model sharded over `ranks` processes on MLX's own collectives
+    (engines/mlx/distributed). Rank 0 runs on the gateway's machine."""
+
+    ranks: Annotated[int, Meta(ge=1, le=64)]
+    # One address per rank, rank 0's first (this machine as the others reach it); remote
+    # ranks are started over ssh. Empty: every rank on this machine (127.0.0.1).
+    hosts: list[Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9.:_@-]*$")]] = []
+    backend: Literal["ring", "nccl"] = "ring"  # passed to mx.distributed.init
+    mode: Literal["pipeline", "tensor"] = "pipeline"  # layers per rank, or heads per rank
+    port: Port | None = None  # the first port of the ranks' (one each); absent: free ones
+    python: str | None = None  # the interpreter on remote hosts; absent: the gateway's
+    timeout: Duration = "60s"  # a step, or a rank's silence, longer than this fails the model
+
+
 Residency = Literal["pinned"] | OnDemand
 EngineKind = Literal["mlx", "scripted", "upstream", "process"]
 # YAML 1.1 reads a bare `off` as false, so false stands for "off" too.
@@ -371,6 +386,7 @@ class ModelConfig(Strict):
     vision: VisionSettings = VisionSettings()
     upstream: UpstreamConfig | None = None
     process: ProcessConfig | None = None
+    distributed: DistributedConfig | None = None
 
     @property
     def pinned(self) -> bool:
@@ -429,6 +445,7 @@ MODEL_KEYS: dict[str, KeyRule] = {
     # model of another engine is then refused it by name.
     "upstream": KeyRule(frozenset({"upstream"}), restart=True, defaults_to=ENGINES),
     "process": KeyRule(frozenset({"process"}), restart=True, defaults_to=ENGINES),
+    "distributed": KeyRule(MLX, restart=True),
 }
 
 _model_fields = msgspec.structs.fields(ModelConfig)

@@ -179,6 +179,8 @@ class ModelFailed(Event, tag="model_failed"):
     model: str
     error: str
     exit_code: int | None = None  # engine process: its server's exit status (-N: signal N)
+    rank: int | None = None  # a distributed model: the rank that failed, and its host
+    host: str | None = None
 
 
 class ModelRestarting(Event, tag="model_restarting"):

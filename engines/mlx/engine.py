@@ -69,10 +69,14 @@ class MLXEngine:
         base_dir: Path | None,
         draft: ModelConfig | None = None,
         disk: CacheDir | None = None,
+        *,
+        loader: Callable[[Path], tuple] | None = None,
     ) -> None:
         self._config = model
         self._disk_dir = disk
         self.disk: DiskKV | None = None  # the KV cache's disk tier, while loaded
+        # How the weights load from the resolved path (a rank's shard: engines/mlx/distributed).
+        self._loader = loader
         self._draft_config = draft
         self._draft = None
         self._platform = platform
@@ -110,7 +114,10 @@ class MLXEngine:
         import mlx.core as mx
 
         path = resolve_source(self._config.id, self._config.source, base_dir=self._base_dir)
-        model, tokenizer = load_model_dir(self._config.id, self._config.source, path)
+        if self._loader is not None:
+            model, tokenizer = self._loader(path)
+        else:
+            model, tokenizer = load_model_dir(self._config.id, self._config.source, path)
         trained = trained_context(getattr(model, "args", None))
         # The KV caches counted against the budget: one window per request decoded
         # together, and the parked sessions' caches, bounded to `parked` windows in all.
@@ -146,6 +153,12 @@ class MLXEngine:
                 "disk_cache": disk_detail,
             },
         )
+
+    def narrow_window(self, context: int) -> None:
+        """Hold the window to `context` tokens: the ranks of a sharded model decode with the
+        smallest any of them can hold, so each refuses, truncates and parks as the others."""
+        self.parked_bytes = self.parked_bytes * context // max(self._context, 1)
+        self._context = context
 
     def count_prompt(self, request: ChatRequest) -> int:
         return len(self._encode(request))

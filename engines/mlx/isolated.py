@@ -30,6 +30,7 @@ from engines.base import Capabilities, LoadInfo
 from engines.batch import Step
 from engines.errors import ModelUnavailable
 from engines.log import emit
+from engines.mlx.distributed.group import Failure, RankGroup
 from engines.mlx.engine import MLXEngine
 from engines.mlx.isolated_child import serve, unpack_error
 from engines.platform import PlatformPath
@@ -65,8 +66,13 @@ class IsolatedEngine:
         platform: PlatformPath,
         base_dir: Path | None,
         draft: ModelConfig | None = None,
+        *,
+        group: RankGroup | None = None,
     ) -> None:
         self._config = model
+        # A sharded model: this process is rank 0, the group starts and watches the others.
+        self._group = group
+        self._failure: Failure | None = None  # a rank that died or hung, until reported
         self._platform = platform
         self._base_dir = base_dir
         self._draft_config = draft
@@ -101,6 +107,7 @@ class IsolatedEngine:
                     **info.detail,
                     "isolation": f"process {self._process.pid}",
                     "disk_cache": "off (isolation: process)",  # not in the child yet
+                    **(self._group.describe() if self._group else {}),
                 },
             )
 
@@ -114,7 +121,7 @@ class IsolatedEngine:
     def open_batch(self) -> IsolatedBatch:
         self._revive()
         self._batch_pipe.send(("open",))
-        return IsolatedBatch(self._batch_pipe, self._gone)
+        return IsolatedBatch(self._batch_pipe, self._gone, self._receive)
 
     def generate(self, request: ChatRequest, cancelled: Callable[[], bool]) -> Iterator[Output]:
         # The child holds one batch, the runner's: a request decoded alone would need another.
@@ -128,14 +135,45 @@ class IsolatedEngine:
         with contextlib.suppress(OSError):  # already gone
             self._control.send(("stop",))
         process.join(timeout=30)
+        self._halt(process)
+
+    def _halt(self, process: multiprocessing.Process) -> None:
+        """No rank left running: rank 0 killed if it lingers, the others stopped."""
         if process.is_alive():
             process.kill()
             process.join()
+        if self._group is not None:
+            self._group.stop()
         self._control.close()
         self._batch_pipe.close()
 
     def _alive(self) -> bool:
-        return self._process is not None and self._process.is_alive()
+        if self._process is None or not self._process.is_alive():
+            return False
+        if self._group is not None and self._failure is None:
+            self._failure = self._group.failure()
+        return self._failure is None
+
+    def _receive(self, pipe: Connection, limit: float | None = None):
+        """The next message on `pipe`; for a sharded model, not past a rank's death or
+        silence, nor past `distributed.timeout` (then EOFError: the group is gone)."""
+        if self._group is None:
+            return pipe.recv()
+        limit = self._group.timeout if limit is None else limit
+        deadline = time.monotonic() + limit
+        while not pipe.poll(0.25):
+            if not self._alive() and self._failure is None:  # rank 0 itself ended
+                break
+            if self._failure is None and time.monotonic() > deadline:
+                self._failure = Failure(
+                    0,
+                    self._group.hosts[0],
+                    f"no step from the ranks in {limit:g} s (distributed.timeout): a rank "
+                    "hangs, or the network between them does",
+                )
+            if self._failure is not None:
+                raise EOFError(self._failure.error)
+        return pipe.recv()
 
     def _revive(self) -> None:
         """A child that died (killed, out of memory) starts again and loads as before, at
@@ -173,12 +211,19 @@ class IsolatedEngine:
                 delay = self._backoff.next_delay(now - self._started_at)
                 self._retry_at = now + delay
                 code = self._process.exitcode
+                failure, self._failure = self._failure, None
+                if failure is None and self._group is not None:
+                    host = self._group.hosts[0]
+                    failure = Failure(0, host, f"rank 0 on {host} exited with code {code}")
+                what = failure.error if failure else f"its process exited with code {code}"
+                self._halt(self._process)  # the other ranks go with it
                 emit(
                     ModelFailed(
                         model=self._config.id,
-                        error=f"its process exited with code {code}; starting it again"
-                        + (f" in {delay:g} s" if delay else ""),
+                        error=f"{what}; starting it again" + (f" in {delay:g} s" if delay else ""),
                         exit_code=code,
+                        rank=failure.rank if failure else None,
+                        host=failure.host if failure else None,
                     ),
                     level="error",
                 )
@@ -200,16 +245,16 @@ class IsolatedEngine:
         context = multiprocessing.get_context("spawn")  # no fork of a process with threads
         control, control_child = context.Pipe()
         batch, batch_child = context.Pipe()
+        if self._group is None:
+            target = serve
+            args = (self._config, self._platform, self._base_dir, self._draft_config)
+        else:
+            from engines.mlx.distributed.rank import lead
+
+            target, args = lead, (self._group.spec, self._group.start())
         self._process = context.Process(
-            target=serve,
-            args=(
-                control_child,
-                batch_child,
-                self._config,
-                self._platform,
-                self._base_dir,
-                self._draft_config,
-            ),
+            target=target,
+            args=(control_child, batch_child, *args),
             name=f"model-{self._config.id}",
             daemon=True,
         )
@@ -225,7 +270,8 @@ class IsolatedEngine:
         with self._calls:
             try:
                 self._control.send((name, *args))
-                ok, value = self._control.recv()
+                # A load waits as long as every rank lives (a large model loads for minutes).
+                ok, value = self._receive(self._control, 1e9 if name == "load" else None)
             except (EOFError, OSError):
                 raise self._gone() from None
         if not ok:
@@ -238,8 +284,14 @@ class IsolatedBatch:
     down the pipe; `step` returns the next step's outputs the child sent (waiting for them
     with the GIL released)."""
 
-    def __init__(self, pipe: Connection, gone: Callable[[], Exception]) -> None:
+    def __init__(
+        self,
+        pipe: Connection,
+        gone: Callable[[], Exception],
+        receive: Callable[[Connection], object] = Connection.recv,
+    ) -> None:
         self._pipe = pipe
+        self._receive = receive  # a sharded model's waits on its ranks too
         self._gone = gone  # the error to raise when the child is no more
         self._keys: dict[int, tuple[Hashable, Callable[[], bool]]] = {}
         self._told: set[int] = set()  # cancellations already sent
@@ -260,7 +312,7 @@ class IsolatedBatch:
         if gone:
             self._told.update(gone)
             self._pipe.send(("cancel", gone))
-        return self._pipe.recv()
+        return self._receive(self._pipe)
 
     def add(self, key: Hashable, request: ChatRequest, cancelled: Callable[[], bool]) -> None:
         """Held until the next step: the requests the runner admits between two steps (a

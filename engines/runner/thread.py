@@ -18,8 +18,8 @@ import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from engines.base import Engine
 from engines import timeline
+from engines.base import Engine
 from engines.batch import Batch
 from engines.errors import EngineFailed, ModelUnavailable
 from engines.job import Job, Pace

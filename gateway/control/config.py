@@ -140,6 +140,7 @@ def _validate(doc: Any, src: Source) -> GatewayConfig | None:
             model = _merge_under(_defaults_for(defaults, model), model, ("models", i), src)
             _check_engine(model, ("models", i), src)
             _check_speculation(model, ("models", i), src)
+            _check_distributed(model, ("models", i), src)
             _remote_concurrency(model)
         merged.append(model)
         _check(model, ModelConfig, ("models", i), src)
@@ -231,6 +232,31 @@ def _check_speculation(model: dict, path: KeyPath, src: Source) -> None:
             f"model {mid!r}: `speculation` applies to text generation; an embedding model "
             "generates nothing",
         )
+
+
+def _check_distributed(model: dict, path: KeyPath, src: Source) -> None:
+    """A `distributed:` block names one host per rank (or none: all on this machine), and
+    shards a chat model of its own: a draft model or an embedding task would run unsharded."""
+    block, mid = model.get("distributed"), model.get("id")
+    if not isinstance(block, dict):
+        return
+    ranks, hosts = block.get("ranks"), block.get("hosts")
+    if isinstance(ranks, int) and isinstance(hosts, list) and hosts and len(hosts) != ranks:
+        src.at(
+            (*path, "distributed", "hosts"),
+            f"model {mid!r}: {len(hosts)} hosts for {ranks} ranks (one host per rank, "
+            "rank 0's first; leave hosts out to run every rank on this machine)",
+        )
+    for key, why in (("draft", "a draft model"), ("isolation", "`isolation`")):
+        if model.get(key) not in (None, "none"):
+            src.at(
+                (*path, key),
+                f"model {mid!r}: {why} does not apply to a distributed model (its ranks "
+                "are processes of their own, each holding part of the weights)",
+                key=True,
+            )
+    if model.get("task") == "embed":
+        src.at((*path, "task"), f"model {mid!r}: a distributed model serves chat only")
 
 
 def _remote_concurrency(model: dict) -> None:

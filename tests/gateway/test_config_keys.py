@@ -41,6 +41,7 @@ VALUES = {
     "vision": {"max_pixels": 100},
     "upstream": {"urls": ["http://a:1/v1"], "max_in_flight": 3},
     "process": {"command": ["serve", "${PORT}"]},
+    "distributed": {"ranks": 2},
 }
 
 

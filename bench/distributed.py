@@ -1,0 +1,125 @@
+"""`distributed:` (the model sharded over ranks) against the same model in one process.
+
+    .venv/bin/python bench/distributed.py [--source SOURCE] [--ranks 2] [--mode pipeline]
+        [--backend ring] [--clients 1,4] [--rounds 3] [--max-tokens 64] [--context 1024]
+
+Two models on the same source in one `gateway serve`: `whole` (`isolation: process`: the
+model in one process of its own) and `sharded` (`distributed: {ranks, mode, backend}`, every
+rank on this machine), each with `concurrency` = the largest client count. Per round and
+client count, the same burst of streaming clients goes to each (order alternating by
+round); reported: aggregate tok/s medians (the gateway's own token counts), the ratio
+sharded / whole (the cost of the collectives and of the step-by-step sharing), TTFT, the
+memory each rank holds against the whole model's (from `model_attached`), and whether the
+greedy texts were the same. Round 0 warms up and is dropped.
+
+On one machine the ranks share its cores and memory bandwidth: this measures the overhead
+of sharding, not the gain of more machines. On the H200 kit (bench/gpu/) with two GPUs:
+`--backend nccl`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+
+from common import SMOLLM2, Gateway, median, report, table
+from concurrency import Target, burst
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--source", default=SMOLLM2)
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--mode", default="pipeline", choices=("pipeline", "tensor"))
+    parser.add_argument("--backend", default="ring", choices=("ring", "nccl"))
+    parser.add_argument("--clients", default="1,4")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--context", type=int, default=1024)
+    args = parser.parse_args()
+    counts = [int(c) for c in args.clients.split(",")]
+    models = ("whole", "sharded")
+    block = {
+        "whole": "isolation: process",
+        "sharded": f"distributed: {{ranks: {args.ranks}, mode: {args.mode}, "
+        f"backend: {args.backend}}}",
+    }
+    entries = "".join(
+        f"""
+  - id: {name}
+    source: {args.source}
+    concurrency: {max(counts)}
+    context: {{max: {args.context}}}
+    {block[name]}"""
+        for name in models
+    )
+    load_before = os.getloadavg()
+    rates = {(m, n): [] for m in models for n in counts}
+    ttfts = {(m, n): [] for m in models for n in counts}
+    same = {n: True for n in counts}
+    with Gateway(f"server: {{host: 127.0.0.1}}\nmodels:{entries}\n", "distributed") as gateway:
+        attached = {e["model"]: e for e in gateway.events("model_attached")}
+        for round_ in range(args.rounds + 1):
+            for n in counts:
+                order = models if round_ % 2 == 0 else models[::-1]
+                texts = {}
+                for name in order:
+                    result = asyncio.run(
+                        burst(Target(name, gateway.url, name), n, round_, args.max_tokens)
+                    )
+                    texts[name] = result["texts"]
+                    print(
+                        f"round {round_} {n:4d} clients {name:8s} "
+                        f"{result['aggregate']:9.1f} tok/s  ttft {1000 * result['ttft']:7.1f} ms",
+                        flush=True,
+                    )
+                    if round_:
+                        rates[(name, n)].append(result["aggregate"])
+                        ttfts[(name, n)].append(1000 * result["ttft"])
+                same[n] = same[n] and texts["whole"] == texts["sharded"]
+        platform_path = gateway.platform()
+    rows = []
+    for n in counts:
+        whole, sharded = median(rates[("whole", n)]), median(rates[("sharded", n)])
+        rows.append(
+            [
+                n,
+                f"{whole:.1f}",
+                f"{sharded:.1f}",
+                f"{sharded / whole:.3f}",
+                f"{median(ttfts[('whole', n)]):.1f} / {median(ttfts[('sharded', n)]):.1f}",
+                "yes" if same[n] else "no",
+            ]
+        )
+    body = table(
+        [
+            "clients",
+            "whole tok/s",
+            "sharded tok/s",
+            "sharded / whole",
+            "TTFT ms whole / sharded",
+            "same greedy texts",
+        ],
+        rows,
+    )
+    mib = 2**20
+    per_rank = [int(m) for m in attached["sharded"]["detail"]["memory_per_rank"].split(",")]
+    memory = (
+        f"memory (weights + KV at the window, as `model_attached` reports): whole "
+        f"{attached['whole']['memory_bytes'] / mib:.0f} MiB; sharded per rank "
+        + ", ".join(f"{m / mib:.0f}" for m in per_rank)
+        + " MiB"
+    )
+    report(
+        f"Distributed: {args.ranks} ranks ({args.mode}, {args.backend}) vs one process",
+        body,
+        platform_path=platform_path,
+        load_before=load_before,
+        notes=f"{memory}. Source {args.source}, {args.max_tokens} new tokens, {args.rounds} "
+        "rounds after a warm-up, medians; every rank on this machine.",
+    )
+
+
+if __name__ == "__main__":
+    main()

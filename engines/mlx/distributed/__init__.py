@@ -1,0 +1,1 @@
+"""An MLX model sharded over several processes with MLX's own collectives (`distributed:`)."""

@@ -1,0 +1,230 @@
+"""One rank of a sharded model: every rank holds a `Replica` and applies the same changes,
+in the same order, before the same steps (the collectives in each forward pass need every
+rank in it). Rank 0 (`lead`) is the gateway's model process: it takes the gateway's calls
+and batch messages from its pipes, as `isolation: process` does, and shares the changes
+with the other ranks (`follow`, started by engines/mlx/distributed/group.py) each step.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+import threading
+import time
+import traceback
+from base64 import b64decode
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+
+from engines.base import LoadInfo
+from engines.mlx.distributed.wire import gather, share
+from engines.mlx.isolated_child import pack_error
+from engines.mlx.kit.weights import weight_bytes
+from schemas.canonical import Finished
+
+SPEC_ENV = "GATEWAY_RANK_SPEC"  # the model, platform and base_dir every rank loads
+# Changes every rank applies; anything else the gateway asks only rank 0 answers.
+SHARED = {"load", "open", "add", "cancel", "stop"}
+HEARTBEAT_S = 1.0  # a rank that writes no byte for this long (x3) is taken as hung
+
+
+class Replica:
+    """A rank's engine and batch, changed only through `apply` and advanced by `step`."""
+
+    def __init__(self, engine, group, mode: str) -> None:
+        self.engine, self.group, self.mode = engine, group, mode
+        self.batch = None
+        self.cancelled: set[int] = set()
+        self.share = (1, 1)  # the part of the KV cache this rank holds, of its whole
+        self.model = None  # this rank's part of the model, once loaded
+
+    @property
+    def active(self) -> bool:
+        return self.batch is not None and bool(self.batch.active)
+
+    def apply(self, message: tuple):
+        """One change; what rank 0 answers the gateway with (None: nothing to answer)."""
+        kind = message[0]
+        if kind == "load":
+            return self._load(message[1])
+        if kind == "open":
+            self.cancelled.clear()
+            self.batch = self.engine.open_batch()
+        elif kind == "cancel":
+            self.cancelled.update(message[1])
+        elif kind == "add":
+            refused = []
+            for i, request in message[1]:
+                try:
+                    self.batch.add(i, request, lambda i=i: i in self.cancelled)
+                except Exception as error:  # this request's alone (a prompt past the window)
+                    refused.append((i, pack_error(error)))
+            return refused
+        return None
+
+    def step(self) -> list:
+        steps = self.batch.step()
+        for i, output in steps:
+            if isinstance(output, Finished | Exception):
+                self.cancelled.discard(i)
+        return steps
+
+    def _load(self, memory_left: int | None):
+        """Load this rank's part; every rank then takes the smallest window any holds and
+        reports its memory, so rank 0 answers with the whole group's."""
+        import mlx.core as mx
+
+        try:
+            info = self.engine.load(memory_left)
+            failed = 0
+        except Exception as error:
+            info, failed = error, 1
+        if sum(gather(self.group, failed)):  # one rank's failure is the group's
+            if failed:
+                raise info
+            raise RuntimeError("another rank failed to load its part of the model")
+        held, total = self.share
+        context = min(gather(self.group, info.context))
+        self.engine.narrow_window(context)
+        # The batch's parked caches hold this rank's layers or heads: so does their limit.
+        self.engine.parked_bytes = self.engine.parked_bytes * held // total
+        # The engine counts the whole model's KV bytes per token: this rank holds its share.
+        weights = weight_bytes(self.model)
+        mine = weights + (info.memory_bytes - weights) * held // total
+        memory = gather(self.group, mine)
+        mx.random.seed(gather(self.group, int.from_bytes(os.urandom(4)))[0])  # rank 0's seed
+        return LoadInfo(
+            memory_bytes=memory[0],
+            context=context,
+            trained_context=info.trained_context,
+            detail={**info.detail, "memory_per_rank": ",".join(map(str, memory))},
+        )
+
+
+def make_replica(spec: dict, group) -> Replica:
+    """The engine every rank builds: an `MLXEngine` whose weights load as this rank's part."""
+    from engines.mlx.distributed.shard import load_shard
+    from engines.mlx.engine import MLXEngine
+
+    model, mode = spec["model"], spec["mode"]
+    replica = None
+
+    def loader(path: Path):
+        replica.model, tokenizer, replica.share = load_shard(model.id, path, group, mode)
+        return replica.model, tokenizer
+
+    engine = MLXEngine(model, spec["platform"], spec["base_dir"], loader=loader)
+    replica = Replica(engine, group, mode)
+    return replica
+
+
+def join(env: dict[str, str]):
+    """This process's place in the group: MLX's own init, on the environment it was given."""
+    import mlx.core as mx
+
+    os.environ.update(env)
+    alone = env["GATEWAY_RANKS"] == "1"  # a group of one needs no backend
+    return mx.distributed.init(strict=not alone, backend=env["GATEWAY_BACKEND"])
+
+
+def lead(control: Connection, batch_pipe: Connection, spec: dict, env: dict[str, str]) -> None:
+    """Rank 0: the gateway's calls and batch on its pipes; the changes shared with every rank
+    before each step; the step's outputs back to the gateway."""
+    os.dup2(2, 1)  # stdout is the gateway's event stream
+    sys.stdout = sys.stderr
+    replica = make_replica(spec, join(env))
+    while True:
+        changes: list[tuple[Connection | None, tuple]] = []
+        for pipe in wait([control, batch_pipe], timeout=0 if replica.active else None):
+            while True:  # everything that arrived joins this step (a burst: one prefill)
+                try:
+                    message = pipe.recv()
+                except EOFError:  # the gateway is gone: the others stop with this rank
+                    message = ("stop",)
+                if message[0] in SHARED:
+                    changes.append((pipe, message))
+                else:
+                    control.send(_answer(replica.engine, message))
+                if message[0] == "stop" or not pipe.poll():
+                    break
+        if not changes and not replica.active:
+            continue
+        share(replica.group, [m for _, m in changes] or None)  # None: one collective
+        for pipe, message in changes:
+            if message[0] == "stop":
+                replica.engine.unload()
+                return
+            try:
+                answer = (True, replica.apply(message))
+            except Exception as error:
+                answer = (False, pack_error(error))
+            if pipe is control:
+                control.send(answer)
+            elif not answer[0]:  # the batch could not take the change: it is gone
+                replica.batch = None
+                name, message = answer[1][0].__name__, str(answer[1][1])
+                batch_pipe.send(("failed", (name, message, "")))
+            elif answer[1]:  # requests refused alone (a prompt past the window)
+                batch_pipe.send(("steps", answer[1]))
+        if replica.active:
+            _step_back(replica, batch_pipe)
+
+
+def _step_back(replica: Replica, batch_pipe: Connection) -> None:
+    try:
+        steps = replica.step()
+    except Exception as error:  # the batch broke: the runner ends every request in it
+        replica.batch = None
+        detail = "".join(traceback.format_exception(error))
+        batch_pipe.send(("failed", (type(error).__name__, str(error), detail)))
+        return
+    if steps:
+        packed = [(i, pack_error(o) if isinstance(o, Exception) else o) for i, o in steps]
+        batch_pipe.send(("steps", packed))
+
+
+def follow() -> None:
+    """Ranks 1..N-1: apply what rank 0 shares, step when it steps; a heartbeat on stdout."""
+    out = os.fdopen(os.dup(1), "wb", buffering=0)
+    os.dup2(2, 1)  # nothing else may write on the heartbeat's stream
+    sys.stdout = sys.stderr
+    threading.Thread(target=_beat, args=(out,), daemon=True).start()
+    spec = pickle.loads(b64decode(os.environ[SPEC_ENV]))
+    replica = make_replica(spec, join(dict(os.environ)))
+    while True:
+        for message in share(replica.group) or []:
+            if message[0] == "stop":
+                replica.engine.unload()
+                return
+            try:
+                replica.apply(message)
+            except Exception:  # rank 0 meets the same failure and tells the gateway
+                traceback.print_exc()
+        if replica.active:
+            try:
+                replica.step()
+            except Exception:
+                replica.batch = None
+                traceback.print_exc()
+
+
+def _beat(out) -> None:
+    while True:
+        try:
+            out.write(b".")
+        except OSError:  # the gateway is gone
+            os._exit(1)
+        time.sleep(HEARTBEAT_S)
+
+
+def _answer(engine, message: tuple) -> tuple[bool, object]:
+    name, *args = message
+    try:
+        return True, getattr(engine, name)(*args)
+    except Exception as error:
+        return False, pack_error(error)
+
+
+if __name__ == "__main__":
+    follow()
