@@ -120,6 +120,14 @@ class ResponsesConfig(Strict):
     max_bytes: ByteSize = "256MiB"  # past it, the oldest responses go first
 
 
+class ActivityConfig(Strict):
+    """The ops page's history (`/ui/api/activity`, plots): one row per request and its
+    events, in SQLite under `state_dir` (`activity.sqlite3`); past either bound the oldest go."""
+
+    max_rows: PositiveInt = 10_000
+    max_age: Duration = "168h"
+
+
 class ServerConfig(Strict):
     host: str = "127.0.0.1"
     port: Port = 8000
@@ -142,6 +150,7 @@ class ServerConfig(Strict):
     # "auto" is $GATEWAY_STATE_DIR, else the user's data directory; null keeps it in memory.
     state_dir: str | None = "auto"
     responses: ResponsesConfig = ResponsesConfig()
+    activity: ActivityConfig = ActivityConfig()
     # Remote http(s) image URLs in requests are fetched only when this is true.
     fetch_images: bool = False
     # Networks (CIDR) images may be fetched from although not public, e.g. [127.0.0.1/32]
