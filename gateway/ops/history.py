@@ -49,7 +49,7 @@ def history(
     waits: dict[str, list[list[float]]] = defaultdict(lambda: [[] for _ in times])
     errors: dict[str, list[float]] = defaultdict(lambda: [0.0] * slots)
     for row in rows:
-        i, model = bucket(row["ts"]), row["model"] or "(none)"
+        i, model = bucket(row["ts"]), row["model"] or "(no model)"
         series = per_model[model]
         series["requests_per_s"][i] += 1 / step
         series["tokens_per_s"][i] += (row["new_tokens"] or 0) / step
