@@ -40,6 +40,7 @@ CREATE TABLE IF NOT EXISTS benchmarks (
 );
 """
 PRUNE_EVERY_S = 30.0
+BUSY_TIMEOUT = 5.0
 EVENTS_PER_ROW = 20  # events outside any row (model and config events) kept per max_rows
 _STOP = object()
 
@@ -70,6 +71,8 @@ class ActivityStore:
         self._open: dict[str, dict[str, Any]] = {}  # request_id -> row, until it finishes
         self._ignored: set[str] = set()  # requests that are no row (the page's own polling)
         self._pruned = time.monotonic()
+        self.failed_batches = 0
+        self.prune_every = PRUNE_EVERY_S  # seconds between prunes (a test sets 0)
         self._thread = threading.Thread(target=self._write, name="activity-writer", daemon=True)
         self._thread.start()
 
@@ -136,9 +139,12 @@ class ActivityStore:
             else:
                 self._open[rid] = row
         if rid in self._ignored:
-            if name == "request_finished":
-                self._ignored.discard(rid)
-            return
+            # What the page's own calls caused (a reload, a load, a benchmark's generations)
+            # is kept as model and config events, outside any row.
+            if name in ("request_started", "request_finished"):
+                self._ignored.discard(rid) if name == "request_finished" else None
+                return
+            rid = None
         row = self._open.get(rid) if rid else None
         if row is not None:
             fold(row, event)
@@ -154,6 +160,14 @@ class ActivityStore:
             for r in touched.values()
         ]
         marks = ", ".join("?" * len(COLUMNS))
+        try:
+            self._insert(rows, events, samples, marks)
+        except sqlite3.Error as error:
+            # The history loses this batch; the gateway (and the log) go on regardless.
+            self.failed_batches += 1
+            self.problem = f"last write failed: {error}"
+
+    def _insert(self, rows: list, events: list, samples: list, marks: str) -> None:
         with self._lock, self._db:
             self._db.executemany(f"INSERT OR REPLACE INTO requests VALUES ({marks})", rows)
             self._db.executemany(
@@ -161,7 +175,7 @@ class ActivityStore:
                 events,
             )
             self._db.executemany("INSERT INTO samples VALUES (?, ?, ?, ?, ?)", samples)
-            if time.monotonic() - self._pruned > PRUNE_EVERY_S:
+            if time.monotonic() - self._pruned >= self.prune_every:
                 self._prune()
 
     def _prune(self) -> None:
@@ -259,7 +273,8 @@ class ActivityStore:
 def _open(path: Path | None) -> sqlite3.Connection:
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-    db = sqlite3.connect(path or ":memory:", check_same_thread=False)
+    # Gateways sharing a state_dir share the file: a write waits for another's lock.
+    db = sqlite3.connect(path or ":memory:", check_same_thread=False, timeout=BUSY_TIMEOUT)
     db.row_factory = sqlite3.Row
     if path is not None:
         db.execute("PRAGMA journal_mode=WAL")
