@@ -38,7 +38,7 @@ from gateway.openai import chat as openai_chat
 from gateway.openai import completions, responses
 from gateway.openai import embeddings as openai_embeddings
 from gateway.openai.response_store import ResponseStore, store_path
-from gateway.ops import admin, benchmark, controls, health, ui, ui_api
+from gateway.ops import admin, benchmark, controls, health, playground, ui, ui_api
 from gateway.ops import metrics as metrics_routes
 from gateway.ops.activity_store import ActivityStore, activity_path
 from gateway.ops.events_feed import EventsFeed
@@ -145,6 +145,7 @@ def create_app(
             *ui_api.ROUTES,
             *controls.ROUTES,
             *benchmark.ROUTES,
+            *playground.ROUTES,
         ],
         dependencies={"generation": Provide(provide_generation, sync_to_thread=False)},
         exception_handlers={Exception: error_response},

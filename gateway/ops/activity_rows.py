@@ -14,7 +14,12 @@ from typing import Any
 
 # Paths whose requests are Activity rows: the protocols' routes. The page's own polling,
 # /health and /metrics would drown them.
-PROTOCOL_PREFIXES = {"/v1/messages": "anthropic", "/v1/": "openai", "/api/": "ollama"}
+PROTOCOL_PREFIXES = {
+    "/v1/messages": "anthropic",
+    "/v1/": "openai",
+    "/api/": "ollama",
+    "/ui/api/playground/": "openai",  # the page's playground: /v1 handlers, admin key too
+}
 # `generated` fields with a column of their own (or folded into one).
 GENERATED_COLUMNS = {
     "event", "ts", "level", "request_id", "model", "prompt_tokens", "new_tokens",

@@ -92,7 +92,7 @@ function renderModels(models) {
     cell(row, bytes(model.memory_bytes), "num");
     const td = row.insertCell();
     td.className = "admin-only";
-    td.append(controls(model));
+    if (view.admin) td.append(controls(model)); // not only hidden: never built for a key
     cell(row, model.tokens_per_s == null ? "–" : num(model.tokens_per_s), "num");
   }
 }

@@ -4,14 +4,16 @@ import { $, eventItem, headers } from "./core.js";
 
 const MAX_EVENTS = 300;
 const shown = new Set();
-const ownRequests = new Set(); // request ids of the page's own calls (paths under /ui)
+const ownRequests = new Set(); // request ids of the page's own calls
 let feedAbort = null;
 let feedRetry = null;
 
 function isOwn(event) {
   const rid = event.request_id;
   if (!rid) return false;
-  if (event.event === "request_started" && String(event.path || "").startsWith("/ui")) ownRequests.add(rid);
+  const path = String(event.path || "");
+  // The page's polling and controls, not its playground's chats (those are real requests).
+  if (event.event === "request_started" && path.startsWith("/ui") && !path.startsWith("/ui/api/playground/")) ownRequests.add(rid);
   const own = ownRequests.has(rid);
   if (event.event === "request_finished") ownRequests.delete(rid);
   return own && $("hide-own").checked;

@@ -1,5 +1,5 @@
 // Playground: a streaming chat (or embeddings) with any model or alias, through the gateway's
-// own OpenAI routes with the page's key; TTFT, tokens/s and the request's events beside it.
+// OpenAI handlers (under /ui/api/playground/, where the admin key works too) with the page's key; TTFT, tokens/s and the request's events beside it.
 import { $, api, eventItem, headers, notice, num, view } from "./core.js";
 
 function chosenModel() {
@@ -63,7 +63,7 @@ async function showEvents(requestId) {
 
 async function embed() {
   const started = performance.now();
-  const answer = await fetch("/v1/embeddings", {
+  const answer = await fetch("/ui/api/playground/embeddings", {
     method: "POST",
     headers: headers({ "content-type": "application/json" }),
     body: JSON.stringify({ model: $("p-model").value, input: $("p-message").value }),
@@ -78,7 +78,7 @@ async function embed() {
 
 async function chat() {
   const started = performance.now();
-  const response = await fetch("/v1/chat/completions", {
+  const response = await fetch("/ui/api/playground/chat/completions", {
     method: "POST",
     headers: headers({ "content-type": "application/json" }),
     body: JSON.stringify(await chatBody()),
@@ -95,7 +95,7 @@ async function chat() {
   for (;;) {
     const { value, done } = await reader.read();
     if (done) break;
-    buffer += value;
+    buffer += value.replace(/\r\n/g, "\n");
     let end;
     while ((end = buffer.indexOf("\n\n")) >= 0) {
       const block = buffer.slice(0, end).trim();
