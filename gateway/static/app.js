@@ -75,6 +75,15 @@ function controls(model) {
   return box;
 }
 
+// An hf: model downloading: the file arriving now, as a bar with its bytes and rate.
+function downloadBar(download) {
+  const mb = (n) => (n / 1e6).toFixed(1);
+  const bar = el("progress", { max: download.total || 1, value: download.total ? download.done : 0 });
+  const total = download.total ? `/${mb(download.total)}` : "";
+  const label = el("span", {}, `${download.file} ${mb(download.done)}${total} MB · ${mb(download.rate)} MB/s`);
+  return el("div", { className: "download" }, bar, label);
+}
+
 function renderModels(models) {
   const body = $("models").tBodies[0];
   body.replaceChildren();
@@ -85,6 +94,7 @@ function renderModels(models) {
     const state = cell(row, model.state, `state ${model.state}`);
     if (model.error) state.title = model.error;
     if (model.pinned_now) state.append(el("span", { className: "alias" }, "pinned"));
+    if (model.download) state.append(downloadBar(model.download));
     const aliases = row.insertCell();
     for (const alias of model.aliases) aliases.append(el("span", { className: "alias" }, alias));
     cell(row, model.queue_depth, "num");
