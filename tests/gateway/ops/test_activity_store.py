@@ -6,6 +6,10 @@ import json
 import time
 from datetime import UTC, datetime
 
+import pytest
+
+from engines.errors import ConfigInvalid
+from gateway.control.config import parse_config
 from gateway.ops.activity_store import ActivityStore
 from gateway.ops.history import history
 from schemas.config import ActivityConfig
@@ -96,3 +100,15 @@ def test_history_buckets_requests_per_model_and_errors_by_status():
     assert sum(series["errors"]["429"]) == 1
     assert history(store, "5m", key="key-9", now=now)["models"] == {}  # another key's view
     store.close()
+
+
+def test_server_activity_is_checked_with_its_line_and_column():
+    text = "server:\n  activity: {max_rows: 0, max_age: 2d}\nmodels:\n  - id: e\n    engine: scripted\n"
+    with pytest.raises(ConfigInvalid) as info:
+        parse_config(text, "t.yaml", environ={})
+    joined = "\n".join(info.value.errors)
+    assert "t.yaml:2" in joined and "max_rows" in joined, joined
+    config = parse_config(
+        text.replace("max_rows: 0, max_age: 2d", "max_rows: 5"), "t.yaml", environ={}
+    )
+    assert config.server.activity == ActivityConfig(max_rows=5, max_age="168h")
