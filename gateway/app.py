@@ -41,6 +41,7 @@ from gateway.openai.response_store import ResponseStore, store_path
 from gateway.ops import admin, benchmark, controls, health, playground, ui, ui_api
 from gateway.ops import metrics as metrics_routes
 from gateway.ops.activity_store import ActivityStore, activity_path
+from gateway.ops.capture import Capture
 from gateway.ops.events_feed import EventsFeed
 from gateway.ops.metrics import Metrics
 from gateway.ops.sampler import sample_runners
@@ -90,6 +91,7 @@ def create_app(
         lambda: registry.current.config.server.activity,
         lambda: key_label(registry.current.config.server, PRESENTED.get()),
     )
+    capture = Capture(activity, lambda: registry.current.config)
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -100,6 +102,7 @@ def create_app(
         log_scope.taps.append(activity.tap)
         sampler = background.spawn(sample_runners(activity, registry), "activity sampler")
         log_scope.listeners.append(metrics.observe)
+        log_scope.listeners.append(capture.observe)
         for runner in registry.current.runners.values():
             await runner.start()
         # What startup built (runners, configs, loaded weights' wrappers) lives as long as
@@ -125,6 +128,7 @@ def create_app(
             log_scope.taps.remove(activity.tap)
             activity.close()
             log_scope.listeners.remove(metrics.observe)
+            log_scope.listeners.remove(capture.observe)
 
     app = Litestar(
         route_handlers=[
@@ -181,8 +185,9 @@ def create_app(
     )
     # Around the router too, not only the routes: a path no route matches (Claude Code's
     # `HEAD /`) or a method a route lacks is logged and carries `x-request-id` like the rest.
-    # Inside it, the requests in flight by id: what the ops page's cancel control reaches.
-    app.asgi_handler = request_events(inflight.wrap(app.asgi_handler))
+    # Inside it, the requests in flight by id (what the ops page's cancel control reaches)
+    # and the bodies of those to models with `capture: true`.
+    app.asgi_handler = request_events(inflight.wrap(capture.wrap(app.asgi_handler)))
     return app
 
 

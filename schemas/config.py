@@ -299,6 +299,9 @@ class ModelConfig(Strict):
     rate: RateConfig = RateConfig()
     task: Literal["chat", "embed"] | None = None
     queue: QueueConfig = QueueConfig()
+    # Keep each request's and answer's body (redacted as the log is, the first 64 KiB of
+    # each) in the ops page's Activity history; off, no body is ever stored.
+    capture: bool = False
     script: ScriptConfig | None = None
     # The Hugging Face token for an `hf:` source (gated or private repositories); usually
     # `${HF_TOKEN}`. Absent: huggingface_hub's own (HF_TOKEN, or `hf auth login`'s).
@@ -355,6 +358,7 @@ MODEL_KEYS: dict[str, KeyRule] = {
     "rate": KeyRule(ENGINES, restart=True),
     "task": KeyRule(LOCAL, restart=True),
     "queue": KeyRule(ENGINES, restart=False),
+    "capture": KeyRule(ENGINES, restart=False),
     "script": KeyRule(LOCAL, restart=True),
     "hf_token": KeyRule(LOCAL, restart=True),
     "vision": KeyRule(ENGINES, restart=True),

@@ -35,6 +35,7 @@ CREATE TABLE IF NOT EXISTS samples (
     ts REAL, model TEXT, queue_depth INTEGER, running INTEGER, memory_bytes INTEGER
 );
 CREATE INDEX IF NOT EXISTS samples_by_ts ON samples (ts);
+CREATE TABLE IF NOT EXISTS captures (request_id TEXT PRIMARY KEY, request TEXT, response TEXT);
 CREATE TABLE IF NOT EXISTS benchmarks (
     id INTEGER PRIMARY KEY, ts REAL, model TEXT, settings TEXT, results TEXT
 );
@@ -87,6 +88,10 @@ class ActivityStore:
         """Each model's (id, queue depth, running, memory bytes) at `ts`, for the plots."""
         self._queue.put(("sample", ts, runners))
 
+    def capture(self, request_id: str, request: str, response: str) -> None:
+        """A request's bodies (already redacted): only for models with `capture: true`."""
+        self._queue.put(("capture", request_id, request, response))
+
     def flush(self, timeout: float = 5.0) -> None:
         """Wait until what was queued before this call is written (tests, benchmarks)."""
         done = threading.Event()
@@ -110,18 +115,21 @@ class ActivityStore:
             touched: dict[str, dict[str, Any]] = {}
             events: list[tuple] = []
             samples: list[tuple] = []
+            captures: list[tuple] = []
             flushes = []
             for item in batch:
                 if item is _STOP:
-                    self._commit(touched, events, samples)
+                    self._commit(touched, events, samples, captures)
                     return
                 if item[0] == "sample":
                     samples += [(item[1], *runner) for runner in item[2]]
+                elif item[0] == "capture":
+                    captures.append(item[1:])
                 elif item[0] == "flush":
                     flushes.append(item[1])
                 else:
                     self._take(*item, touched, events)
-            self._commit(touched, events, samples)
+            self._commit(touched, events, samples, captures)
             for done in flushes:
                 done.set()
 
@@ -154,20 +162,20 @@ class ActivityStore:
         model = event.get("model") or (row or {}).get("model")
         events.append((epoch(event.get("ts")), rid, model, name, line))
 
-    def _commit(self, touched: dict, events: list, samples: list) -> None:
+    def _commit(self, touched: dict, events: list, samples: list, captures: list) -> None:
         rows = [
             tuple(json.dumps(r[c]) if c == "detail" else r[c] for c in COLUMNS)
             for r in touched.values()
         ]
         marks = ", ".join("?" * len(COLUMNS))
         try:
-            self._insert(rows, events, samples, marks)
+            self._insert(rows, events, samples, captures, marks)
         except sqlite3.Error as error:
             # The history loses this batch; the gateway (and the log) go on regardless.
             self.failed_batches += 1
             self.problem = f"last write failed: {error}"
 
-    def _insert(self, rows: list, events: list, samples: list, marks: str) -> None:
+    def _insert(self, rows: list, events: list, samples: list, captures: list, marks: str) -> None:
         with self._lock, self._db:
             self._db.executemany(f"INSERT OR REPLACE INTO requests VALUES ({marks})", rows)
             self._db.executemany(
@@ -175,6 +183,7 @@ class ActivityStore:
                 events,
             )
             self._db.executemany("INSERT INTO samples VALUES (?, ?, ?, ?, ?)", samples)
+            self._db.executemany("INSERT OR REPLACE INTO captures VALUES (?, ?, ?)", captures)
             if time.monotonic() - self._pruned >= self.prune_every:
                 self._prune()
 
@@ -196,6 +205,7 @@ class ActivityStore:
             (time.time() - PRUNE_EVERY_S,),  # a request still open has no row written yet
         )
         db.execute("DELETE FROM events WHERE ts < ?", (oldest,))
+        db.execute("DELETE FROM captures WHERE request_id NOT IN (SELECT request_id FROM requests)")
         db.execute(
             "DELETE FROM events WHERE request_id IS NULL AND id NOT IN (SELECT id FROM events "
             "WHERE request_id IS NULL ORDER BY id DESC LIMIT ?)",
@@ -226,8 +236,13 @@ class ActivityStore:
         return [_row(r) for r in rows]
 
     def request(self, request_id: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-        """A request's row and its event trail, oldest first."""
-        rows = self.query("SELECT * FROM requests WHERE request_id = ?", (request_id,))
+        """A request's row (with `capture`, its bodies, where kept) and its event trail."""
+        rows = self.query(
+            "SELECT requests.*, captures.request AS request_body, captures.response AS "
+            "response_body FROM requests LEFT JOIN captures USING (request_id) "
+            "WHERE request_id = ?",
+            (request_id,),
+        )
         lines = self.query(
             "SELECT line FROM events WHERE request_id = ? ORDER BY id", (request_id,)
         )
@@ -284,6 +299,9 @@ def _open(path: Path | None) -> sqlite3.Connection:
 
 def _row(row: sqlite3.Row) -> dict[str, Any]:
     found = dict(row)
+    if "request_body" in found:
+        request, response = found.pop("request_body"), found.pop("response_body")
+        found["capture"] = None if request is None else {"request": request, "response": response}
     found["detail"] = json.loads(found["detail"] or "{}")
     found["stream"] = None if found["stream"] is None else bool(found["stream"])
     return rates(found)

@@ -72,8 +72,11 @@ function render(rows) {
 export async function showTrail(requestId) {
   openTrail = requestId;
   try {
-    const { events } = await api(`/ui/api/activity/${requestId}`);
+    const { row, events } = await api(`/ui/api/activity/${requestId}`);
     $("trail-id").textContent = requestId;
+    $("capture-box").hidden = !row.capture;
+    $("capture-request").textContent = row.capture ? row.capture.request : "";
+    $("capture-response").textContent = row.capture ? row.capture.response : "";
     $("trail").replaceChildren(...events.map((event) => eventItem(event)));
     $("trail-box").hidden = false;
   } catch (error) {

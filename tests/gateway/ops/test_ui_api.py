@@ -43,10 +43,8 @@ def call(gateway, key: str, method: str, path: str, **kwargs) -> httpx.Response:
 
 
 def chat(gateway, key: str, model: str = "default", **fields) -> str:
-    answer = call(
-        gateway, key, "POST", "/v1/chat/completions",
-        json={"model": model, "messages": [{"role": "user", "content": "hi"}], **fields},
-    )  # fmt: skip
+    body = {"model": model, "messages": [{"role": "user", "content": "hi"}], **fields}
+    answer = call(gateway, key, "POST", "/v1/chat/completions", json=body)
     return answer.headers["x-request-id"]
 
 
@@ -228,3 +226,26 @@ def test_the_history_outlives_the_process(start_gateway, tmp_path):
     second = start_gateway(config, env=ENV)
     assert rid in [r["request_id"] for r in rows(second, ADMIN)]
     assert (tmp_path / "state" / "activity.sqlite3").exists()
+
+
+def test_bodies_are_kept_only_for_a_model_with_capture_and_redacted(start_gateway, tmp_path):
+    config = CONFIG.replace("STATE", str(tmp_path / "state")).replace(
+        "    aliases: [default]\n", "    aliases: [default]\n    capture: true\n"
+    )
+    gateway = start_gateway(config, env=ENV)
+    kept = chat(gateway, KEY, messages=[{"role": "user", "content": f"my key is {KEY}"}])
+    streamed = call(
+        gateway, KEY, "POST", "/v1/chat/completions",
+        json={"model": "echo", "stream": True, "messages": [{"role": "user", "content": "s"}]},
+    ).headers["x-request-id"]  # fmt: skip
+    not_kept = chat(gateway, KEY, model="slow")
+    rows(gateway, ADMIN)
+    row = call(gateway, ADMIN, "GET", f"/ui/api/activity/{kept}").json()["row"]
+    assert "my key is ***" in row["capture"]["request"] and KEY not in str(row)
+    assert '"content":"one two three"' in row["capture"]["response"]
+    stream = call(gateway, ADMIN, "GET", f"/ui/api/activity/{streamed}").json()["row"]
+    assert stream["capture"]["response"].rstrip().endswith("data: [DONE]")
+    other = call(gateway, ADMIN, "GET", f"/ui/api/activity/{not_kept}").json()["row"]
+    assert other["capture"] is None
+    for path in (tmp_path / "state").glob("activity.sqlite3*"):  # the WAL too
+        assert KEY.encode() not in path.read_bytes()
