@@ -169,6 +169,7 @@ def create_app(
                 "feed": feed,
                 "activity": activity,
                 "inflight": inflight,
+                "device_memory_bytes": platform.memory_bytes,
                 "metrics": metrics,
                 "bind_host": bind_host,
                 "log_scope": log_scope,

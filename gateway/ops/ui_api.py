@@ -82,6 +82,7 @@ async def models(state: State, generation: Generation, viewer: Viewer) -> dict:
         "draining": state.admission.draining,
         "memory_budget_bytes": state.budget.total,
         "memory_used_bytes": state.budget.used,
+        "device_memory_bytes": state.device_memory_bytes,
         "activity_store": str(state.activity.path or ":memory:"),
         "activity_store_problem": state.activity.problem,
         "models": rows,
@@ -149,6 +150,7 @@ async def plots(state: State, viewer: Viewer, window: Literal["5m", "1h", "24h"]
     """Series for the plots over `window`; a key sees its own requests' only."""
     series = await asyncio.to_thread(history, state.activity, window, viewer.key)
     series["memory_budget_bytes"] = state.budget.total
+    series["device_memory_bytes"] = state.device_memory_bytes
     return series
 
 

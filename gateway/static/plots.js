@@ -14,7 +14,7 @@ function colors() {
   return { ink: style.getPropertyValue("--muted").trim() || "#888", grid: style.getPropertyValue("--line").trim() || "#ddd" };
 }
 
-function draw(name, title, times, series, { format = (v) => v, fills = false, dashLast = false } = {}) {
+function draw(name, title, times, series, { format = (v) => v, fills = false, references = 0 } = {}) {
   const box = $("plots");
   let holder = box.querySelector(`[data-chart="${name}"]`);
   if (!holder) {
@@ -47,7 +47,7 @@ function draw(name, title, times, series, { format = (v) => v, fills = false, da
         {},
         ...series.map((s, i) => {
           const color = s.color || PALETTE[i % PALETTE.length];
-          const last = dashLast && i === series.length - 1;
+          const last = i >= series.length - references; // dashed reference lines, unfilled
           return { label: s.label, stroke: color, width: 1.5, fill: fills && !last ? `${color}55` : undefined, dash: last ? [6, 4] : undefined, value: (_, v) => (v == null ? "–" : format(v)), spanGaps: false };
         }),
       ],
@@ -79,6 +79,7 @@ function memory(history) {
     return { label: model, values: running };
   });
   stacked.reverse(); // the tallest drawn first, so each lower band shows over it
+  stacked.push({ label: "device", values: history.t.map(() => history.device_memory_bytes), color: "#b7791f" });
   stacked.push({ label: "memory_budget", values: history.t.map(() => history.memory_budget_bytes), color: "#888888" });
   return stacked;
 }
@@ -108,7 +109,7 @@ export async function refreshPlots(rebuild = false) {
     if (view.admin) {
       draw("queue", "queue depth", t, perModel(history, "queue_depth"), { format: (v) => v.toFixed(0) });
       draw("wait", "queue wait (s, max)", t, perModel(history, "queue_wait_s"), { format: two });
-      draw("memory", "memory (stacked) vs budget", t, memory(history), { format: bytes, fills: true, dashLast: true });
+      draw("memory", "memory (stacked) vs budget and device", t, memory(history), { format: bytes, fills: true, references: 2 });
     }
   } catch {
     /* the models' refresh says what is wrong */
