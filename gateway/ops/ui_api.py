@@ -22,9 +22,8 @@ from engines.errors import ModelNotFound
 from gateway.canonical.model_facts import reads_images, task_of
 from gateway.control.registry import Generation
 from gateway.logs.setup import current_redactor
-from gateway.ops.health import download_state
 from gateway.ops.history import history
-from gateway.ops.metrics import STATE_NAMES
+from gateway.ops.ui import model_state
 from gateway.ops.viewer import OWN_GUARD, Viewer, only_admin, provide_viewer, require_viewer
 
 API = {
@@ -57,24 +56,15 @@ async def models(state: State, generation: Generation, viewer: Viewer) -> dict:
     for model in visible(generation, viewer):
         runner = generation.runners[model.id]
         rows.append(
-            {
-                "id": model.id,
-                "state": STATE_NAMES[runner.state],
-                "aliases": list(model.aliases),
-                "engine": model.engine,
+            model_state(state, model, runner)
+            | {
                 "task": task_of(generation, model),
                 "images": reads_images(generation, model),
-                "residency": "pinned" if model.pinned else "on_demand",
                 # Pinned from the page (until unpinned or the process ends).
                 "pinned_now": bool(runner.keep_alive and math.isinf(runner.keep_alive)),
-                "queue_depth": runner.queue_depth,
-                "running": runner.running,
-                "tokens_per_s": state.metrics.tokens_per_s(model.id),
                 "memory_bytes": runner.memory_bytes if runner.state is EngineState.READY else 0,
                 "context": runner.context,
                 "unloads_in_s": runner.unloads_in(),
-                "error": runner.error,
-                "download": download_state(runner),
             }
         )
     return {

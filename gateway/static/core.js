@@ -32,6 +32,22 @@ export async function api(path, { method = "GET", body } = {}) {
   return data;
 }
 
+// A server-sent-events body, one message block (its lines, without the blank line) at a time.
+export async function* sseBlocks(response) {
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buffer += value.replace(/\r\n/g, "\n");
+    let end;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      yield buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+    }
+  }
+}
+
 export function notice(text, isError = false) {
   $("notice").textContent = text;
   $("notice").className = isError ? "error" : "";

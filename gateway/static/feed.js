@@ -1,6 +1,6 @@
 // The live event feed (admin): /ui/events read through fetch as SSE, so the key can travel
 // as a header. A reconnecting feed replays its recent lines; each is shown once.
-import { $, eventItem, headers } from "./core.js";
+import { $, eventItem, headers, sseBlocks } from "./core.js";
 
 const MAX_EVENTS = 300;
 const shown = new Set();
@@ -57,18 +57,7 @@ export async function followEvents() {
     const response = await fetch("/ui/events", { headers: headers(), signal: abort.signal });
     if (!response.ok) throw new Error(`feed answered ${response.status}`);
     $("feed-state").textContent = "(live)";
-    const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
-    let buffer = "";
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      buffer += value.replace(/\r\n/g, "\n");
-      let end;
-      while ((end = buffer.indexOf("\n\n")) >= 0) {
-        handleMessage(buffer.slice(0, end));
-        buffer = buffer.slice(end + 2);
-      }
-    }
+    for await (const block of sseBlocks(response)) handleMessage(block);
   } catch {
     if (abort.signal.aborted) return;
   }

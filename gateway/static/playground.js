@@ -1,6 +1,6 @@
 // Playground: a streaming chat (or embeddings) with any model or alias, through the gateway's
 // OpenAI handlers (under /ui/api/playground/, where the admin key works too) with the page's key; TTFT, tokens/s and the request's events beside it.
-import { $, api, eventItem, headers, notice, num, view } from "./core.js";
+import { $, api, eventItem, headers, notice, num, sseBlocks, view } from "./core.js";
 
 function chosenModel() {
   const name = $("p-model").value;
@@ -88,28 +88,20 @@ async function chat() {
     const data = await response.json().catch(() => ({}));
     throw new Error(data.error ? data.error.message : `HTTP ${response.status}`);
   }
-  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
-  let buffer = "";
   let first = null;
   let usage = null;
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    buffer += value.replace(/\r\n/g, "\n");
-    let end;
-    while ((end = buffer.indexOf("\n\n")) >= 0) {
-      const block = buffer.slice(0, end).trim();
-      buffer = buffer.slice(end + 2);
-      if (!block.startsWith("data:") || block === "data: [DONE]") continue;
-      const chunk = JSON.parse(block.slice(5));
-      if (chunk.usage) usage = chunk.usage;
-      const delta = chunk.choices && chunk.choices[0] && chunk.choices[0].delta;
-      const text = delta ? (delta.content || "") + (delta.reasoning_content || "") : "";
-      if (text) {
-        first = first || performance.now();
-        $("p-answer").textContent += text;
-        $("p-stats").textContent = `TTFT ${num(first - started, 0)} ms · streaming…`;
-      }
+  for await (const raw of sseBlocks(response)) {
+    const block = raw.trim();
+    if (!block.startsWith("data:") || block === "data: [DONE]") continue;
+    const chunk = JSON.parse(block.slice(5));
+    if (chunk.usage) usage = chunk.usage;
+    if (chunk.error) throw new Error(chunk.error.message || JSON.stringify(chunk.error));
+    const delta = chunk.choices && chunk.choices[0] && chunk.choices[0].delta;
+    const text = delta ? (delta.content || "") + (delta.reasoning_content || "") : "";
+    if (text) {
+      first = first || performance.now();
+      $("p-answer").textContent += text;
+      $("p-stats").textContent = `TTFT ${num(first - started, 0)} ms · streaming…`;
     }
   }
   const ended = performance.now();
