@@ -11,6 +11,7 @@ the routes make them on a worker thread.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import queue
 import sqlite3
@@ -40,6 +41,7 @@ CREATE TABLE IF NOT EXISTS benchmarks (
     id INTEGER PRIMARY KEY, ts REAL, model TEXT, settings TEXT, results TEXT
 );
 """
+QUEUE_ITEMS = 100_000  # lines held while the writer is behind (a slow disk), before dropping
 PRUNE_EVERY_S = 30.0
 BUSY_TIMEOUT = 5.0
 EVENTS_PER_ROW = 20  # events outside any row (model and config events) kept per max_rows
@@ -68,7 +70,8 @@ class ActivityStore:
         self._lock = threading.Lock()
         self._settings = settings
         self._key_label = key_label
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=QUEUE_ITEMS)
+        self.dropped = 0  # lines the history never got (the writer was that far behind)
         self._open: dict[str, dict[str, Any]] = {}  # request_id -> row, until it finishes
         self._ignored: set[str] = set()  # requests that are no row (the page's own polling)
         self._pruned = time.monotonic()
@@ -82,24 +85,32 @@ class ActivityStore:
     def tap(self, line: str) -> None:
         """A log tap: queue the line (with the presented key's label when it opens a request)."""
         opens = line.startswith('{"event":"request_started"')
-        self._queue.put((line, self._key_label() if opens else None))
+        self._offer((line, self._key_label() if opens else None))
 
     def sample(self, ts: float, runners: list[tuple[str, int, int, int]]) -> None:
         """Each model's (id, queue depth, running, memory bytes) at `ts`, for the plots."""
-        self._queue.put(("sample", ts, runners))
+        self._offer(("sample", ts, runners))
 
     def capture(self, request_id: str, request: str, response: str) -> None:
         """A request's bodies (already redacted): only for models with `capture: true`."""
-        self._queue.put(("capture", request_id, request, response))
+        self._offer(("capture", request_id, request, response))
+
+    def _offer(self, item: tuple) -> None:
+        try:
+            self._queue.put_nowait(item)
+        except queue.Full:
+            self.dropped += 1
 
     def flush(self, timeout: float = 5.0) -> None:
         """Wait until what was queued before this call is written (tests, benchmarks)."""
         done = threading.Event()
-        self._queue.put(("flush", done))
-        done.wait(timeout)
+        with contextlib.suppress(queue.Full):
+            self._queue.put(("flush", done), timeout=timeout)
+            done.wait(timeout)
 
     def close(self) -> None:
-        self._queue.put(_STOP)
+        with contextlib.suppress(queue.Full):
+            self._queue.put(_STOP, timeout=5)
         self._thread.join(5)
 
     # --- the writer thread ---

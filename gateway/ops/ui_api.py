@@ -75,6 +75,7 @@ async def models(state: State, generation: Generation, viewer: Viewer) -> dict:
         "device_memory_bytes": state.device_memory_bytes,
         "activity_store": str(state.activity.path or ":memory:"),
         "activity_store_problem": state.activity.problem,
+        "activity_lines_dropped": state.activity.dropped,
         "models": rows,
     }
 
