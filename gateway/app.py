@@ -30,7 +30,7 @@ from gateway.http.exposure import cors_config, host_guard, origin_guard
 from gateway.http.limits import request_limits
 from gateway.http.middleware import request_events
 from gateway.http.shutdown import Admission
-from gateway.logs.setup import LogScope, Redactor
+from gateway.logs.setup import PRESENTED, LogScope, Redactor
 from gateway.ollama import chat as ollama_chat
 from gateway.ollama import embed as ollama_embed
 from gateway.ollama import models as ollama_models
@@ -38,11 +38,15 @@ from gateway.ollama import pull as ollama_pull
 from gateway.openai import chat as openai_chat
 from gateway.openai import completions, responses
 from gateway.openai import embeddings as openai_embeddings
-from gateway.openai.response_store import ResponseStore
-from gateway.ops import admin, health, ui
+from gateway.openai.response_store import ResponseStore, store_path
+from gateway.ops import admin, benchmark, controls, health, playground, ui, ui_api
 from gateway.ops import metrics as metrics_routes
+from gateway.ops.activity_store import ActivityStore, activity_path
+from gateway.ops.capture import Capture
 from gateway.ops.events_feed import EventsFeed
 from gateway.ops.metrics import Metrics
+from gateway.ops.sampler import sample_runners
+from gateway.ops.viewer import key_label
 from schemas.config import GatewayConfig, seconds, size_bytes
 
 
@@ -84,6 +88,13 @@ def create_app(
     redactor = Redactor()
     redactor.follow(lambda: registry.current.config, config_path)
     log_scope = LogScope(redactor)
+    inflight = controls.InFlight()
+    activity = ActivityStore(
+        activity_path(store_path(config.server, base_dir)),
+        lambda: registry.current.config.server.activity,
+        lambda: key_label(registry.current.config.server, PRESENTED.get()),
+    )
+    capture = Capture(activity, lambda: registry.current.config)
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -91,7 +102,10 @@ def create_app(
         log_scope.enter()  # runners, the watch and signal handlers start from here
         feed.bind()
         log_scope.taps.append(feed.publish)
+        log_scope.taps.append(activity.tap)
+        sampler = background.spawn(sample_runners(activity, registry), "activity sampler")
         log_scope.listeners.append(metrics.observe)
+        log_scope.listeners.append(capture.observe)
         for runner in registry.current.runners.values():
             await runner.start()
         # What startup built (runners, configs, loaded weights' wrappers) lives as long as
@@ -112,8 +126,12 @@ def create_app(
             pulls.close()
             for runner in registry.current.runners.values():
                 await runner.stop("shutdown")
+            sampler.cancel()
             log_scope.taps.remove(feed.publish)
+            log_scope.taps.remove(activity.tap)
+            activity.close()
             log_scope.listeners.remove(metrics.observe)
+            log_scope.listeners.remove(capture.observe)
 
     app = Litestar(
         route_handlers=[
@@ -131,6 +149,10 @@ def create_app(
             *admin.ROUTES,
             *metrics_routes.ROUTES,
             *ui.ROUTES,
+            *ui_api.ROUTES,
+            *controls.ROUTES,
+            *benchmark.ROUTES,
+            *playground.ROUTES,
         ],
         dependencies={"generation": Provide(provide_generation, sync_to_thread=False)},
         exception_handlers={Exception: error_response},
@@ -148,6 +170,9 @@ def create_app(
                 "budget": budget,
                 "admission": admission,
                 "feed": feed,
+                "activity": activity,
+                "inflight": inflight,
+                "device_memory_bytes": platform.memory_bytes,
                 "metrics": metrics,
                 "limiter": KeyLimiter(),
                 "bind_host": bind_host,
@@ -165,7 +190,9 @@ def create_app(
     )
     # Around the router too, not only the routes: a path no route matches (Claude Code's
     # `HEAD /`) or a method a route lacks is logged and carries `x-request-id` like the rest.
-    app.asgi_handler = request_events(app.asgi_handler)
+    # Inside it, the requests in flight by id (what the ops page's cancel control reaches)
+    # and the bodies of those to models with `capture: true`.
+    app.asgi_handler = request_events(inflight.wrap(capture.wrap(app.asgi_handler)))
     return app
 
 

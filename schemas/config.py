@@ -169,6 +169,14 @@ class CacheConfig(Strict):
     max_bytes: Annotated[int, Meta(ge=0)] | ByteSize = "10GiB"
 
 
+class ActivityConfig(Strict):
+    """The ops page's history (`/ui/api/activity`, plots): one row per request and its
+    events, in SQLite under `state_dir` (`activity.sqlite3`); past either bound the oldest go."""
+
+    max_rows: PositiveInt = 10_000
+    max_age: Duration = "168h"
+
+
 class ServerConfig(Strict):
     host: str = "127.0.0.1"
     port: Port = 8000
@@ -192,6 +200,7 @@ class ServerConfig(Strict):
     state_dir: str | None = "auto"
     responses: ResponsesConfig = ResponsesConfig()
     cache: CacheConfig = CacheConfig()
+    activity: ActivityConfig = ActivityConfig()
     # Remote http(s) image URLs in requests are fetched only when this is true.
     fetch_images: bool = False
     # Networks (CIDR) images may be fetched from although not public, e.g. [127.0.0.1/32]
@@ -379,6 +388,9 @@ class ModelConfig(Strict):
     rate: RateConfig = RateConfig()
     task: Literal["chat", "embed"] | None = None
     queue: QueueConfig = QueueConfig()
+    # Keep each request's and answer's body (redacted as the log is, the first 64 KiB of
+    # each) in the ops page's Activity history; off, no body is ever stored.
+    capture: bool = False
     script: ScriptConfig | None = None
     # The Hugging Face token for an `hf:` source (gated or private repositories); usually
     # `${HF_TOKEN}`. Absent: huggingface_hub's own (HF_TOKEN, or `hf auth login`'s).
@@ -438,6 +450,7 @@ MODEL_KEYS: dict[str, KeyRule] = {
     "rate": KeyRule(ENGINES, restart=True),
     "task": KeyRule(LOCAL, restart=True),
     "queue": KeyRule(ENGINES, restart=False),
+    "capture": KeyRule(ENGINES, restart=False),
     "script": KeyRule(LOCAL, restart=True),
     "hf_token": KeyRule(LOCAL, restart=True),
     "vision": KeyRule(ENGINES, restart=True),

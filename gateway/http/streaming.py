@@ -43,6 +43,10 @@ async def unless_client_leaves(request: Request, work: Awaitable[T]) -> T:
     watcher = asyncio.ensure_future(_until_disconnect(request))
     try:
         await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:  # the request itself cancelled (the ops page's cancel)
+        task.cancel()  # `work` must end before its generator can be closed
+        await asyncio.gather(task, return_exceptions=True)
+        raise
     finally:
         watcher.cancel()
     if task.done():

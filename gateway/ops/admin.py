@@ -1,5 +1,6 @@
 """Admin routes: reload the config, load or unload a model. Guarded by `server.admin_key`;
-without one, open only to a peer on this machine."""
+without one, open only to a peer on this machine. Each also answers under `/ui/api/` (the
+ops page's controls)."""
 
 from __future__ import annotations
 
@@ -25,31 +26,41 @@ ADMIN_GUARDS = [require_admin_key]
 ADMIN = {"admin": True}  # the API-key guard leaves these to the admin-key guard
 
 
-@post("/admin/reload", status_code=200, guards=ADMIN_GUARDS, opt=ADMIN)
+@post(["/admin/reload", "/ui/api/reload"], status_code=200, guards=ADMIN_GUARDS, opt=ADMIN)
 async def reload_config(state: State) -> dict:
     """Reload models.yaml now; answers the diff, or 400 with every validation error."""
     diff = await state.reloader.reload("admin")
     return msgspec.structs.asdict(diff)
 
 
-def _runner(generation: Generation, model_id: str):
+def runner_of(generation: Generation, model_id: str):
     if model_id not in generation.runners:
         known = ", ".join(sorted(generation.runners))
         raise ModelNotFound(f"model {model_id!r} not found; known models: {known}")
     return generation.runners[model_id]
 
 
-@post("/admin/models/{model_id:str}/load", status_code=200, guards=ADMIN_GUARDS, opt=ADMIN)
+@post(
+    ["/admin/models/{model_id:str}/load", "/ui/api/models/{model_id:str}/load"],
+    status_code=200,
+    guards=ADMIN_GUARDS,
+    opt=ADMIN,
+)
 async def load_model(model_id: str, generation: Generation) -> dict:
-    runner = _runner(generation, model_id)
+    runner = runner_of(generation, model_id)
     await runner.load(retry=True)  # a FAILED model is tried again
     return {"model": model_id, "state": runner.state.value, "error": runner.error}
 
 
-@post("/admin/models/{model_id:str}/unload", status_code=200, guards=ADMIN_GUARDS, opt=ADMIN)
+@post(
+    ["/admin/models/{model_id:str}/unload", "/ui/api/models/{model_id:str}/unload"],
+    status_code=200,
+    guards=ADMIN_GUARDS,
+    opt=ADMIN,
+)
 async def unload_model(model_id: str, generation: Generation) -> dict:
     """Unload now; a model with requests waiting or running is left loaded (409)."""
-    runner = _runner(generation, model_id)
+    runner = runner_of(generation, model_id)
     if not await runner.unload("admin") and runner.state is EngineState.READY:
         raise ModelBusy(f"model {model_id!r} is busy; retry when its queue is empty")
     return {"model": model_id, "state": runner.state.value}

@@ -1,8 +1,9 @@
-"""The ops page: `/ui` (plain HTML/JS, no build step), its data and its live event feed.
+"""The ops page: `/ui` (plain HTML/JS, no build step), its static files and its live event feed.
 
-The page and its two static files hold no data and are public (a browser cannot send a key
-when it navigates); everything they show comes from routes behind the API key (or the
-admin key): `/ui/state` and the feed `/ui/events`. `/health` stays public as ever.
+The page and its static files hold no data and are public (a browser cannot send a key
+when it navigates); everything they show comes from routes behind a key: `/ui/api/`
+(ui_api.py and its siblings), the feed `/ui/events` and the older `/ui/state` (both with
+the admin key, as `/metrics`). `/health` stays public as ever.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from litestar.response import ServerSentEvent
 from litestar.response.sse import ServerSentEventMessage
 from litestar.static_files import create_static_files_router
 
+from engines.runner import Runner
 from gateway.ops.health import download_state
 from gateway.ops.metrics import STATE_NAMES
+from schemas.config import ModelConfig
 
 STATIC_DIR = files("gateway") / "static"
 PAGE_HEADERS = {
@@ -62,27 +65,27 @@ static = create_static_files_router(
 )
 
 
+def model_state(state: State, model: ModelConfig, runner: Runner) -> dict:
+    """A model as the page shows it: load state, aliases, queue, recent tokens/s. Reads only."""
+    return {
+        "id": model.id,
+        "state": STATE_NAMES[runner.state],
+        "aliases": list(model.aliases),
+        "engine": model.engine,
+        "residency": "pinned" if model.pinned else "on_demand",
+        "queue_depth": runner.queue_depth,
+        "running": runner.running,
+        "tokens_per_s": state.metrics.tokens_per_s(model.id),
+        "error": runner.error,
+        "download": download_state(runner),
+    }
+
+
 @get("/ui/state", opt=OPS, sync_to_thread=False)
 def ui_state(state: State) -> dict:
-    """Each model: load state, aliases, queue depth, running, recent tokens/s. Reads only."""
+    """Each model's state (the first page's route; `/ui/api/models` says more)."""
     generation = state.registry.current
-    models = []
-    for model in generation.config.models:
-        runner = generation.runners[model.id]
-        models.append(
-            {
-                "id": model.id,
-                "state": STATE_NAMES[runner.state],
-                "aliases": list(model.aliases),
-                "engine": model.engine,
-                "residency": "pinned" if model.pinned else "on_demand",
-                "queue_depth": runner.queue_depth,
-                "running": runner.running,
-                "tokens_per_s": state.metrics.tokens_per_s(model.id),
-                "error": runner.error,
-                "download": download_state(runner),
-            }
-        )
+    models = [model_state(state, m, generation.runners[m.id]) for m in generation.config.models]
     return {"draining": state.admission.draining, "models": models}
 
 

@@ -1,48 +1,87 @@
-// The ops page: models from /ui/state (polled), the live log from /ui/events (SSE read
-// through fetch, so the API key can travel as a header), and the reload button.
-// Every value from the gateway goes into the page as text, never as HTML.
-"use strict";
+// The ops page: tabs, the key, the models with their controls, the config reload. The other
+// views live in their own modules; everything comes from /ui/api/ (see the README).
+import { $, ApiError, api, bytes, cell, el, notice, num, view } from "./core.js";
+import { followEvents } from "./feed.js";
+import { refreshActivity, startActivity } from "./activity.js";
+import { refreshPlots, startPlots } from "./plots.js";
+import { startPlayground } from "./playground.js";
+import { refreshBenchmarks, refreshLogs, startBenchmark } from "./bench.js";
 
-const MAX_EVENTS = 300;
-const $ = (id) => document.getElementById(id);
-let feedAbort = null;
-let feedRetry = null;
-// Lines already shown: a reconnecting feed replays its recent lines, shown once only.
-const shown = new Set();
+const TABS = [...document.querySelectorAll("[role=tab]")];
+let current = "overview";
 
-function headers(key) {
-  return key ? { authorization: `Bearer ${key}` } : {};
+function show(tab) {
+  for (const other of TABS) {
+    const on = other === tab;
+    other.setAttribute("aria-selected", String(on));
+    other.tabIndex = on ? 0 : -1;
+    $(other.getAttribute("aria-controls")).hidden = !on;
+  }
+  current = tab.getAttribute("aria-controls");
+  refreshCurrent();
 }
 
-function apiKey() {
-  return sessionStorage.getItem("gateway-api-key") || "";
+// Arrow keys move between tabs (the WAI-ARIA tabs pattern); Tab leaves the tab list.
+function tabKeys(event) {
+  const visible = TABS.filter((tab) => !tab.hidden);
+  const at = visible.indexOf(event.target);
+  const next = { ArrowRight: at + 1, ArrowLeft: at - 1, Home: 0, End: visible.length - 1 }[event.key];
+  if (next === undefined) return;
+  event.preventDefault();
+  const tab = visible[(next + visible.length) % visible.length];
+  tab.focus();
+  show(tab);
 }
 
-function notice(text, isError = false) {
-  $("notice").textContent = text;
-  $("notice").className = isError ? "error" : "";
+function refreshCurrent() {
+  if (current === "activity") refreshActivity();
+  if (current === "overview") refreshPlots();
+  if (current === "benchmark") refreshBenchmarks();
+  if (current === "logs") refreshLogs();
 }
 
-function cell(row, text, className) {
-  const td = row.insertCell();
-  td.textContent = text;
-  if (className) td.className = className;
-  return td;
+async function control(model, action) {
+  notice(`${action} ${model}…`);
+  try {
+    const answer = await api(`/ui/api/models/${encodeURIComponent(model)}/${action}`, { method: "POST" });
+    notice(`${action} ${model}: ${answer.state || "done"}`);
+  } catch (error) {
+    notice(`${action} ${model} refused (${error.status}): ${error.message}`, true);
+  }
+  refreshModels();
+}
+
+async function showSettings(model) {
+  try {
+    const settings = await api(`/ui/api/models/${encodeURIComponent(model)}/settings`);
+    $("settings-model").textContent = model;
+    $("settings").textContent = JSON.stringify(settings, null, 2);
+    $("settings-box").hidden = false;
+  } catch (error) {
+    notice(`settings of ${model}: ${error.message}`, true);
+  }
+}
+
+function controls(model) {
+  const box = el("div", { className: "controls" });
+  const button = (label, action, title) =>
+    el("button", { type: "button", className: "small", title, "data-action": action, onclick: () => control(model.id, action) }, label);
+  if (model.state === "loaded") box.append(button("unload", "unload", "unload now (refused while busy)"));
+  else box.append(button("load", "load", "load now"));
+  if (model.residency !== "pinned") {
+    box.append(model.pinned_now ? button("unpin", "unpin", "back to idle_ttl") : button("pin", "pin", "keep loaded, no idle unload"));
+  }
+  box.append(el("button", { type: "button", className: "small ghost", "data-action": "settings", onclick: () => showSettings(model.id) }, "settings"));
+  return box;
 }
 
 // An hf: model downloading: the file arriving now, as a bar with its bytes and rate.
 function downloadBar(download) {
-  const box = document.createElement("div");
-  box.className = "download";
-  const bar = document.createElement("progress");
-  bar.max = download.total || 1;
-  bar.value = download.total ? download.done : 0;
   const mb = (n) => (n / 1e6).toFixed(1);
-  const label = document.createElement("span");
+  const bar = el("progress", { max: download.total || 1, value: download.total ? download.done : 0 });
   const total = download.total ? `/${mb(download.total)}` : "";
-  label.textContent = `${download.file} ${mb(download.done)}${total} MB · ${mb(download.rate)} MB/s`;
-  box.append(bar, label);
-  return box;
+  const label = el("span", {}, `${download.file} ${mb(download.done)}${total} MB · ${mb(download.rate)} MB/s`);
+  return el("div", { className: "download" }, bar, label);
 }
 
 function renderModels(models) {
@@ -54,172 +93,136 @@ function renderModels(models) {
     cell(row, model.id);
     const state = cell(row, model.state, `state ${model.state}`);
     if (model.error) state.title = model.error;
+    if (model.pinned_now) state.append(el("span", { className: "alias" }, "pinned"));
     if (model.download) state.append(downloadBar(model.download));
     const aliases = row.insertCell();
-    for (const alias of model.aliases) {
-      const tag = document.createElement("span");
-      tag.className = "alias";
-      tag.textContent = alias;
-      aliases.append(tag);
-    }
-    cell(row, String(model.queue_depth), "num");
-    cell(row, String(model.running), "num");
-    cell(row, model.tokens_per_s == null ? "–" : model.tokens_per_s.toFixed(1), "num");
+    for (const alias of model.aliases) aliases.append(el("span", { className: "alias" }, alias));
+    cell(row, model.queue_depth, "num");
+    cell(row, model.running, "num");
+    cell(row, bytes(model.memory_bytes), "num");
+    const td = row.insertCell();
+    td.className = "admin-only";
+    if (view.admin) td.append(controls(model)); // not only hidden: never built for a key
+    cell(row, model.tokens_per_s == null ? "–" : num(model.tokens_per_s), "num");
   }
 }
 
-async function refreshState() {
+// Every model and alias into the pickers (kept when the list has not changed).
+function fillPickers(models) {
+  const names = JSON.stringify(models.map((m) => [m.id, m.aliases, m.task]));
+  if (names === fillPickers.last) return;
+  fillPickers.last = names;
+  const pick = (id, items, keepFirst) => {
+    const select = $(id);
+    const chosen = select.value;
+    select.replaceChildren(...(keepFirst ? [select.options[0]] : []));
+    for (const [value, label, data] of items) select.append(el("option", { value, "data-task": data }, label));
+    if ([...select.options].some((o) => o.value === chosen)) select.value = chosen;
+  };
+  const ids = models.map((m) => [m.id, m.id, m.task]);
+  const all = models.flatMap((m) => [[m.id, m.id, m.task], ...m.aliases.map((a) => [a, `${a} → ${m.id}`, m.task])]);
+  pick("p-model", all);
+  pick("b-model", ids.filter(([, , task]) => task === "chat"));
+  pick("l-model", ids);
+  pick("f-model", ids, true);
+  $("p-model").dispatchEvent(new Event("change"));
+}
+
+export async function refreshModels() {
   const status = $("status");
   try {
-    const response = await fetch("/ui/state", { headers: headers(apiKey()) });
-    if (response.status === 401) {
-      status.textContent = "needs a key";
-      status.className = "pill down";
-      notice("This gateway needs an API key: enter it above.", true);
-      return;
-    }
-    if (response.status === 403) {
-      status.textContent = "needs the admin key";
-      status.className = "pill down";
-      notice("This page shows every model and every client's events: enter the admin key.", true);
-      return;
-    }
-    const state = await response.json();
+    const state = await api("/ui/api/models");
+    Object.assign(view, { admin: state.viewer.admin, key: state.viewer.key, models: state.models });
+    document.body.classList.toggle("admin", view.admin);
+    for (const tab of TABS) tab.hidden = tab.classList.contains("admin-only") && !view.admin;
+    $("viewer").textContent = view.admin ? "admin" : `key ${view.key || "(open gateway)"}: your requests only`;
     renderModels(state.models);
+    fillPickers(state.models);
+    const used = state.models.reduce((sum, m) => sum + (m.memory_bytes || 0), 0);
+    $("budget").textContent = `memory ${bytes(used)} of ${bytes(state.memory_budget_bytes)} budget`;
     status.textContent = state.draining ? "draining" : "serving";
     status.className = `pill ${state.draining ? "draining" : "ok"}`;
   } catch (error) {
-    status.textContent = "unreachable";
     status.className = "pill down";
-  }
-}
-
-function summary(event) {
-  const skip = new Set(["event", "ts", "level", "request_id"]);
-  return Object.entries(event)
-    .filter(([key, value]) => !skip.has(key) && value !== null && value !== "")
-    .map(([key, value]) => `${key}=${typeof value === "object" ? JSON.stringify(value) : value}`)
-    .join(" ");
-}
-
-// Request ids of the page's own polling (paths under /ui), hidden when the box is ticked.
-const ownRequests = new Set();
-
-function isOwn(event) {
-  const rid = event.request_id;
-  if (!rid) return false;
-  if (event.event === "request_started" && String(event.path || "").startsWith("/ui")) ownRequests.add(rid);
-  const own = ownRequests.has(rid);
-  if (event.event === "request_finished") ownRequests.delete(rid);
-  return own && $("hide-own").checked;
-}
-
-function addEvent(line) {
-  let event;
-  try {
-    event = JSON.parse(line);
-  } catch {
-    return;
-  }
-  if (shown.has(line) || isOwn(event)) return;
-  shown.add(line);
-  const item = document.createElement("li");
-  item.className = event.level || "info";
-  item.dataset.event = event.event;
-  const parts = [
-    ["ts", (event.ts || "").slice(11, 23)],
-    ["name", event.event],
-    ["rid", event.request_id || ""],
-    ["fields", summary(event)],
-  ];
-  for (const [className, text] of parts) {
-    const span = document.createElement("span");
-    span.className = className;
-    span.textContent = text;
-    item.append(span);
-  }
-  item.title = line;
-  const list = $("events");
-  list.prepend(item);
-  while (list.children.length > MAX_EVENTS) {
-    shown.delete(list.lastElementChild.title);
-    list.lastElementChild.remove();
-  }
-}
-
-function handleMessage(block) {
-  let kind = "message";
-  const data = [];
-  for (const line of block.split("\n")) {
-    if (line.startsWith("event:")) kind = line.slice(6).trim();
-    else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
-  }
-  if (!data.length) return;
-  if (kind === "dropped") $("feed-state").textContent = `(${data.join("")} lines missed: the page fell behind)`;
-  else addEvent(data.join("\n"));
-}
-
-async function followEvents() {
-  clearTimeout(feedRetry);
-  if (feedAbort) feedAbort.abort();
-  const abort = new AbortController();
-  feedAbort = abort;
-  try {
-    const response = await fetch("/ui/events", { headers: headers(apiKey()), signal: abort.signal });
-    if (!response.ok) throw new Error(`feed answered ${response.status}`);
-    $("feed-state").textContent = "(live)";
-    const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
-    let buffer = "";
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      buffer += value.replace(/\r\n/g, "\n");
-      let end;
-      while ((end = buffer.indexOf("\n\n")) >= 0) {
-        handleMessage(buffer.slice(0, end));
-        buffer = buffer.slice(end + 2);
-      }
+    if (error instanceof ApiError && error.status === 401) {
+      status.textContent = "needs a key";
+      notice("This gateway needs an API key: enter it above.", true);
+    } else {
+      status.textContent = "unreachable";
     }
-  } catch (error) {
-    if (abort.signal.aborted) return;
-  }
-  if (feedAbort === abort) {
-    $("feed-state").textContent = "(reconnecting…)";
-    feedRetry = setTimeout(followEvents, 2000);
   }
 }
 
-async function reload(submitEvent) {
-  submitEvent.preventDefault();
-  const key = $("admin-key").value;
+async function refreshReload() {
+  if (!view.admin) return;
+  try {
+    const { last } = await api("/ui/api/reload");
+    if (!last) return;
+    const parts =
+      last.event === "config_rejected"
+        ? [`rejected (${last.trigger}): ${last.errors.join("; ")}`]
+        : ["added", "removed", "changed", "restarted", "drained_first"].map((k) => `${k}: ${(last[k] || []).join(", ") || "none"}`);
+    const failed = Object.entries(last.failed || {}).map(([m, why]) => `${m} failed: ${why}`);
+    $("last-reload").textContent = `${last.ts.slice(0, 19).replace("T", " ")} · ${[...parts, ...failed].join(" · ")}`;
+  } catch {
+    /* shown by the models' refresh */
+  }
+}
+
+async function reload() {
   notice("Reloading…");
   try {
-    const response = await fetch("/admin/reload", { method: "POST", headers: headers(key) });
-    const body = await response.json();
-    if (response.ok) {
-      const changes = ["added", "removed", "changed", "unchanged"]
-        .map((kind) => `${kind}: ${body[kind].join(", ") || "none"}`)
-        .join(" · ");
-      notice(`Reloaded. ${changes}`);
-      refreshState();
-    } else {
-      const message = body.error && body.error.message ? body.error.message : JSON.stringify(body);
-      notice(`Reload refused (${response.status}): ${message}`, true);
-    }
+    await api("/ui/api/reload", { method: "POST" });
+    notice("Reloaded.");
   } catch (error) {
-    notice(`Reload failed: ${error}`, true);
+    notice(`Reload refused (${error.status}): ${error.message}`, true);
   }
+  setTimeout(refreshReload, 300);
+  refreshModels();
 }
 
-$("api-key").value = apiKey();
-$("key-form").addEventListener("submit", (event) => event.preventDefault());
-$("api-key").addEventListener("change", (event) => {
-  sessionStorage.setItem("gateway-api-key", event.target.value);
-  notice("");
-  refreshState();
-  followEvents();
-});
-$("reload-form").addEventListener("submit", reload);
-refreshState();
-setInterval(refreshState, 2000);
-followEvents();
+function setTheme(theme) {
+  document.documentElement.dataset.theme = theme;
+  localStorage.setItem("gateway-theme", theme);
+  refreshPlots(true);
+}
+
+function start() {
+  $("api-key").value = sessionStorage.getItem("gateway-api-key") || "";
+  $("key-form").addEventListener("submit", (event) => event.preventDefault());
+  $("api-key").addEventListener("change", (event) => {
+    sessionStorage.setItem("gateway-api-key", event.target.value);
+    notice("");
+    refreshModels().then(() => {
+      refreshCurrent();
+      refreshReload();
+      if (view.admin) followEvents();
+    });
+  });
+  const saved = localStorage.getItem("gateway-theme");
+  if (saved) document.documentElement.dataset.theme = saved;
+  $("theme").addEventListener("click", () => {
+    const dark = getComputedStyle(document.documentElement).getPropertyValue("--scheme").trim() === "dark";
+    setTheme(dark ? "light" : "dark");
+  });
+  for (const tab of TABS) {
+    tab.addEventListener("click", () => show(tab));
+    tab.addEventListener("keydown", tabKeys);
+  }
+  $("reload").addEventListener("click", reload);
+  startActivity();
+  startPlots();
+  startPlayground();
+  startBenchmark();
+  refreshModels().then(() => {
+    refreshReload();
+    refreshCurrent();
+    if (view.admin) followEvents();
+  });
+  setInterval(() => {
+    refreshModels();
+    refreshCurrent();
+  }, 2000);
+}
+
+start();

@@ -36,6 +36,7 @@ VALUES = {
     "rate": {"max_tokens_per_sec": 5.0},
     "task": "embed",
     "queue": {"max_depth": 3},
+    "capture": True,
     "script": {"reply": "x"},
     "hf_token": "t",
     "vision": {"max_pixels": 100},

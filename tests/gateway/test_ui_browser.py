@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect, sync_playwright
@@ -59,63 +60,171 @@ def browser():
         browser.close()
 
 
-def test_the_ops_page_shows_models_and_follows_the_feed(browser, start_gateway, tmp_path):
-    gateway = start_gateway(
-        """
-        server:
-          api_keys: ["${TEST_UI_KEY}"]
-          admin_key: ${TEST_UI_ADMIN_KEY}
-        models:
-          - id: echo
-            engine: scripted
-            aliases: [default, gpt-4o-mini]
-          - id: sleeper
-            engine: scripted
-            residency: {on_demand: true}
-        """,
-        env={"TEST_UI_KEY": KEY, "TEST_UI_ADMIN_KEY": ADMIN},
+# Screenshots for the README: written into docs/ops-page/ when this is set, else to tmp_path.
+SCREENSHOTS = os.environ.get("GATEWAY_SCREENSHOTS")
+CONFIG = """
+server:
+  api_keys: ["${TEST_UI_KEY}", {key: "${TEST_UI_OTHER}", models: [echo]}]
+  admin_key: ${TEST_UI_ADMIN_KEY}
+  state_dir: STATE
+models:
+  - id: echo
+    engine: scripted
+    aliases: [default, gpt-4o-mini]
+    script: {reply: "streamed word by word from the scripted model", token_delay: 0.15}
+  - id: sleeper
+    engine: scripted
+    residency: {on_demand: true}
+"""
+OTHER = "sk-ui-other-11223344"
+
+
+@pytest.fixture
+def gateway(start_gateway, tmp_path):
+    return start_gateway(
+        CONFIG.replace("STATE", str(tmp_path / "state")),
+        env={"TEST_UI_KEY": KEY, "TEST_UI_OTHER": OTHER, "TEST_UI_ADMIN_KEY": ADMIN},
     )
-    page = browser.new_page(viewport={"width": 1280, "height": 720})
+
+
+def open_page(browser, gateway, key: str, scheme: str = "light"):
+    """The page with `key` entered; console errors and page errors gathered from then on."""
+    page = browser.new_page(viewport={"width": 1280, "height": 900}, color_scheme=scheme)
+    page.goto(f"{gateway.url}/ui")
+    page.wait_for_selector("#status:has-text('needs a key')")  # the 401 before any key
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
-    try:
-        page.goto(f"{gateway.url}/ui")
-        page.wait_for_selector("#status:has-text('needs a key')")
-        # An API key is refused: the page shows every model and every client's events.
-        page.fill("#api-key", KEY)
-        page.press("#api-key", "Tab")  # the change event takes the key
-        page.wait_for_selector("#status:has-text('needs the admin key')")
-        page.fill("#api-key", ADMIN)
-        page.press("#api-key", "Tab")
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    page.fill("#api-key", key)
+    page.press("#api-key", "Tab")  # the change event takes the key
+    page.wait_for_selector("#status:has-text('serving')")
+    return page, errors
 
-        echo = page.locator("tr[data-model=echo]")
-        echo.wait_for()
-        assert echo.locator("td").nth(1).inner_text() == "loaded"
-        assert "default" in echo.inner_text() and "gpt-4o-mini" in echo.inner_text()
-        sleeper = page.locator("tr[data-model=sleeper] td").nth(1)
-        assert sleeper.inner_text() == "unloaded"
-        page.wait_for_selector("#feed-state:has-text('live')")
 
-        answer = gateway.openai(KEY).chat.completions.with_raw_response.create(
-            model="default", messages=[{"role": "user", "content": "hello"}]
-        )
-        request_id = answer.headers["x-request-id"]
-        page.wait_for_selector(f"#events li[data-event=generated]:has-text('{request_id}')")
-        routed = page.locator(f"#events li[data-event=request_routed]:has-text('{request_id}')")
-        assert "requested=default served=echo" in routed.inner_text()
-        # Recent tokens/s appears once the model has generated (the page's CSP forbids eval,
-        # so this waits through a locator rather than wait_for_function).
-        expect(echo.locator("td").last).not_to_have_text("–")
+def shot(page, tmp_path, name: str) -> None:
+    folder = Path(SCREENSHOTS) if SCREENSHOTS else tmp_path
+    folder.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(folder / f"{name}.png"), full_page=True)
 
-        page.fill("#admin-key", "wrong-admin-key")
-        page.click("#reload")
-        page.wait_for_selector("#notice:has-text('Reload refused (401)')")
-        page.fill("#admin-key", ADMIN)
-        page.click("#reload")
-        page.wait_for_selector("#notice:has-text('Reloaded')")
-        page.wait_for_selector("#events li[data-event=config_reloaded]")
-        page.screenshot(path=str(tmp_path / "ops-page.png"), full_page=True)
-    finally:
-        page.close()
+
+def test_the_admin_chats_sees_activity_and_plots_controls_models_and_benchmarks(
+    browser, gateway, tmp_path
+):
+    page, errors = open_page(browser, gateway, ADMIN)
+    echo = page.locator("tr[data-model=echo]")
+    expect(echo.locator("td").nth(1)).to_have_text("loaded")
+    assert "gpt-4o-mini" in echo.inner_text()
+    tokens_plot = page.locator("[data-chart=tokens]")
+    expect(tokens_plot).to_have_attribute("data-total", "0")
+
+    # Playground: the answer streams in (part of it shows while the rest is coming).
+    page.click("#tab-playground")
+    page.select_option("#p-model", "gpt-4o-mini")
+    page.fill("#p-system", "be brief")
+    page.fill("#p-message", "hello")
+    page.press("#p-message", "Control+Enter")
+    expect(page.locator("#p-stats")).to_contain_text("streaming…")
+    assert page.locator("#p-answer").inner_text() != "streamed word by word from the scripted model"
+    expect(page.locator("#p-answer")).to_have_text("streamed word by word from the scripted model")
+    expect(page.locator("#p-stats")).to_contain_text("tokens/s")
+    request_id = page.locator("#p-stats").inner_text().split(" · ")[-1]
+    expect(page.locator("#p-events li[data-event=request_finished]")).to_have_count(1)
+    expect(page.locator("#p-events li[data-event=generated]")).to_contain_text("model=echo")
+    shot(page, tmp_path, "playground")
+
+    # Activity: its row, opened from the keyboard, shows the request's events.
+    page.click("#tab-activity")
+    row = page.locator(f"tr[data-rid={request_id}]")
+    expect(row).to_contain_text("gpt-4o-mini → echo")
+    expect(row).to_contain_text("admin")
+    row.focus()
+    page.keyboard.press("Enter")
+    expect(page.locator("#trail li[data-event=request_routed]")).to_contain_text(
+        "requested=gpt-4o-mini served=echo"
+    )
+    shot(page, tmp_path, "activity")
+
+    # The plot moved: tokens/s now has points.
+    page.click("#tab-overview")
+    expect(tokens_plot).not_to_have_attribute("data-total", "0")
+
+    # Unload and load a model from its row.
+    echo.locator("[data-action=unload]").click()
+    expect(echo.locator("td").nth(1)).to_have_text("unloaded")
+    echo.locator("[data-action=load]").click()
+    expect(echo.locator("td").nth(1)).to_have_text("loaded")
+    page.locator("tr[data-model=sleeper] [data-action=pin]").click()
+    expect(page.locator("tr[data-model=sleeper] td").nth(1)).to_contain_text("pinned")
+    echo.locator("[data-action=settings]").click()
+    expect(page.locator("#settings")).to_contain_text('"token_delay": 0.15')
+    page.click("#reload")
+    expect(page.locator("#last-reload")).to_contain_text("changed: none")
+    shot(page, tmp_path, "overview")
+
+    # The benchmark on the scripted model: a row for 1 stream and one for N.
+    page.click("#tab-benchmark")
+    page.fill("#b-prompt", "64")
+    page.fill("#b-max", "4")
+    page.fill("#b-streams", "3")
+    page.click("#b-run")
+    expect(page.locator("#bench-rows tbody tr")).to_have_count(2)
+    expect(page.locator("#bench-rows tbody tr").nth(1)).to_contain_text("echo")
+    shot(page, tmp_path, "benchmark")
+
+    page.click("#tab-logs")
+    page.select_option("#l-model", "echo")
+    expect(page.locator("#model-log li[data-event=model_attached]").first).to_be_visible()
+    page.click("#tab-events")
+    expect(page.locator("#feed-state")).to_have_text("(live)")
+    generated = page.locator(f"#events li[data-event=generated]:has-text('{request_id}')")
+    expect(generated).to_contain_text("model=echo")
+
+    # Dark mode, from the toggle.
+    page.click("#tab-overview")
+    page.click("#theme")
+    expect(page.locator("html")).to_have_attribute("data-theme", "dark")
+    shot(page, tmp_path, "overview-dark")
+    page.close()
     assert errors == []
     assert KEY not in gateway.log.read_text() and ADMIN not in gateway.log.read_text()
+
+
+def test_a_key_without_admin_rights_sees_no_controls_nor_other_keys_rows(
+    browser, gateway, tmp_path
+):
+    theirs = gateway.openai(KEY).chat.completions.with_raw_response.create(
+        model="echo", messages=[{"role": "user", "content": "hi"}]
+    )
+    page, errors = open_page(browser, gateway, OTHER, scheme="dark")
+    expect(page.locator("#viewer")).to_contain_text("key-2")
+    expect(page.locator("tr[data-model=echo]")).to_have_count(1)
+    expect(page.locator("tr[data-model=sleeper]")).to_have_count(0)  # not its model
+    for hidden in ("#tab-benchmark", "#tab-logs", "#tab-events", "#reload"):
+        expect(page.locator(hidden)).to_be_hidden()
+    expect(page.locator("[data-action]")).to_have_count(0)  # no control is even built
+    page.click("#tab-playground")
+    page.fill("#p-message", "mine")
+    page.click("#p-send")
+    expect(page.locator("#p-stats")).to_contain_text("tokens/s")
+    page.click("#tab-activity")
+    expect(page.locator("#activity-rows tbody tr")).to_have_count(1)
+    expect(page.locator("#activity-rows tbody tr")).to_contain_text("key-2")
+    theirs_id = theirs.headers["x-request-id"]
+    expect(page.locator(f"tr[data-rid={theirs_id}]")).to_have_count(0)
+    shot(page, tmp_path, "limited-key-dark")
+    page.close()
+    assert errors == []
+
+
+def test_the_tabs_answer_the_keyboard(browser, gateway):
+    page, errors = open_page(browser, gateway, ADMIN)
+    page.focus("#tab-overview")
+    page.keyboard.press("ArrowRight")
+    expect(page.locator("#tab-activity")).to_have_attribute("aria-selected", "true")
+    expect(page.locator("#activity")).to_be_visible()
+    page.keyboard.press("End")
+    expect(page.locator("#tab-events")).to_be_focused()
+    page.keyboard.press("ArrowRight")  # wraps to the first
+    expect(page.locator("#overview")).to_be_visible()
+    page.close()
+    assert errors == []

@@ -1,0 +1,111 @@
+"""The benchmark button: prefill and decode tokens/s of one model at 1 and N concurrent
+streams, run by the gateway against itself through the same door every protocol uses
+(`engines.chat.serve_chat`), with token counts and timings from the engine's own accounting.
+
+Each stream's prompt opens with its own tag, so prefix reuse cannot turn a prefill into a
+cache hit (tokens still served from a cache are reported, and left out of prefill tokens/s).
+A model busy serving others is refused (409) unless forced: the numbers would be theirs too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+import uuid
+from typing import Annotated
+
+import msgspec
+from litestar import post
+from litestar.datastructures import State
+from msgspec import Meta
+
+from engines.chat import serve_chat
+from engines.errors import BadRequest, ModelBusy
+from engines.runner import Runner
+from gateway.canonical.model_facts import task_of
+from gateway.control.registry import Generation
+from gateway.ops.admin import ADMIN, ADMIN_GUARDS
+from schemas.canonical import ChatAsk, Finished, Message
+
+FILLER = "the quick brown fox jumps over the lazy dog and "  # ~10 tokens in common BPEs
+
+
+class BenchmarkAsk(msgspec.Struct, forbid_unknown_fields=True):
+    model: str
+    prompt_tokens: Annotated[int, Meta(ge=1, le=131072)] = 512
+    max_tokens: Annotated[int, Meta(ge=1, le=4096)] = 64
+    streams: Annotated[int, Meta(ge=1, le=64)] = 4
+    force: bool = False
+
+
+def _prompt(tag: str, tokens: int) -> str:
+    words = FILLER.split()
+    return f"[{tag}] " + " ".join(words[i % len(words)] for i in range(max(1, tokens - 8)))
+
+
+async def _stream(runner: Runner, ask: BenchmarkAsk) -> Finished:
+    text = _prompt(uuid.uuid4().hex[:8], ask.prompt_tokens)
+    chat = await serve_chat(
+        runner,
+        ChatAsk(
+            messages=[Message(role="user", content=text)],
+            max_tokens=ask.max_tokens,
+            temperature=0.0,
+        ),
+    )
+    finished = None
+    async for output in chat.answers[0]:
+        if isinstance(output, Finished):
+            finished = output
+    if finished is None:
+        raise BadRequest(f"model {runner.model.id!r} ended a benchmark stream without a result")
+    return finished
+
+
+async def _run(runner: Runner, ask: BenchmarkAsk, streams: int) -> dict:
+    started = time.perf_counter()
+    results = await asyncio.gather(*(_stream(runner, ask) for _ in range(streams)))
+    wall = time.perf_counter() - started
+    computed = [r.prompt_tokens - r.reused_prefix_tokens for r in results]
+    prefill = [c / r.prefill_s for c, r in zip(computed, results, strict=True) if r.prefill_s]
+    decode = [r.new_tokens / r.decode_s for r in results if r.decode_s]
+    new_tokens = sum(r.new_tokens for r in results)
+    return {
+        "streams": streams,
+        "prompt_tokens": round(statistics.mean(r.prompt_tokens for r in results)),
+        "cached_tokens": sum(r.reused_prefix_tokens for r in results),
+        "new_tokens": new_tokens,
+        "wall_s": round(wall, 3),
+        "prefill_tps": round(statistics.median(prefill), 1) if prefill else None,
+        "decode_tps": round(statistics.median(decode), 1) if decode else None,
+        "aggregate_tps": round(new_tokens / wall, 1) if wall else None,
+    }
+
+
+@post(["/ui/api/benchmark"], status_code=200, guards=ADMIN_GUARDS, opt=ADMIN)
+async def benchmark(data: BenchmarkAsk, state: State, generation: Generation) -> dict:
+    """Run one benchmark now (1 stream, then `streams` at once); the result is kept."""
+    model_id = generation.resolve_name(data.model)
+    if model_id is None:
+        known = ", ".join(sorted(generation.runners))
+        raise BadRequest(f"$.model: no model {data.model!r}; known models: {known}")
+    runner = generation.runners[model_id]
+    if task_of(generation, runner.model) != "chat":
+        raise BadRequest(f"$.model: model {model_id!r} does not chat; benchmark a chat model")
+    if not data.force and (runner.queue_depth or runner.running):
+        raise ModelBusy(
+            f"model {model_id!r} is serving {runner.running} request(s) with "
+            f"{runner.queue_depth} waiting; the numbers would be theirs too (force: true)"
+        )
+    await runner.load()
+    runs = [await _run(runner, data, 1)]
+    if data.streams > 1:
+        runs.append(await _run(runner, data, data.streams))
+    settings = msgspec.structs.asdict(data) | {"model": model_id}
+    result = {"model": model_id, "settings": settings, "runs": runs}
+    await asyncio.to_thread(state.activity.add_benchmark, model_id, settings, {"runs": runs})
+    return result
+
+
+ROUTES = [benchmark]

@@ -1,0 +1,163 @@
+"""`/ui/api/`: every fact the ops page shows, as JSON a script can read too.
+
+Same rules as the page (gateway/ops/viewer.py): the admin sees everything; another API key
+sees the models it may use and its own requests only. Reads of the Activity store run on a
+worker thread (SQLite blocks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from typing import Annotated, Literal
+
+import msgspec
+from litestar import get
+from litestar.datastructures import State
+from litestar.di import Provide
+from litestar.params import Parameter
+
+from engines.base import EngineState
+from engines.errors import ModelNotFound
+from gateway.canonical.model_facts import reads_images, task_of
+from gateway.control.registry import Generation
+from gateway.logs.setup import current_redactor
+from gateway.ops.history import history
+from gateway.ops.ui import model_state
+from gateway.ops.viewer import OWN_GUARD, Viewer, only_admin, provide_viewer, require_viewer
+
+API = {
+    "guards": [require_viewer],
+    "opt": OWN_GUARD,
+    "dependencies": {"viewer": Provide(provide_viewer)},
+}
+
+
+def visible(generation: Generation, viewer: Viewer) -> list:
+    """The models the viewer may see: all for the admin, else its key's."""
+    if viewer.models is None:
+        return list(generation.config.models)
+    allowed = {generation.resolve_name(name) for name in viewer.models}
+    return [m for m in generation.config.models if m.id in allowed]
+
+
+def known_model(generation: Generation, viewer: Viewer, model_id: str):
+    for model in visible(generation, viewer):
+        if model.id == model_id:
+            return model
+    known = ", ".join(m.id for m in visible(generation, viewer))
+    raise ModelNotFound(f"model {model_id!r} not found; known models: {known}")
+
+
+@get("/ui/api/models", **API)
+async def models(state: State, generation: Generation, viewer: Viewer) -> dict:
+    """Each model the viewer may see: state, queue, speed, memory; and the budget."""
+    rows = []
+    for model in visible(generation, viewer):
+        runner = generation.runners[model.id]
+        rows.append(
+            model_state(state, model, runner)
+            | {
+                "task": task_of(generation, model),
+                "images": reads_images(generation, model),
+                # Pinned from the page (until unpinned or the process ends).
+                "pinned_now": bool(runner.keep_alive and math.isinf(runner.keep_alive)),
+                "memory_bytes": runner.memory_bytes if runner.state is EngineState.READY else 0,
+                "context": runner.context,
+                "unloads_in_s": runner.unloads_in(),
+            }
+        )
+    return {
+        "viewer": {"admin": viewer.admin, "key": viewer.key},
+        "draining": state.admission.draining,
+        "memory_budget_bytes": state.budget.total,
+        "memory_used_bytes": state.budget.used,
+        "device_memory_bytes": state.device_memory_bytes,
+        "activity_store": str(state.activity.path or ":memory:"),
+        "activity_store_problem": state.activity.problem,
+        "activity_lines_dropped": state.activity.dropped,
+        "models": rows,
+    }
+
+
+@get("/ui/api/models/{model_id:str}/settings", **API)
+async def settings(model_id: str, generation: Generation, viewer: Viewer) -> dict:
+    """A model's effective settings (after `defaults:`), read-only, secrets redacted."""
+    only_admin(viewer)
+    model = known_model(generation, viewer, model_id)
+    text = msgspec.json.encode(model).decode()
+    return msgspec.json.decode(current_redactor().redact(text))
+
+
+@get("/ui/api/models/{model_id:str}/events", **API)
+async def model_events(
+    model_id: str,
+    state: State,
+    generation: Generation,
+    viewer: Viewer,
+    after: Annotated[int, Parameter(ge=0)] = 0,
+    limit: Annotated[int, Parameter(ge=1, le=1000)] = 200,
+) -> dict:
+    """The model's own events (`model_log` lines of a process model among them) past `after`."""
+    only_admin(viewer)
+    known_model(generation, viewer, model_id)
+    events = await asyncio.to_thread(
+        state.activity.model_events, model_id, after=after, limit=limit
+    )
+    return {"model": model_id, "events": events}
+
+
+@get("/ui/api/activity", **API)
+async def activity(
+    state: State,
+    viewer: Viewer,
+    model: str | None = None,
+    key: str | None = None,
+    status: int | None = None,
+    protocol: str | None = None,
+    before: float | None = None,
+    limit: Annotated[int, Parameter(ge=1, le=1000)] = 100,
+) -> dict:
+    """One row per request, newest first; filters are exact. A key sees its own rows only."""
+    filters = {"model": model, "key": key, "status": status, "protocol": protocol}
+    if viewer.key is not None:
+        filters["key"] = viewer.key
+    filters = {column: value for column, value in filters.items() if value is not None}
+    rows = await asyncio.to_thread(state.activity.activity, filters, limit=limit, before=before)
+    return {"rows": rows}
+
+
+@get("/ui/api/activity/{request_id:str}", **API)
+async def request_trail(request_id: str, state: State, viewer: Viewer) -> dict:
+    """One request's row and its whole event trail (404 for another key's request)."""
+    row, events = await asyncio.to_thread(state.activity.request, request_id)
+    if row is None or (viewer.key is not None and row["key"] != viewer.key):
+        raise ModelNotFound(f"no request {request_id!r} in the activity history")
+    return {"row": row, "events": events}
+
+
+@get("/ui/api/history", **API)
+async def plots(state: State, viewer: Viewer, window: Literal["5m", "1h", "24h"] = "5m") -> dict:
+    """Series for the plots over `window`; a key sees its own requests' only."""
+    series = await asyncio.to_thread(history, state.activity, window, viewer.key)
+    series["memory_budget_bytes"] = state.budget.total
+    series["device_memory_bytes"] = state.device_memory_bytes
+    return series
+
+
+@get("/ui/api/reload", **API)
+async def last_reload(state: State, viewer: Viewer) -> dict:
+    """The last reload's outcome: `config_reloaded` (the diff) or `config_rejected`."""
+    only_admin(viewer)
+    event = await asyncio.to_thread(state.activity.last_event, "config_reloaded", "config_rejected")
+    return {"last": event}
+
+
+@get("/ui/api/benchmarks", **API)
+async def benchmarks(state: State, viewer: Viewer) -> dict:
+    """Benchmark runs kept, newest first, each with its settings."""
+    only_admin(viewer)
+    return {"runs": await asyncio.to_thread(state.activity.benchmarks)}
+
+
+ROUTES = [models, settings, model_events, activity, request_trail, plots, last_reload, benchmarks]
