@@ -103,9 +103,17 @@ class KeyLimiter:
         usage.budget_spent(self._wall())  # a new period starts from nothing
         usage.spent += tokens
 
-    def _refusal(self, usage: KeyUsage, limits: KeyLimits, now: float) -> RateLimited | None:
-        """The first limit the key is past, as the 429 to answer with; None when none is."""
-        wall = self._wall()
+    def allowances(
+        self, label: str, limits: KeyLimits
+    ) -> tuple[Allowance | None, Allowance | None]:
+        """What is left of the key's rpm and tpm now (None where it sets none): the headers
+        of an answer that was not refused."""
+        return self._allowances(self._usage[label], limits, self._clock())
+
+    @staticmethod
+    def _allowances(
+        usage: KeyUsage, limits: KeyLimits, now: float
+    ) -> tuple[Allowance | None, Allowance | None]:
         requests = tokens = None
         if limits.rpm is not None:
             reset = usage.requests[0] + WINDOW_S - now if usage.requests else 0.0
@@ -113,6 +121,12 @@ class KeyLimiter:
         if limits.tpm is not None:
             reset = usage.tokens[0][0] + WINDOW_S - now if usage.tokens else 0.0
             tokens = Allowance(limits.tpm, max(0, limits.tpm - usage.tokens_used()), reset)
+        return requests, tokens
+
+    def _refusal(self, usage: KeyUsage, limits: KeyLimits, now: float) -> RateLimited | None:
+        """The first limit the key is past, as the 429 to answer with; None when none is."""
+        wall = self._wall()
+        requests, tokens = self._allowances(usage, limits, now)
         usage.period_s = seconds(limits.budget.period) if limits.budget else 0.0
         spent = usage.budget_spent(wall)
         budget = limits.budget

@@ -18,8 +18,9 @@ from engines.errors import Forbidden, GatewayError, Unauthorized
 from engines.job import NO_TICKET, TICKET, Ticket, own
 from gateway.control.keys import ALLOWED_MODELS, KeyEntry, key_entries
 from gateway.control.limits import KeyLimiter
+from gateway.http.errors import protocol_of
 from gateway.http.exposure import is_loopback
-from gateway.http.ratelimit import asked_priority
+from gateway.http.ratelimit import allowance_headers, asked_priority
 
 ADMIN_LOOPBACK_ONLY = (
     "admin routes answer only on this machine (a loopback peer) while server.admin_key is "
@@ -114,4 +115,9 @@ async def require_api_key(connection: ASGIConnection, handler: BaseRouteHandler)
     priority = asked_priority(connection, matched.priority)
     limiter: KeyLimiter = connection.app.state.limiter
     own(limiter.admit(matched.label, matched.limits))  # its slot ends with the request
+    # The answer tells what is left, as OpenAI's and Anthropic's do (gateway/http/middleware.py).
+    protocol = protocol_of(connection.scope["path"], "anthropic-version" in connection.headers)
+    connection.scope.setdefault("state", {})["key_allowance"] = lambda: allowance_headers(
+        protocol, *limiter.allowances(matched.label, matched.limits)
+    )
     TICKET.set(Ticket(priority, functools.partial(limiter.spend, matched.label)))

@@ -60,6 +60,15 @@ def presented_secrets(scope: Scope) -> tuple[str, ...]:
     return tuple(v for v in values if len(v) >= MIN_ENV_SECRET)
 
 
+def key_allowance(scope: Scope, status: int) -> list[tuple[bytes, bytes]]:
+    """What is left of the request's key's limits, as the guard left word to say (a 429
+    carries its own)."""
+    allowance = scope.get("state", {}).get("key_allowance")
+    if allowance is None or status == 429:
+        return []
+    return [(name.encode(), value.encode()) for name, value in allowance().items()]
+
+
 def request_events(app: ASGIApp) -> ASGIApp:
     """ASGI middleware: binds `request_id` and logs one summary line when the response ends."""
 
@@ -92,6 +101,7 @@ def request_events(app: ASGIApp) -> ASGIApp:
                 message["headers"] = [
                     *message.get("headers", []),
                     (b"x-request-id", request_id.encode()),
+                    *key_allowance(scope, status),
                 ]
             await send(message)
 

@@ -52,8 +52,15 @@ def go_duration(seconds: float) -> str:
 
 def rate_limit_headers(protocol: str, error: RateLimited) -> dict[str, str]:
     """The headers of a key's 429 in `protocol`'s spelling."""
+    return allowance_headers(protocol, error.requests, error.tokens)
+
+
+def allowance_headers(
+    protocol: str, requests: Allowance | None, tokens: Allowance | None
+) -> dict[str, str]:
+    """What is left of a key's limits, in `protocol`'s spelling (none for an unset limit)."""
     headers: dict[str, str] = {}
-    for name, allowance in (("requests", error.requests), ("tokens", error.tokens)):
+    for name, allowance in (("requests", requests), ("tokens", tokens)):
         if allowance is not None:
             headers |= _allowance_headers(protocol, name, allowance)
     return headers

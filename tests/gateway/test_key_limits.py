@@ -75,6 +75,14 @@ def ask(gateway, protocol: str, key: str, stream: bool = False, model: str = "ec
         return list(answer) if stream else answer
 
 
+def raw(gateway, protocol: str, key: str) -> httpx.Response:
+    """One chat on the wire, for the headers of an answer that was not refused."""
+    path = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages", "ollama": "/api/chat"}
+    body = {"model": "echo", "messages": HELLO, "max_tokens": 8, "stream": False}
+    headers = {"authorization": f"Bearer {key}"}
+    return httpx.post(gateway.url + path[protocol], json=body, headers=headers, timeout=30)
+
+
 def refusal(gateway, protocol: str, key: str) -> tuple[int, dict, Exception]:
     """A refused request through the official client (status, headers, the error)."""
     errors = {
@@ -119,7 +127,12 @@ def assert_limited_event(gateway, label: str, limit: str, key: str) -> None:
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_rpm_past_the_limit_is_the_protocols_429_with_its_headers(gateway, protocol):
     key = secret("rpm", protocol)
-    ask(gateway, protocol, key)
+    first = raw(gateway, protocol, key)  # an answer says what is left, as the services do
+    assert first.status_code == 200
+    if protocol == "anthropic":
+        assert first.headers["anthropic-ratelimit-requests-remaining"] == "1"
+    else:
+        assert first.headers["x-ratelimit-remaining-requests"] == "1"
     ask(gateway, protocol, key)
     status, headers, error = refusal(gateway, protocol, key)
     assert status == 429 and "limits.rpm" in str(error)
