@@ -19,7 +19,7 @@ from pathlib import Path
 
 from engines.base import LoadInfo
 from engines.mlx.distributed.wire import gather, share
-from engines.mlx.isolated_child import pack_error
+from engines.mlx.isolated_child import answer, pack_error
 from engines.mlx.kit.weights import weight_bytes
 from schemas.canonical import Finished
 
@@ -145,7 +145,7 @@ def lead(control: Connection, batch_pipe: Connection, spec: dict, env: dict[str,
                 if message[0] in SHARED:
                     changes.append((pipe, message))
                 else:
-                    control.send(_answer(replica.engine, message))
+                    control.send(answer(replica.engine, message))
                 if message[0] == "stop" or not pipe.poll():
                     break
         if not changes and not replica.active:
@@ -156,17 +156,17 @@ def lead(control: Connection, batch_pipe: Connection, spec: dict, env: dict[str,
                 replica.engine.unload()
                 return
             try:
-                answer = (True, replica.apply(message))
+                reply = (True, replica.apply(message))
             except Exception as error:
-                answer = (False, pack_error(error))
+                reply = (False, pack_error(error))
             if pipe is control:
-                control.send(answer)
-            elif not answer[0]:  # the batch could not take the change: it is gone
+                control.send(reply)
+            elif not reply[0]:  # the batch could not take the change: it is gone
                 replica.batch = None
-                name, message = answer[1][0].__name__, str(answer[1][1])
-                batch_pipe.send(("failed", (name, message, "")))
-            elif answer[1]:  # requests refused alone (a prompt past the window)
-                batch_pipe.send(("steps", answer[1]))
+                kind, args = reply[1][0].__name__, reply[1][1]
+                batch_pipe.send(("failed", (kind, " ".join(map(str, args)), "")))
+            elif reply[1]:  # requests refused alone (a prompt past the window)
+                batch_pipe.send(("steps", reply[1]))
         if replica.active:
             _step_back(replica, batch_pipe)
 
@@ -216,14 +216,6 @@ def _beat(out) -> None:
         except OSError:  # the gateway is gone
             os._exit(1)
         time.sleep(HEARTBEAT_S)
-
-
-def _answer(engine, message: tuple) -> tuple[bool, object]:
-    name, *args = message
-    try:
-        return True, getattr(engine, name)(*args)
-    except Exception as error:
-        return False, pack_error(error)
 
 
 if __name__ == "__main__":
