@@ -32,8 +32,9 @@ HEARTBEAT_S = 1.0  # a rank that writes no byte for this long (x3) is taken as h
 class Replica:
     """A rank's engine and batch, changed only through `apply` and advanced by `step`."""
 
-    def __init__(self, engine, group, mode: str) -> None:
-        self.engine, self.group, self.mode = engine, group, mode
+    def __init__(self, engine, group, sharing: list[int]) -> None:
+        self.engine, self.group = engine, group
+        self.sharing = sharing[group.rank()]  # ranks on the gateway's machine (0: elsewhere)
         self.batch = None
         self.cancelled: set[int] = set()
         self.share = (1, 1)  # the part of the KV cache this rank holds, of its whole
@@ -76,7 +77,9 @@ class Replica:
         import mlx.core as mx
 
         try:
-            info = self.engine.load(memory_left)
+            # The budget is the gateway machine's: its ranks split it; a remote one has none.
+            here = memory_left is not None and self.sharing
+            info = self.engine.load(memory_left // self.sharing if here else None)
             failed = 0
         except Exception as error:
             info, failed = error, 1
@@ -115,7 +118,7 @@ def make_replica(spec: dict, group) -> Replica:
         return replica.model, tokenizer
 
     engine = MLXEngine(model, spec["platform"], spec["base_dir"], loader=loader)
-    replica = Replica(engine, group, mode)
+    replica = Replica(engine, group, spec["sharing"])
     return replica
 
 
