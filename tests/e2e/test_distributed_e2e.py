@@ -129,6 +129,24 @@ def test_a_sharded_model_answers_as_the_unsharded_one_through_every_protocol(gat
     assert len(generated) == len(asks) * len(QUESTIONS)
     assert all(0 < g["new_tokens"] <= MAX_TOKENS for g in generated)
 
+    # A client leaving mid-stream: the cancellation reaches every rank at the same step, so
+    # the ranks stay in step and the next answer is the same as before.
+    body = {
+        "model": "sharded",
+        "messages": [{"role": "user", "content": "Count from one to one thousand."}],
+        "max_tokens": 1000,
+        "stream": True,
+    }
+    with httpx.stream("POST", f"{gateway.url}/v1/chat/completions", json=body) as response:
+        for line in response.iter_lines():
+            if '"content":"' in line and '"content":""' not in line:
+                break  # one token in: leave
+    left = gateway.wait_event("generated", timeout=60, model="sharded", stop_reason="cancelled")
+    assert left["new_tokens"] < 1000
+    assert (
+        ask_openai(gateway, "sharded", QUESTIONS[1]) == answers[("openai", "single", QUESTIONS[1])]
+    )
+
 
 def stream_until_killed(gateway, pid: int, how: int) -> tuple[str, Exception | None]:
     """A long streaming answer; `pid` gets signal `how` after its third chunk."""
