@@ -108,6 +108,60 @@ async def burst(target: Target, clients: int, round_: int, max_tokens: int) -> d
     }
 
 
+def alternate(url: str, models: tuple[str, str], counts, rounds: int, max_tokens: int) -> dict:
+    """The same bursts to two models of one gateway, order alternating by round; round 0
+    warms up and is dropped. Per (model, clients): aggregate tok/s and TTFT ms per round;
+    per clients: whether the two gave the same greedy texts in every round."""
+    rates = {(m, n): [] for m in models for n in counts}
+    ttfts = {(m, n): [] for m in models for n in counts}
+    same = {n: True for n in counts}
+    for round_ in range(rounds + 1):
+        for n in counts:
+            order = models if round_ % 2 == 0 else models[::-1]
+            texts = {}
+            for name in order:
+                result = asyncio.run(burst(Target(name, url, name), n, round_, max_tokens))
+                texts[name] = result["texts"]
+                print(
+                    f"round {round_} {n:4d} clients {name:9s} "
+                    f"{result['aggregate']:9.1f} tok/s  ttft {1000 * result['ttft']:7.1f} ms",
+                    flush=True,
+                )
+                if round_:
+                    rates[(name, n)].append(result["aggregate"])
+                    ttfts[(name, n)].append(1000 * result["ttft"])
+            same[n] = same[n] and texts[models[0]] == texts[models[1]]
+    return {"rates": rates, "ttfts": ttfts, "same": same}
+
+
+def alternate_table(models: tuple[str, str], counts, result: dict) -> str:
+    """`alternate`'s medians as a table: each model's tok/s, the ratio second / first, TTFT."""
+    a, b = models
+    rows = []
+    for n in counts:
+        first, second = median(result["rates"][(a, n)]), median(result["rates"][(b, n)])
+        ttft = [median(result["ttfts"][(m, n)]) for m in models]
+        rows.append(
+            [
+                n,
+                f"{first:.1f}",
+                f"{second:.1f}",
+                f"{second / first:.3f}",
+                f"{ttft[0]:.1f} / {ttft[1]:.1f}",
+                "yes" if result["same"][n] else "no",
+            ]
+        )
+    header = [
+        "clients",
+        f"{a} tok/s",
+        f"{b} tok/s",
+        f"{b} / {a}",
+        f"TTFT ms {a} / {b}",
+        "same greedy texts",
+    ]
+    return table(header, rows)
+
+
 def float32_dir(source: str = SMOLLM2) -> Path:
     """mlx-lm's own save of the gateway's float32 expansion, cached beside converted GGUFs."""
     from engines.sources.resolve import default_cache_dir, resolve_source

@@ -20,11 +20,10 @@ of sharding, not the gain of more machines. On the H200 kit (bench/gpu/) with tw
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 
-from common import SMOLLM2, Gateway, median, report, table
-from concurrency import Target, burst
+from common import SMOLLM2, Gateway, report
+from concurrency import alternate, alternate_table
 
 
 def main() -> None:
@@ -55,54 +54,11 @@ def main() -> None:
         for name in models
     )
     load_before = os.getloadavg()
-    rates = {(m, n): [] for m in models for n in counts}
-    ttfts = {(m, n): [] for m in models for n in counts}
-    same = {n: True for n in counts}
     with Gateway(f"server: {{host: 127.0.0.1}}\nmodels:{entries}\n", "distributed") as gateway:
         attached = {e["model"]: e for e in gateway.events("model_attached")}
-        for round_ in range(args.rounds + 1):
-            for n in counts:
-                order = models if round_ % 2 == 0 else models[::-1]
-                texts = {}
-                for name in order:
-                    result = asyncio.run(
-                        burst(Target(name, gateway.url, name), n, round_, args.max_tokens)
-                    )
-                    texts[name] = result["texts"]
-                    print(
-                        f"round {round_} {n:4d} clients {name:8s} "
-                        f"{result['aggregate']:9.1f} tok/s  ttft {1000 * result['ttft']:7.1f} ms",
-                        flush=True,
-                    )
-                    if round_:
-                        rates[(name, n)].append(result["aggregate"])
-                        ttfts[(name, n)].append(1000 * result["ttft"])
-                same[n] = same[n] and texts["whole"] == texts["sharded"]
+        result = alternate(gateway.url, models, counts, args.rounds, args.max_tokens)
         platform_path = gateway.platform()
-    rows = []
-    for n in counts:
-        whole, sharded = median(rates[("whole", n)]), median(rates[("sharded", n)])
-        rows.append(
-            [
-                n,
-                f"{whole:.1f}",
-                f"{sharded:.1f}",
-                f"{sharded / whole:.3f}",
-                f"{median(ttfts[('whole', n)]):.1f} / {median(ttfts[('sharded', n)]):.1f}",
-                "yes" if same[n] else "no",
-            ]
-        )
-    body = table(
-        [
-            "clients",
-            "whole tok/s",
-            "sharded tok/s",
-            "sharded / whole",
-            "TTFT ms whole / sharded",
-            "same greedy texts",
-        ],
-        rows,
-    )
+    body = alternate_table(models, counts, result)
     mib = 2**20
     per_rank = [int(m) for m in attached["sharded"]["detail"]["memory_per_rank"].split(",")]
     memory = (

@@ -15,11 +15,10 @@ fast GPU the threaded model shares the GIL with HTTP, which is what isolation re
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 
-from common import SMOLLM2, Gateway, median, report, table
-from concurrency import Target, burst
+from common import SMOLLM2, Gateway, report
+from concurrency import alternate, alternate_table
 
 
 def main() -> None:
@@ -42,54 +41,11 @@ def main() -> None:
         for name in models
     )
     load_before = os.getloadavg()
-    rates = {(m, n): [] for m in models for n in counts}
-    ttfts = {(m, n): [] for m in models for n in counts}
-    same = {n: True for n in counts}
     with Gateway(f"server: {{host: 127.0.0.1}}\nmodels:{entries}\n", "isolation") as gateway:
-        for round_ in range(args.rounds + 1):
-            for n in counts:
-                order = models if round_ % 2 == 0 else models[::-1]
-                texts = {}
-                for name in order:
-                    result = asyncio.run(
-                        burst(Target(name, gateway.url, name), n, round_, args.max_tokens)
-                    )
-                    texts[name] = result["texts"]
-                    print(
-                        f"round {round_} {n:4d} clients {name:9s} "
-                        f"{result['aggregate']:9.1f} tok/s  ttft {1000 * result['ttft']:7.1f} ms",
-                        flush=True,
-                    )
-                    if round_:
-                        rates[(name, n)].append(result["aggregate"])
-                        ttfts[(name, n)].append(1000 * result["ttft"])
-                same[n] = same[n] and texts["threaded"] == texts["isolated"]
+        result = alternate(gateway.url, models, counts, args.rounds, args.max_tokens)
         platform_path = gateway.platform()
         decoding = gateway.decoding()
-    rows = []
-    for n in counts:
-        threaded, isolated = median(rates[("threaded", n)]), median(rates[("isolated", n)])
-        rows.append(
-            [
-                n,
-                f"{threaded:.1f}",
-                f"{isolated:.1f}",
-                f"{isolated / threaded:.3f}",
-                f"{median(ttfts[('threaded', n)]):.1f} / {median(ttfts[('isolated', n)]):.1f}",
-                "yes" if same[n] else "no",
-            ]
-        )
-    body = table(
-        [
-            "clients",
-            "threaded tok/s",
-            "isolated tok/s",
-            "isolated / threaded",
-            "TTFT ms threaded / isolated",
-            "same greedy texts",
-        ],
-        rows,
-    )
+    body = alternate_table(models, counts, result)
     report(
         "Isolation: model process vs model thread",
         body,

@@ -343,7 +343,7 @@ class DistributedConfig(Strict):
     backend: Literal["ring", "nccl"] = "ring"  # passed to mx.distributed.init
     mode: Literal["pipeline", "tensor"] = "pipeline"  # layers per rank, or heads per rank
     port: Port | None = None  # the first port of the ranks' (one each); absent: free ones
-    python: str | None = None  # the interpreter on remote hosts; absent: the gateway's
+    python: str | None = None  # the interpreter of ranks 1..N-1; absent: the gateway's
     timeout: Duration = "60s"  # a step, or a rank's silence, longer than this fails the model
 
 

@@ -99,9 +99,13 @@ class IsolatedEngine:
             self._memory_left = memory_left
             self._start()
             info = self._call("load", memory_left)
+            memory = info.memory_bytes
+            if self._group is not None:  # every rank on this machine counts against its budget
+                per_rank = [int(m) for m in info.detail["memory_per_rank"].split(",")]
+                memory = self._group.on_this_machine(per_rank)
             return LoadInfo(
                 context=info.context,
-                memory_bytes=info.memory_bytes,
+                memory_bytes=memory,
                 trained_context=info.trained_context,
                 detail={
                     **info.detail,

@@ -59,7 +59,7 @@ def serve(
                     if message[0] == "stop":
                         engine.unload()
                         return
-                    control.send(_answer(engine, message))
+                    control.send(answer(engine, message))
                 else:
                     batch = _take(engine, batch, cancelled, batch_pipe, message)
                 if not pipe.poll():
@@ -101,7 +101,8 @@ def _take(engine: MLXEngine, batch, cancelled: set[int], pipe: Connection, messa
     return batch
 
 
-def _answer(engine: MLXEngine, message: tuple) -> tuple[bool, object]:
+def answer(engine: MLXEngine, message: tuple) -> tuple[bool, object]:
+    """A call of the gateway's on the engine: `(True, value)`, or `(False, packed error)`."""
     name, *args = message
     try:
         return True, getattr(engine, name)(*args)

@@ -100,6 +100,9 @@ def summarize(config: GatewayConfig) -> list[str]:
             parts.append(f"task={m.task}")
         if m.draft:
             parts.append(f"draft={m.draft.model}")
+        if m.distributed:
+            d = m.distributed
+            parts.append(f"distributed={d.ranks} ranks, {d.mode}, {d.backend}")
         if m.vision.max_pixels or m.vision.min_pixels:
             pixels = f"{m.vision.min_pixels or 'checkpoint'}..{m.vision.max_pixels or 'checkpoint'}"
             parts.append(f"vision_pixels={pixels}")

@@ -98,9 +98,11 @@ def test_a_sharded_model_answers_as_the_unsharded_one_through_every_protocol(gat
     assert (detail["ranks"], detail["mode"], detail["backend"]) == ("2", "pipeline", "ring")
     assert detail["hosts"] == "127.0.0.1,127.0.0.1"
     per_rank = [int(n) for n in detail["memory_per_rank"].split(",")]
-    assert len(per_rank) == 2 and attached["memory_bytes"] == per_rank[0]
+    # Both ranks live on this machine: its budget counts them both.
+    assert len(per_rank) == 2 and attached["memory_bytes"] == sum(per_rank)
     # Each rank holds half the layers: less than the whole model in one process.
-    assert per_rank[0] < gateway.events("model_attached", model="single")[-1]["memory_bytes"]
+    whole = gateway.events("model_attached", model="single")[-1]["memory_bytes"]
+    assert max(per_rank) < whole
     pids = rank_pids(gateway, "sharded")
     assert len(pids) == 2 and all(map(running, pids))
 
@@ -126,6 +128,24 @@ def test_a_sharded_model_answers_as_the_unsharded_one_through_every_protocol(gat
     generated = gateway.events("generated", model="sharded")
     assert len(generated) == len(asks) * len(QUESTIONS)
     assert all(0 < g["new_tokens"] <= MAX_TOKENS for g in generated)
+
+    # A client leaving mid-stream: the cancellation reaches every rank at the same step, so
+    # the ranks stay in step and the next answer is the same as before.
+    body = {
+        "model": "sharded",
+        "messages": [{"role": "user", "content": "Count from one to one thousand."}],
+        "max_tokens": 1000,
+        "stream": True,
+    }
+    with httpx.stream("POST", f"{gateway.url}/v1/chat/completions", json=body) as response:
+        for line in response.iter_lines():
+            if '"content":"' in line and '"content":""' not in line:
+                break  # one token in: leave
+    left = gateway.wait_event("generated", timeout=60, model="sharded", stop_reason="cancelled")
+    assert left["new_tokens"] < 1000
+    assert (
+        ask_openai(gateway, "sharded", QUESTIONS[1]) == answers[("openai", "single", QUESTIONS[1])]
+    )
 
 
 def stream_until_killed(gateway, pid: int, how: int) -> tuple[str, Exception | None]:

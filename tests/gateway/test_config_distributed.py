@@ -9,7 +9,7 @@ import pytest
 
 from engines.errors import ConfigInvalid, SourceError
 from engines.mlx.distributed.shard import check_split
-from gateway.control.config import parse_config
+from gateway.control.config import parse_config, summarize
 
 MODEL = """
 models:
@@ -27,9 +27,11 @@ def errors_of(extra: str) -> list[str]:
 
 def test_a_distributed_block_parses_with_its_defaults():
     text = textwrap.dedent(MODEL).format(extra="    distributed: {ranks: 2}\n")
-    block = parse_config(text, "t.yaml", environ={}).models[0].distributed
+    config = parse_config(text, "t.yaml", environ={})
+    block = config.models[0].distributed
     assert (block.ranks, block.hosts, block.backend, block.mode) == (2, [], "ring", "pipeline")
     assert (block.port, block.timeout) == (None, "60s")
+    assert "distributed=2 ranks, pipeline, ring" in summarize(config)[0]
 
 
 @pytest.mark.parametrize(

@@ -84,6 +84,7 @@ class RankGroup:
             "platform": platform,
             "base_dir": base_dir,
             "mode": self.config.mode,
+            "sharing": self.sharing(),
         }
         self._peers: list[Peer] = []
         self._hostfile: str | None = None
@@ -126,6 +127,16 @@ class RankGroup:
             with contextlib.suppress(OSError):
                 os.unlink(self._hostfile)
             self._hostfile = None
+
+    def sharing(self) -> list[int]:
+        """Per rank: how many ranks share the gateway's machine with it (0: another host).
+        Those ranks split the memory the budget leaves, and count against it together."""
+        here = [h in LOCAL_HOSTS or h == self.hosts[0] for h in self.hosts]
+        return [sum(here) if mine else 0 for mine in here]
+
+    def on_this_machine(self, per_rank: list[int]) -> int:
+        """The bytes the ranks on the gateway's machine hold together."""
+        return sum(m for m, n in zip(per_rank, self.sharing(), strict=True) if n)
 
     def describe(self) -> dict[str, str]:
         """The group as `model_attached` tells it."""

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from engines.base import LoadInfo
 from engines.mlx.distributed.wire import gather, share
-from engines.mlx.isolated_child import pack_error
+from engines.mlx.isolated_child import answer, pack_error
 from engines.mlx.kit.weights import weight_bytes
 from schemas.canonical import Finished
 
@@ -32,8 +32,9 @@ HEARTBEAT_S = 1.0  # a rank that writes no byte for this long (x3) is taken as h
 class Replica:
     """A rank's engine and batch, changed only through `apply` and advanced by `step`."""
 
-    def __init__(self, engine, group, mode: str) -> None:
-        self.engine, self.group, self.mode = engine, group, mode
+    def __init__(self, engine, group, sharing: list[int]) -> None:
+        self.engine, self.group = engine, group
+        self.sharing = sharing[group.rank()]  # ranks on the gateway's machine (0: elsewhere)
         self.batch = None
         self.cancelled: set[int] = set()
         self.share = (1, 1)  # the part of the KV cache this rank holds, of its whole
@@ -76,7 +77,9 @@ class Replica:
         import mlx.core as mx
 
         try:
-            info = self.engine.load(memory_left)
+            # The budget is the gateway machine's: its ranks split it; a remote one has none.
+            here = memory_left is not None and self.sharing
+            info = self.engine.load(memory_left // self.sharing if here else None)
             failed = 0
         except Exception as error:
             info, failed = error, 1
@@ -115,7 +118,7 @@ def make_replica(spec: dict, group) -> Replica:
         return replica.model, tokenizer
 
     engine = MLXEngine(model, spec["platform"], spec["base_dir"], loader=loader)
-    replica = Replica(engine, group, mode)
+    replica = Replica(engine, group, spec["sharing"])
     return replica
 
 
@@ -145,7 +148,7 @@ def lead(control: Connection, batch_pipe: Connection, spec: dict, env: dict[str,
                 if message[0] in SHARED:
                     changes.append((pipe, message))
                 else:
-                    control.send(_answer(replica.engine, message))
+                    control.send(answer(replica.engine, message))
                 if message[0] == "stop" or not pipe.poll():
                     break
         if not changes and not replica.active:
@@ -156,17 +159,17 @@ def lead(control: Connection, batch_pipe: Connection, spec: dict, env: dict[str,
                 replica.engine.unload()
                 return
             try:
-                answer = (True, replica.apply(message))
+                reply = (True, replica.apply(message))
             except Exception as error:
-                answer = (False, pack_error(error))
+                reply = (False, pack_error(error))
             if pipe is control:
-                control.send(answer)
-            elif not answer[0]:  # the batch could not take the change: it is gone
+                control.send(reply)
+            elif not reply[0]:  # the batch could not take the change: it is gone
                 replica.batch = None
-                name, message = answer[1][0].__name__, str(answer[1][1])
-                batch_pipe.send(("failed", (name, message, "")))
-            elif answer[1]:  # requests refused alone (a prompt past the window)
-                batch_pipe.send(("steps", answer[1]))
+                kind, args = reply[1][0].__name__, reply[1][1]
+                batch_pipe.send(("failed", (kind, " ".join(map(str, args)), "")))
+            elif reply[1]:  # requests refused alone (a prompt past the window)
+                batch_pipe.send(("steps", reply[1]))
         if replica.active:
             _step_back(replica, batch_pipe)
 
@@ -216,14 +219,6 @@ def _beat(out) -> None:
         except OSError:  # the gateway is gone
             os._exit(1)
         time.sleep(HEARTBEAT_S)
-
-
-def _answer(engine, message: tuple) -> tuple[bool, object]:
-    name, *args = message
-    try:
-        return True, getattr(engine, name)(*args)
-    except Exception as error:
-        return False, pack_error(error)
 
 
 if __name__ == "__main__":
