@@ -304,6 +304,8 @@ def _open(path: Path | None) -> sqlite3.Connection:
     db.row_factory = sqlite3.Row
     if path is not None:
         db.execute("PRAGMA journal_mode=WAL")
+        # A history, not a ledger: a power cut may lose the last moments, never the file.
+        db.execute("PRAGMA synchronous=NORMAL")
     db.executescript(SCHEMA)
     return db
 
