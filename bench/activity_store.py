@@ -24,7 +24,7 @@ from pathlib import Path
 
 from common import fmt, median, report, table
 
-from gateway.ops.activity_store import ActivityStore
+from gateway.ops.activity.store import ActivityStore
 from schemas.config import ActivityConfig
 
 

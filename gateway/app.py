@@ -40,11 +40,11 @@ from gateway.openai import embeddings as openai_embeddings
 from gateway.openai.response_store import ResponseStore, store_path
 from gateway.ops import admin, benchmark, controls, health, playground, ui, ui_api
 from gateway.ops import metrics as metrics_routes
-from gateway.ops.activity_store import ActivityStore, activity_path
-from gateway.ops.capture import Capture
+from gateway.ops.activity.capture import Capture
+from gateway.ops.activity.sampler import sample_runners
+from gateway.ops.activity.store import ActivityStore, activity_path
 from gateway.ops.events_feed import EventsFeed
 from gateway.ops.metrics import Metrics
-from gateway.ops.sampler import sample_runners
 from gateway.ops.viewer import key_label
 from schemas.config import GatewayConfig, size_bytes
 

@@ -3,7 +3,7 @@ in SQLite (the standard library's `sqlite3`) under `server.state_dir` (`activity
 in memory with `state_dir: null`).
 
 The log hands every rendered (so already redacted) line to `tap`, which only queues it:
-one writer thread parses the lines, folds them into rows (activity_rows.py) and writes them
+one writer thread parses the lines, folds them into rows (rows.py) and writes them
 in batches, so the event loop never waits on the disk. Past `server.activity.max_rows` or
 `max_age` the oldest rows and their events go. Reads take the same connection under a lock;
 the routes make them on a worker thread.
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gateway.ops.activity_rows import COLUMNS, epoch, fold, new_row, rates
+from gateway.ops.activity.rows import COLUMNS, epoch, fold, new_row, rates
 from schemas.config import ActivityConfig, seconds
 
 SCHEMA = f"""
