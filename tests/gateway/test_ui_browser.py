@@ -255,3 +255,15 @@ def test_the_playground_embeds_with_an_embedding_model(browser, start_gateway, t
     expect(page.locator("#p-events li[data-event=generated]")).to_contain_text("model=minilm")
     page.close()
     assert errors == []
+
+
+def test_a_model_control_keeps_the_keyboard_focus_across_refreshes(browser, gateway):
+    page, errors = open_page(browser, gateway, ADMIN)
+    settings = page.locator("tr[data-model=sleeper] [data-action=settings]")
+    settings.focus()
+    page.wait_for_timeout(4500)  # two refreshes of the models table
+    expect(page.locator("tr[data-model=sleeper] [data-action=settings]")).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(page.locator("#settings-model")).to_have_text("sleeper")
+    page.close()
+    assert errors == []
