@@ -267,3 +267,42 @@ def test_a_model_control_keeps_the_keyboard_focus_across_refreshes(browser, gate
     expect(page.locator("#settings-model")).to_have_text("sleeper")
     page.close()
     assert errors == []
+
+
+@pytest.mark.e2e
+def test_the_playground_sends_an_image_to_a_vision_model(browser, start_gateway, tmp_path):
+    from PIL import Image
+
+    from engines.vision.demo import build_demo_vlm
+
+    picture = tmp_path / "red.png"
+    Image.new("RGB", (64, 64), (200, 30, 30)).save(picture)
+    gateway = start_gateway(
+        f"""
+        server: {{state_dir: {tmp_path / "state"}}}
+        models:
+          - id: vlm
+            source: {build_demo_vlm()}
+            context: {{max: 2048}}
+          - id: echo
+            engine: scripted
+        """
+    )
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    page.goto(f"{gateway.url}/ui")
+    page.click("#tab-playground")
+    page.select_option("#p-model", "echo")
+    expect(page.locator("#p-image")).to_be_hidden()  # a text model takes no image
+    page.select_option("#p-model", "vlm")
+    expect(page.locator("#p-image")).to_be_visible()
+    page.set_input_files("#p-image", str(picture))
+    page.fill("#p-max-tokens", "6")
+    page.fill("#p-message", "What colour is this?")
+    page.click("#p-send")
+    expect(page.locator("#p-stats")).to_contain_text("tokens/s", timeout=180_000)
+    expect(page.locator("#p-events li[data-event=generated]")).to_contain_text("images=1")
+    page.close()
+    assert errors == []
