@@ -160,8 +160,9 @@ class ActivityStore:
         if rid in self._ignored:
             # What the page's own calls caused (a reload, a load, a benchmark's generations)
             # is kept as model and config events, outside any row.
+            if name == "request_finished":
+                self._ignored.discard(rid)
             if name in ("request_started", "request_finished"):
-                self._ignored.discard(rid) if name == "request_finished" else None
                 return
             rid = None
         row = self._open.get(rid) if rid else None
