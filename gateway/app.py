@@ -167,14 +167,15 @@ def create_app(
                 "budget": budget,
                 "admission": admission,
                 "feed": feed,
-                "activity": activity,
-                "inflight": inflight,
-                "device_memory_bytes": platform.memory_bytes,
                 "metrics": metrics,
                 "bind_host": bind_host,
                 "log_scope": log_scope,
                 "responses_store": responses_store,
                 "pulls": pulls,
+                # The ops page's history, requests in flight, and the device's memory.
+                "activity": activity,
+                "inflight": inflight,
+                "device_memory_bytes": platform.memory_bytes,
                 # Read at start, like the CORS headers they must agree with.
                 "cors_origins": tuple(config.server.cors_origins),
             }
