@@ -38,14 +38,13 @@ from gateway.openai import chat as openai_chat
 from gateway.openai import completions, responses
 from gateway.openai import embeddings as openai_embeddings
 from gateway.openai.response_store import ResponseStore, store_path
-from gateway.ops import admin, benchmark, controls, health, playground, ui, ui_api
+from gateway.ops import admin, benchmark, controls, health, playground, ui, ui_api, viewer
 from gateway.ops import metrics as metrics_routes
 from gateway.ops.activity.capture import Capture
 from gateway.ops.activity.sampler import sample_runners
 from gateway.ops.activity.store import ActivityStore, activity_path
 from gateway.ops.events_feed import EventsFeed
 from gateway.ops.metrics import Metrics
-from gateway.ops.viewer import key_label
 from schemas.config import GatewayConfig, size_bytes
 
 
@@ -89,7 +88,7 @@ def create_app(
     activity = ActivityStore(
         activity_path(store_path(config.server, base_dir)),
         lambda: registry.current.config.server.activity,
-        lambda: key_label(registry.current.config.server, PRESENTED.get()),
+        lambda: viewer.key_label(registry.current.config.server, PRESENTED.get()),
     )
     capture = Capture(activity, lambda: registry.current.config)
 
