@@ -39,14 +39,13 @@ from gateway.openai import chat as openai_chat
 from gateway.openai import completions, responses
 from gateway.openai import embeddings as openai_embeddings
 from gateway.openai.response_store import ResponseStore, store_path
-from gateway.ops import admin, benchmark, controls, health, playground, ui, ui_api
+from gateway.ops import admin, benchmark, controls, health, playground, ui, ui_api, viewer
 from gateway.ops import metrics as metrics_routes
-from gateway.ops.activity_store import ActivityStore, activity_path
-from gateway.ops.capture import Capture
+from gateway.ops.activity.capture import Capture
+from gateway.ops.activity.sampler import sample_runners
+from gateway.ops.activity.store import ActivityStore, activity_path
 from gateway.ops.events_feed import EventsFeed
 from gateway.ops.metrics import Metrics
-from gateway.ops.sampler import sample_runners
-from gateway.ops.viewer import key_label
 from schemas.config import GatewayConfig, seconds, size_bytes
 
 
@@ -92,7 +91,7 @@ def create_app(
     activity = ActivityStore(
         activity_path(store_path(config.server, base_dir)),
         lambda: registry.current.config.server.activity,
-        lambda: key_label(registry.current.config.server, PRESENTED.get()),
+        lambda: viewer.key_label(registry.current.config.server, PRESENTED.get()),
     )
     capture = Capture(activity, lambda: registry.current.config)
 
@@ -170,15 +169,16 @@ def create_app(
                 "budget": budget,
                 "admission": admission,
                 "feed": feed,
-                "activity": activity,
-                "inflight": inflight,
-                "device_memory_bytes": platform.memory_bytes,
                 "metrics": metrics,
                 "limiter": KeyLimiter(),
                 "bind_host": bind_host,
                 "log_scope": log_scope,
                 "responses_store": responses_store,
                 "pulls": pulls,
+                # The ops page's history, requests in flight, and the device's memory.
+                "activity": activity,
+                "inflight": inflight,
+                "device_memory_bytes": platform.memory_bytes,
                 # Read at start, like the CORS headers they must agree with.
                 "cors_origins": tuple(config.server.cors_origins),
             }

@@ -153,13 +153,6 @@ class LimitsConfig(Strict):
     fetch_timeout: Duration = "10s"
 
 
-class ResponsesConfig(Strict):
-    """Stored Responses (`/v1/responses` with `store`): how long they stay, how much room."""
-
-    ttl: Duration = "720h"  # 30 days, as OpenAI keeps them
-    max_bytes: ByteSize = "256MiB"  # past it, the oldest responses go first
-
-
 class CacheConfig(Strict):
     """The disk tier under prefix reuse: KV cache blocks that outlive eviction and restarts."""
 
@@ -175,6 +168,13 @@ class ActivityConfig(Strict):
 
     max_rows: PositiveInt = 10_000
     max_age: Duration = "168h"
+
+
+class ResponsesConfig(Strict):
+    """Stored Responses (`/v1/responses` with `store`): how long they stay, how much room."""
+
+    ttl: Duration = "720h"  # 30 days, as OpenAI keeps them
+    max_bytes: ByteSize = "256MiB"  # past it, the oldest responses go first
 
 
 class ServerConfig(Strict):
@@ -195,12 +195,13 @@ class ServerConfig(Strict):
     # Fetch nothing from the Hugging Face Hub (as HF_HUB_OFFLINE=1 does): hub models must
     # already be in the cache (`gateway pull`).
     offline: bool = False
+    # The ops page's Activity history (`activity.sqlite3` in `state_dir`).
+    activity: ActivityConfig = ActivityConfig()
     # Where state that outlives the process lives (the stored Responses' SQLite file):
     # "auto" is $GATEWAY_STATE_DIR, else the user's data directory; null keeps it in memory.
     state_dir: str | None = "auto"
     responses: ResponsesConfig = ResponsesConfig()
     cache: CacheConfig = CacheConfig()
-    activity: ActivityConfig = ActivityConfig()
     # Remote http(s) image URLs in requests are fetched only when this is true.
     fetch_images: bool = False
     # Networks (CIDR) images may be fetched from although not public, e.g. [127.0.0.1/32]

@@ -51,11 +51,13 @@ class InFlight:
             if scope["type"] != "http" or request_id is None or task is None:
                 await app(scope, receive, send)
                 return
-            started = False
+            started = completed = False
 
             async def watch(message: Message) -> None:
-                nonlocal started
+                nonlocal started, completed
                 started = started or message["type"] == "http.response.start"
+                body = message["type"] == "http.response.body"
+                completed = completed or (body and not message.get("more_body"))
                 await send(message)
 
             self._tasks[request_id] = task
@@ -65,7 +67,8 @@ class InFlight:
                 if request_id not in self._cancelled:
                     raise
                 task.uncancel()
-                await _answer_cancelled(scope, send, started)
+                if not completed:  # else the answer was out already: nothing to end
+                    await _answer_cancelled(scope, send, started)
             finally:
                 self._tasks.pop(request_id, None)
                 self._cancelled.discard(request_id)

@@ -22,7 +22,7 @@ from engines.errors import ModelNotFound
 from gateway.canonical.model_facts import reads_images, task_of
 from gateway.control.registry import Generation
 from gateway.logs.setup import current_redactor
-from gateway.ops.history import history
+from gateway.ops.activity.history import history
 from gateway.ops.ui import model_state
 from gateway.ops.viewer import OWN_GUARD, Viewer, only_admin, provide_viewer, require_viewer
 

@@ -3,8 +3,8 @@
 The admin (the admin key; with no keys at all, a peer on this machine) sees everything and
 may act. Any other valid API key sees the models it may use and its own requests only: its
 Activity rows and plots are its own, and it gets no controls, no other keys' rows and no
-live feed of everyone's events. Keys are named by label (`key-N`: the N-th entry of
-`server.api_keys`, or its `label` where the entry has one), never by their secret.
+live feed of everyone's events. Keys are named by label (`api_keys[N]`, the entry's place
+in `server.api_keys`, or its `label` where the entry has one), never by their secret.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 
 from engines.errors import Forbidden, Unauthorized
-from gateway.control.keys import key_entries
 from gateway.http.auth import admin_refusal, presented_key, same_secret
 from schemas.config import ApiKey, ServerConfig
 
@@ -33,20 +32,27 @@ class Viewer:
     models: tuple[str, ...] | None  # names the key may use; None: every model
 
 
-def key_label(server: ServerConfig, presented: Iterable[str]) -> str | None:
-    """The label of the key among `presented` (header values) that the config knows, or None.
-
-    Every configured key is compared with every presented value, always (constant time).
+def _known(server: ServerConfig, presented: Iterable[str]) -> tuple[str, tuple | None] | None:
+    """(label, models it may use; None: every one) of the configured key among `presented`
+    (header values), or None. Every key is compared with every value, always (constant time).
     """
-    label = None
     values = [value for value in presented if value]
-    if server.admin_key and any(same_secret(v, server.admin_key) for v in values):
-        label = ADMIN_LABEL
-    for index, entry in enumerate(server.api_keys):
+    found = None
+    for position, entry in enumerate(server.api_keys):
         secret = entry.key if isinstance(entry, ApiKey) else entry
-        if secret and any(same_secret(v, secret) for v in values) and label is None:
-            label = getattr(entry, "label", None) or f"key-{index + 1}"
-    return label
+        if secret and any(same_secret(v, secret) for v in values) and found is None:
+            label = getattr(entry, "label", None) or f"api_keys[{position}]"
+            listed = entry.models if isinstance(entry, ApiKey) else None
+            found = (label, None if listed is None else tuple(listed))
+    return found
+
+
+def key_label(server: ServerConfig, presented: Iterable[str]) -> str | None:
+    """The label of the key among `presented` the config knows (`admin` for the admin key)."""
+    values = [value for value in presented if value]
+    admin = bool(server.admin_key) and any(same_secret(v, server.admin_key) for v in values)
+    known = _known(server, values)
+    return ADMIN_LABEL if admin else (known[0] if known else None)
 
 
 def viewer_of(connection: ASGIConnection) -> Viewer:
@@ -54,17 +60,14 @@ def viewer_of(connection: ASGIConnection) -> Viewer:
     if admin_refusal(connection) is None:
         return Viewer(admin=True, key=None, models=None)
     server = connection.app.state.registry.current.config.server
-    entries = key_entries(server)
-    if not entries:  # an open gateway: no tenants to keep apart, but no controls either
+    if not server.api_keys:  # an open gateway: no tenants to keep apart, but no controls either
         return Viewer(admin=False, key=None, models=None)
-    key = presented_key(connection)
-    label = key_label(server, [key or ""])
-    if label is None:
+    known = _known(server, [presented_key(connection) or ""])
+    if known is None:
         raise Unauthorized(
             "missing or invalid API key: send it as 'Authorization: Bearer <key>' or 'x-api-key'"
         )
-    models = next(m for secret, m in entries if same_secret(key, secret))
-    return Viewer(admin=False, key=label, models=models)
+    return Viewer(admin=False, key=known[0], models=known[1])
 
 
 async def require_viewer(connection: ASGIConnection, _: BaseRouteHandler) -> None:

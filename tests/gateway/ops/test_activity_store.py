@@ -10,8 +10,8 @@ import pytest
 
 from engines.errors import ConfigInvalid
 from gateway.control.config import parse_config
-from gateway.ops.activity_store import ActivityStore
-from gateway.ops.history import history
+from gateway.ops.activity.history import history
+from gateway.ops.activity.store import ActivityStore
 from schemas.config import ActivityConfig
 
 

@@ -8,7 +8,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from gateway.ops.activity_store import ActivityStore
+from gateway.ops.activity.store import ActivityStore
 
 # Each window's length and bucket, in seconds: about 60 points a plot.
 WINDOWS = {"5m": (300, 5), "1h": (3600, 60), "24h": (86400, 1800)}

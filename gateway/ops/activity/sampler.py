@@ -8,7 +8,7 @@ import time
 
 from engines.base import EngineState
 from gateway.control.registry import Registry
-from gateway.ops.activity_store import ActivityStore
+from gateway.ops.activity.store import ActivityStore
 
 SAMPLE_EVERY_S = 5.0
 

@@ -3,7 +3,7 @@ in SQLite (the standard library's `sqlite3`) under `server.state_dir` (`activity
 in memory with `state_dir: null`).
 
 The log hands every rendered (so already redacted) line to `tap`, which only queues it:
-one writer thread parses the lines, folds them into rows (activity_rows.py) and writes them
+one writer thread parses the lines, folds them into rows (rows.py) and writes them
 in batches, so the event loop never waits on the disk. Past `server.activity.max_rows` or
 `max_age` the oldest rows and their events go. Reads take the same connection under a lock;
 the routes make them on a worker thread.
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gateway.ops.activity_rows import COLUMNS, epoch, fold, new_row, rates
+from gateway.ops.activity.rows import COLUMNS, epoch, fold, new_row, rates
 from schemas.config import ActivityConfig, seconds
 
 SCHEMA = f"""
@@ -160,8 +160,9 @@ class ActivityStore:
         if rid in self._ignored:
             # What the page's own calls caused (a reload, a load, a benchmark's generations)
             # is kept as model and config events, outside any row.
+            if name == "request_finished":
+                self._ignored.discard(rid)
             if name in ("request_started", "request_finished"):
-                self._ignored.discard(rid) if name == "request_finished" else None
                 return
             rid = None
         row = self._open.get(rid) if rid else None
@@ -304,6 +305,8 @@ def _open(path: Path | None) -> sqlite3.Connection:
     db.row_factory = sqlite3.Row
     if path is not None:
         db.execute("PRAGMA journal_mode=WAL")
+        # A history, not a ledger: a power cut may lose the last moments, never the file.
+        db.execute("PRAGMA synchronous=NORMAL")
     db.executescript(SCHEMA)
     return db
 

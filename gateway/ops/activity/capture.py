@@ -15,8 +15,8 @@ import structlog
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.logs.setup import current_redactor
-from gateway.ops.activity_rows import protocol_of
-from gateway.ops.activity_store import ActivityStore
+from gateway.ops.activity.rows import protocol_of
+from gateway.ops.activity.store import ActivityStore
 from schemas.config import GatewayConfig
 from schemas.events import Event, RequestRouted
 

@@ -1,6 +1,6 @@
 """One Activity row per request, folded from the request's own event lines.
 
-Pure functions over parsed JSON lines: the store (activity_store.py) feeds them in order and
+Pure functions over parsed JSON lines: the store (store.py) feeds them in order and
 writes the rows. `generated` is read generically: the fields named here become columns, and
 every other number or word it carries (cache tiers `ram`/`disk`, `drafted_tokens`,
 `accepted_tokens`, `replica`, images, …) lands in the row's `detail`, summed across a
