@@ -17,8 +17,9 @@ from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 
 from engines.errors import Forbidden, Unauthorized
+from gateway.control.keys import key_entries
 from gateway.http.auth import admin_refusal, presented_key, same_secret
-from schemas.config import ApiKey, ServerConfig
+from schemas.config import ServerConfig
 
 ADMIN_LABEL = "admin"
 # The API-key guard leaves routes marked so to their own guard: this module's.
@@ -38,12 +39,9 @@ def _known(server: ServerConfig, presented: Iterable[str]) -> tuple[str, tuple |
     """
     values = [value for value in presented if value]
     found = None
-    for position, entry in enumerate(server.api_keys):
-        secret = entry.key if isinstance(entry, ApiKey) else entry
-        if secret and any(same_secret(v, secret) for v in values) and found is None:
-            label = getattr(entry, "label", None) or f"api_keys[{position}]"
-            listed = entry.models if isinstance(entry, ApiKey) else None
-            found = (label, None if listed is None else tuple(listed))
+    for entry in key_entries(server):
+        if any(same_secret(v, entry.secret) for v in values) and found is None:
+            found = (entry.label, entry.models)
     return found
 
 
