@@ -44,7 +44,7 @@ models:
     script: {{reply: "one two three", token_delay: 0.05}}
   - id: slow
     engine: scripted
-    script: {{reply: "one two three four five six", token_delay: 0.4}}
+    script: {{reply: "one two three four five six", token_delay: 1.0}}  # 6 s in flight, even on a loaded machine
 """
 
 
