@@ -106,8 +106,11 @@ class DiskKV:
             blocks.append(tensors)
         if len(blocks) * BLOCK_TOKENS <= longer_than:
             return None
+        try:
+            cache = _cache_of(blocks)
+        except (KeyError, ValueError):  # blocks that checked out but do not fit together
+            return None
         self.store.touch(keys[: len(blocks)])
-        cache = _cache_of(blocks)
         return DiskHit(cache, len(blocks) * BLOCK_TOKENS, time.perf_counter() - started)
 
     def save(self, tokens: list[int], cache: list) -> None:
