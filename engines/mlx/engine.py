@@ -12,7 +12,7 @@ from engines.cache import CacheDir
 from engines.errors import BadRequest, ContextTooLarge, ModelUnavailable, SourceError
 from engines.mlx.constrain import Grammar
 from engines.mlx.facts import source_chat_template
-from engines.mlx.kit.disk_cache import BLOCK_TOKENS, DiskKV, cacheable
+from engines.mlx.kit.disk_cache import BLOCK_TOKENS, DiskKV, cacheable, min_tokens
 from engines.mlx.kit.memory import release_buffers
 from engines.mlx.kit.penalties import make_penalties
 from engines.mlx.kit.prepare import start
@@ -278,9 +278,11 @@ class MLXEngine:
             return None, "off (single-stream decoding: kv_bits or draft)"
         if not cacheable(model):
             return None, "off (this architecture's cache is not in blocks)"
-        meaning = f"{held}|{config.kv_bits}|{self._platform.device}"
-        disk = DiskKV.open(self._disk_dir, config.id, path, meaning)
-        return disk, f"{self._disk_dir.path} (blocks of {BLOCK_TOKENS} tokens)"
+        device = self._platform.device
+        shortest = min_tokens(device)
+        disk = DiskKV.open(self._disk_dir, config.id, path, f"{held}|{config.kv_bits}|{device}")
+        where = f"{self._disk_dir.path} (blocks of {BLOCK_TOKENS} tokens"
+        return disk, f"{where}, conversations of {shortest} tokens or more)"
 
     def _parked_windows(self) -> int:
         """Windows of KV cache the parked sessions may hold together: one per slot, at most

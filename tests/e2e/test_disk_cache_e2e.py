@@ -9,7 +9,10 @@ gateways on one directory.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -212,8 +215,20 @@ def test_the_directory_stays_under_its_budget_least_recently_used_first(
 def test_a_kill_during_a_write_leaves_no_half_block_trusted(gateways, tmp_path, reference):
     cache = tmp_path / "kv"
     gateway = gateways.start(config(cache))
-    converse(gateway, "cached")
-    gateway.process.kill()  # the blocks are being written as the answer goes out
+    answered = threading.Event()
+
+    def kill_mid_write() -> None:
+        """SIGKILL as soon as a block is being written (or once the answer is in)."""
+        while not answered.is_set() and not list(cache.glob("*/*.tmp")):
+            time.sleep(0.0005)
+        gateway.process.kill()
+
+    killer = threading.Thread(target=kill_mid_write)
+    killer.start()
+    with contextlib.suppress(httpx.HTTPError):  # killed before the answer was all out
+        converse(gateway, "cached")
+    answered.set()
+    killer.join()
     gateway.process.wait()
     for block in blocks_in(cache):  # every file under a block's name is whole
         assert read_block(block)

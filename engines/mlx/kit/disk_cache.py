@@ -28,6 +28,11 @@ from engines.cache.store import BlockStore
 # new turn) is a small part of a long prompt: at 256, a 2k-token prompt after a restart
 # took 0.16x its cold time to the first token on the CPU, most of it the 182-token tail.
 BLOCK_TOKENS = 64
+# The shortest conversation saved. On CUDA a prefill of a couple of thousand tokens takes
+# a fraction of a second, while saving copies the cache out of GPU memory on the model's
+# thread, between the batch's steps: only long prompts are worth it there (not measured
+# yet: bench/disk_cache.py --source on the H200 is the way to tune it).
+MIN_TOKENS_CUDA = 2048
 FORMAT = b"mlx-gateway-kv/1"
 # MLX dtypes as safetensors names them; bfloat16 crosses into numpy as raw 16 bits.
 DTYPE_NAMES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}
@@ -65,18 +70,26 @@ def cacheable(model) -> bool:
     return all(type(c) is KVCache for c in make_prompt_cache(model))
 
 
+def min_tokens(device: str) -> int:
+    """The shortest conversation saved on this platform (`PlatformPath.device`)."""
+    return MIN_TOKENS_CUDA if device == "gpu (cuda)" else BLOCK_TOKENS
+
+
 class DiskKV:
     """One model's KV blocks on disk: find and load a prompt's prefix, save a conversation."""
 
-    def __init__(self, store: BlockStore, salt: bytes) -> None:
+    def __init__(self, store: BlockStore, salt: bytes, shortest: int = BLOCK_TOKENS) -> None:
         self.store = store
         self._salt = salt
+        self._shortest = shortest  # conversations shorter are not saved (`min_tokens`)
 
     @classmethod
-    def open(cls, where: CacheDir, model_id: str, path: Path, meaning: str) -> DiskKV:
+    def open(
+        cls, where: CacheDir, model_id: str, path: Path, meaning: str, shortest: int = BLOCK_TOKENS
+    ) -> DiskKV:
         """`meaning`: how the cache is computed beyond the files (dtype, kv_bits, device)."""
         salt = hashlib.blake2b(FORMAT + weights_identity(path) + meaning.encode()).digest()
-        return cls(BlockStore(where, model_id), salt)
+        return cls(BlockStore(where, model_id), salt, shortest)
 
     def close(self) -> None:
         self.store.close()
@@ -106,15 +119,18 @@ class DiskKV:
             blocks.append(tensors)
         if len(blocks) * BLOCK_TOKENS <= longer_than:
             return None
+        try:
+            cache = _cache_of(blocks)
+        except (KeyError, ValueError):  # blocks that checked out but do not fit together
+            return None
         self.store.touch(keys[: len(blocks)])
-        cache = _cache_of(blocks)
         return DiskHit(cache, len(blocks) * BLOCK_TOKENS, time.perf_counter() - started)
 
     def save(self, tokens: list[int], cache: list) -> None:
         """Queue the whole blocks of a finished conversation's cache that are not on disk."""
         held = min(min(c.offset for c in cache), len(tokens))
         keys = self.keys(tokens, held // BLOCK_TOKENS)
-        if not keys:
+        if not keys or held < self._shortest:
             return
         have = self.store.present(keys)
         missing = {i: key for i, key in enumerate(keys) if i >= have}
