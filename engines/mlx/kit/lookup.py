@@ -31,6 +31,7 @@ class PromptLookup:
         self.history = list(history)
         self._n = ngram
         self._index: dict[tuple[int, ...], int] = {}
+        self._heads: set[tuple[int, ...]] = set()  # the first n - 1 tokens of indexed n-grams
         self._indexed = ngram  # positions below this have their preceding n-gram indexed
         # The span being copied: (length of the history when it was proposed, where it began).
         self._follow: tuple[int, int] | None = None
@@ -47,16 +48,37 @@ class PromptLookup:
             return []
         start = self._followed(end)
         if start is None:
-            # Index every n-gram whose continuation is known (it ends before the last token).
-            for j in range(self._indexed, end):
-                self._index[tuple(history[j - n : j])] = j
-            self._indexed = max(self._indexed, end)
+            self._index_to(end)
             start = self._index.get(tuple(history[end - n :]))
         if start is None:
             self._follow = None
             return []
         self._follow = (end, start)
         return history[start : start + limit]
+
+    def may_draft(self) -> bool:
+        """Whether a draft can follow the next token, whatever it is: the span being copied
+        still agrees, or the last n - 1 tokens begin an n-gram seen before. (Knowing the
+        next token means waiting for it; a sequence that cannot draft stays pipelined.)"""
+        history, n = self.history, self._n
+        end = len(history)
+        if end < n:
+            return False
+        if self._follow is not None:
+            then, start = self._follow
+            if history[start : start + end - then] == history[then:end]:
+                return True
+        self._index_to(end)
+        return tuple(history[end - n + 1 :]) in self._heads
+
+    def _index_to(self, end: int) -> None:
+        """Index every n-gram whose continuation is known (it ends before position `end`)."""
+        history, n = self.history, self._n
+        for j in range(self._indexed, end):
+            gram = tuple(history[j - n : j])
+            self._index[gram] = j
+            self._heads.add(gram[:-1])
+        self._indexed = max(self._indexed, end)
 
     def _followed(self, end: int) -> int | None:
         """Where the span copied last continues, if everything since went as it said."""
@@ -90,8 +112,10 @@ class Drafter:
         self._lookup.extend(tokens)
 
     def wanted(self) -> int:
-        """How many tokens this sequence would draft this step (0: none, it rests)."""
-        return self._length.wanted()
+        """How many tokens this sequence would draft after its next one (0: none this step:
+        it rests, or nothing seen before can follow)."""
+        wanted = self._length.wanted()
+        return wanted if wanted and self._lookup.may_draft() else 0
 
     def propose(self, limit: int, pending: int) -> list[int]:
         """Up to `limit` tokens to follow the history and `pending`."""

@@ -97,3 +97,16 @@ def test_penalties_see_the_draft_up_to_their_own_position():
     sampler = make_request_sampler(0.0, None, None, None, None)
     verify_alone(model, [KVCache()], [9, 9], None, [2, 1, 3], [recording], sampler)
     assert seen == [[9, 9, 2], [9, 9, 2, 1], [9, 9, 2, 1, 3]]
+
+
+def test_a_sequence_that_cannot_draft_does_not_wait_for_its_next_token():
+    lookup = PromptLookup([1, 2, 3, 4, 5], ngram=3)
+    assert not lookup.may_draft()  # (4, 5) begins no 3-gram seen: no token can make a match
+    lookup.extend([1, 2])
+    assert lookup.may_draft()  # (1, 2) begins (1, 2, 3): if 3 comes next, 4, 5 follow
+    lookup.extend([3])  # the next token, known now
+    assert lookup.draft(2) == [4, 5]
+    lookup.extend([4, 5])
+    assert lookup.may_draft()  # the copy still agrees
+    lookup.extend([9])
+    assert not lookup.may_draft()  # it no longer does, and (5, 9) begins nothing
