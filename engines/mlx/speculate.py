@@ -19,6 +19,7 @@ from __future__ import annotations
 from engines.errors import ModelUnavailable
 from engines.mlx.constrain import MaskProcessor
 from engines.mlx.kit.lookup import Drafter
+from engines.mlx.kit.sampling import is_greedy
 from schemas.config import ModelConfig, SpeculationConfig
 
 # Token positions one batched verification may feed (rows x (1 + draft)): the batch's
@@ -150,8 +151,7 @@ class BatchDrafting:
                 span = k + 1 if drafters[b] is not None else 1
                 processed.append(_processed(logits[b], processors, context, starts[b], span))
             logits = mx.stack(processed)
-        logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-        sampled = _sample_batch(batch, logprobs)
+        sampled = _sample_batch(batch, logits)
         targets = sampled.tolist()
         kept = [_agreed(t, x) for t, x in zip(targets, drafts, strict=True)]
         _drop_rejected(batch.prompt_cache, [k - n for n in kept])
@@ -163,18 +163,19 @@ class BatchDrafting:
                 drafters[b].record(len(drafts[b]), n)
         before = batch._next_logprobs
         batch._next_tokens = sampled[mx.arange(len(rows)), mx.array(kept)]
-        batch._next_logprobs = [logprobs[b, n] for b, n in enumerate(kept)]
-        return _responses(batch, rows, kept, before, logprobs)
+        batch._next_logprobs = [_normalized(logits[b, n]) for b, n in enumerate(kept)]
+        return _responses(batch, rows, kept, before, logits)
 
 
-def _responses(batch, rows, kept, before, logprobs) -> list:
-    """Each row's kept tokens as the generator's responses, its end where one ends it."""
+def _responses(batch, rows, kept, before, logits) -> list:
+    """Each row's kept tokens as the generator's responses, its end where one ends it; each
+    with its log-softmax (`before`: the current tokens'), computed only where it is read."""
     response = type(batch).Response
     out, keep = [], []
     for b, uid in enumerate(batch.uids):
         reason = None
         for i, token in enumerate(rows[b][: kept[b] + 1]):
-            row = before[b] if i == 0 else logprobs[b, i - 1]
+            row = before[b] if i == 0 else _normalized(logits[b, i - 1])
             batch._num_tokens[b] += 1
             if batch._num_tokens[b] >= batch.max_tokens[b]:
                 reason = "length"
@@ -207,21 +208,32 @@ def _processed(logits, processors, context, start: int, span: int):
     return mx.concatenate(rows)
 
 
-def _sample_rows(sampler, logits):
+def _normalized(logits):
+    """Log-softmax of one row (lazy: only a row that is read costs its normalization)."""
     import mlx.core as mx
 
-    return sampler(logits - mx.logsumexp(logits, axis=-1, keepdims=True))
+    return logits - mx.logsumexp(logits, axis=-1, keepdims=True)
 
 
-def _sample_batch(batch, logprobs):
+def _sample_rows(sampler, logits):
+    """Every row of `logits` sampled; the arg-max needs no normalization over the vocabulary
+    (on a small model the vocabulary is a fifth of the weights: a draft's positions add up)."""
+    import mlx.core as mx
+
+    if is_greedy(sampler):
+        return mx.argmax(logits, axis=-1).astype(mx.uint32)
+    return sampler(_normalized(logits))
+
+
+def _sample_batch(batch, logits):
     """Every position of every row with its row's sampler: one call when they share one."""
     import mlx.core as mx
 
-    rows, width, vocab = logprobs.shape
+    rows, width, vocab = logits.shape
     samplers = [batch.fallback_sampler if s is None else s for s in batch.samplers or [None]]
     if all(s is samplers[0] for s in samplers):
-        return samplers[0](logprobs.reshape(rows * width, vocab)).reshape(rows, width)
-    return mx.stack([s(logprobs[b]) for b, s in enumerate(samplers)])
+        return _sample_rows(samplers[0], logits.reshape(rows * width, vocab)).reshape(rows, width)
+    return mx.stack([_sample_rows(s, logits[b]) for b, s in enumerate(samplers)])
 
 
 def _agreed(targets: list[int], draft: list[int]) -> int:
