@@ -9,11 +9,10 @@ alike). Tasks: (a) a ~60-line Python file and "rename x to total and return the 
 full" (a system prompt asks for the file alone), (b) a summary of a pasted text, (c) free
 chat. Each round runs every task and stream count on both models, the order of the two
 sides alternating by round, so the noise of a shared CPU hits both; a warm-up burst of each
-task on each side comes first. Each stream's prompt is
-distinct per stream and round. Decode tok/s = all new tokens / (last token - first token,
-over the streams): prefill left out. Greedy: the script asserts that both sides give the
-same texts. Targets (issue 28): (a) >= 1.8x
-alone and >= 1.3x at 4 streams, (b) >= 1.2x, (c) >= 0.97x.
+task on each side comes first. Each stream's prompt is distinct per stream and round.
+Decode tok/s = all new tokens / (last token - first token, over the streams): prefill left
+out. Greedy: the script asserts that both sides give the same texts. Targets (issue 28):
+(a) >= 1.8x alone and >= 1.3x at 4 streams, (b) >= 1.2x, (c) >= 0.97x.
 """
 
 from __future__ import annotations
