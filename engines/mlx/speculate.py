@@ -112,7 +112,8 @@ class BatchDrafting:
             return None
         drafters = [drafter_of(uid) for uid in batch.uids]
         wants = [min(most, d.wanted()) if d is not None else 0 for d in drafters]
-        if not any(wants):
+        # The same bar before waiting for the tokens (the longest drafts possible) as after.
+        if _expected(drafters, wants) < MIN_KEPT_PER_ROW * rows:
             return None
         with mx.stream(generator.stream):
             current = batch._next_tokens.tolist()
@@ -122,8 +123,7 @@ class BatchDrafting:
                 else []
                 for b, (d, w) in enumerate(zip(drafters, wants, strict=True))
             ]
-            expected = sum(d.rate * len(x) for d, x in zip(drafters, drafts, strict=True) if x)
-            if expected < MIN_KEPT_PER_ROW * rows:
+            if _expected(drafters, [len(x) for x in drafts]) < MIN_KEPT_PER_ROW * rows:
                 return None
             self._steps += 1
             if self._steps % CLEAR_CACHE_EVERY == 0:
@@ -234,6 +234,11 @@ def _sample_batch(batch, logits):
     if all(s is samplers[0] for s in samplers):
         return _sample_rows(samplers[0], logits.reshape(rows * width, vocab)).reshape(rows, width)
     return mx.stack([_sample_rows(s, logits[b]) for b, s in enumerate(samplers)])
+
+
+def _expected(drafters, lengths: list[int]) -> float:
+    """The draft tokens a step expects to keep: each row's length times its recent rate."""
+    return sum(d.rate * n for d, n in zip(drafters, lengths, strict=True) if n)
 
 
 def _agreed(targets: list[int], draft: list[int]) -> int:

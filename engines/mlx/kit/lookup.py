@@ -15,8 +15,13 @@ from __future__ import annotations
 # draft nobody accepts costs a wider forward pass for nothing.
 MISSES_BEFORE_REST = 2
 MAX_REST = 32
-# The weight of the latest verification in a sequence's moving acceptance rate.
+# The weight of the latest verification in a sequence's moving acceptance rate, the rate a
+# sequence starts from, and how far it drifts back there each step it does not draft.
 RATE_WEIGHT = 0.3
+PRIOR_RATE = 0.6  # above MIN_EXPECTED: a one-token draft can earn its way back
+RECOVERY = 0.05
+# A sequence drafts only when it expects to keep this many tokens (rate x draft length).
+MIN_EXPECTED = 0.5
 
 
 class PromptLookup:
@@ -113,9 +118,19 @@ class Drafter:
 
     def wanted(self) -> int:
         """How many tokens this sequence would draft after its next one (0: none this step:
-        it rests, or nothing seen before can follow)."""
+        it rests, nothing seen before can follow, or too little of it is expected to be kept).
+
+        Finding out what to draft means waiting for the next token, which stalls the
+        pipelined step: a sequence whose recent acceptance promises less than
+        `MIN_EXPECTED` kept tokens does not wait, and its acceptance estimate drifts back
+        towards its prior meanwhile, so it tries again later."""
         wanted = self._length.wanted()
-        return wanted if wanted and self._lookup.may_draft() else 0
+        if not wanted or not self._lookup.may_draft():
+            return 0
+        if self.rate * wanted < MIN_EXPECTED:
+            self._length.recover()
+            return 0
+        return wanted
 
     def propose(self, limit: int, pending: int) -> list[int]:
         """Up to `limit` tokens to follow the history and `pending`."""
@@ -149,7 +164,7 @@ class DraftLength:
         self._misses = 0
         self._rest = 0  # steps left without drafting
         self._rest_next = 1  # the rest the next streak of misses earns
-        self.rate = 0.5  # moving average of the share of drafted tokens accepted
+        self.rate = PRIOR_RATE  # moving average of the share of drafted tokens accepted
 
     def wanted(self) -> int:
         """The draft length for this step (0 while resting)."""
@@ -157,6 +172,10 @@ class DraftLength:
             self._rest -= 1
             return 0
         return self.length
+
+    def recover(self) -> None:
+        """A step not drafted for lack of promise: the estimate drifts back to the prior."""
+        self.rate += RECOVERY * (PRIOR_RATE - self.rate)
 
     def record(self, drafted: int, accepted: int) -> None:
         """A verification's outcome: `accepted` of `drafted` tokens kept."""

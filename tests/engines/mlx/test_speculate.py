@@ -130,3 +130,12 @@ def test_an_embedding_model_found_by_its_architecture_refuses_speculation_by_nam
     )
     with pytest.raises(ModelUnavailable, match="`speculation` applies to MLX text models"):
         EmbeddingEngine(config, None).load()
+
+
+def test_a_sequence_whose_drafts_miss_stops_waiting_for_them_then_tries_again():
+    drafter = Drafter([1, 2, 3, 1, 2, 3, 1, 2], tokens=2, ngram=2)
+    assert drafter.wanted() == 2
+    drafter.record(2, 0)  # refused: the rate falls, the length shrinks to 1
+    waited = [drafter.wanted() for _ in range(40)]
+    assert waited[0] == 0  # rate x length promises less than half a token: no waiting
+    assert 1 in waited  # the estimate drifted back, and it drafts again
