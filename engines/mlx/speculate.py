@@ -24,8 +24,9 @@ from schemas.config import ModelConfig, SpeculationConfig
 
 # Token positions one batched verification may feed (rows x (1 + draft)): the batch's
 # drafts shorten as it fills and stop past it. On 2 CPU cores a forward pass of 8 x 7
-# tokens took ~2x one of 8 x 1 tokens, and 1 x 7 ~1.5x one of 1 x 1 (SmolLM2).
-BATCH_POSITIONS_CPU = 32
+# tokens took ~2x one of 8 x 1 tokens, and 1 x 7 ~1.5x one of 1 x 1 (SmolLM2); with 32
+# positions 8 streams of copying tasks decoded at 0.91x plain (bench/RESULTS.md).
+BATCH_POSITIONS_CPU = 16
 BATCH_POSITIONS_GPU = 256
 # A batch drafts only when the tokens it expects to keep (each row's draft length times its
 # recent acceptance) make up this many per row: the rows without a draft pay for it too.
