@@ -21,28 +21,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))  # bench/: the product's prompts
 sys.path.insert(0, str(HERE.parents[1]))  # the product
-
-
-def load_engine(model_dir: str, concurrency: int, speculation: dict | None):
-    import msgspec
-
-    from engines.mlx.engine import MLXEngine
-    from engines.mlx.platform import detect
-    from schemas.config import ModelConfig
-
-    config = {
-        "id": "spec",
-        "source": model_dir,
-        "concurrency": concurrency,
-        "prefix_reuse": False,
-        "context": {"max": 2048},
-        "speculation": speculation,
-    }
-    engine = MLXEngine(msgspec.convert(config, ModelConfig), detect(), None)
-    engine.load(None)
-    return engine
 
 
 def run(engine, round_: int, clients: int, max_tokens: int) -> tuple[float, int, int]:
@@ -82,9 +63,11 @@ def main() -> None:
     args = parser.parse_args()
     counts = [int(c) for c in args.clients.split(",")]
     most = max(counts)
+    from batch_ab import load_engine
+
     sides = {
-        "plain": load_engine(args.model_dir, most, None),
-        "lookup": load_engine(args.model_dir, most, {"kind": "prompt_lookup"}),
+        "plain": load_engine(args.model_dir, most)[0],
+        "lookup": load_engine(args.model_dir, most, speculation={"kind": "prompt_lookup"})[0],
     }
     rates: dict[tuple[str, int], list[float]] = {}
     drafts: dict[int, list[int]] = {c: [0, 0] for c in counts}
