@@ -8,11 +8,11 @@ prompt_lookup}`), both `concurrency: 8`, prefix reuse off (every round prefills 
 alike). Tasks: (a) a ~60-line Python file and "rename x to total and return the file in
 full" (a system prompt asks for the file alone), (b) a summary of a pasted text, (c) free
 chat. Each round runs every task and stream count on both models, the order of the two
-sides alternating by round, so the noise of a shared CPU hits both. Each stream's prompt is
-distinct per stream and round. Decode tok/s = all new tokens / (last token - first token,
-over the streams): prefill left out. Greedy: the script asserts that both sides give the
-same texts. Targets (issue 28): (a) >= 1.8x
-alone and >= 1.3x at 4 streams, (b) >= 1.2x, (c) >= 0.97x.
+sides alternating by round, so the noise of a shared CPU hits both; a warm-up burst of each
+task on each side comes first. Each stream's prompt is distinct per stream and round.
+Decode tok/s = all new tokens / (last token - first token, over the streams): prefill left
+out. Greedy: the script asserts that both sides give the same texts. Targets (issue 28):
+(a) >= 1.8x alone and >= 1.3x at 4 streams, (b) >= 1.2x, (c) >= 0.97x.
 """
 
 from __future__ import annotations
@@ -139,8 +139,10 @@ def main() -> None:
     # results[(task, streams)][side] -> per-round figures
     results: dict[tuple[str, int], dict[str, list[dict]]] = {}
     with Gateway(config, "speculation") as gateway:
-        asyncio.run(burst(gateway.url, "plain", "free chat", 1, -1, 8))  # warm-up
-        asyncio.run(burst(gateway.url, "lookup", "free chat", 1, -1, 8))
+        # Warm-up: MLX's first forward pass of each new shape (a draft's width) is slow.
+        for task in args.tasks:
+            for side in ("plain", "lookup"):
+                asyncio.run(burst(gateway.url, side, task, 2, -1, 32))
         for round_ in range(args.repeats):
             for task in args.tasks:
                 for streams in args.streams:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -301,3 +302,26 @@ def with_controls(**fields) -> dict:
     """ChatRequest fields, the output controls among them gathered into `controls`."""
     controls = {k: fields.pop(k) for k in list(fields) if k in CONTROL_FIELDS}
     return {**fields, "controls": OutputControls(**controls)} if controls else fields
+
+
+async def ask_each(gateway, model: str, asks: list[tuple[str, dict]], max_tokens: int = 24):
+    """Each (question, extra fields) to `model` at once, greedy; the answers' texts in order."""
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=300) as http:
+        replies = await asyncio.gather(
+            *(
+                http.post(
+                    "/v1/chat/completions",
+                    json={
+                        "model": model,
+                        "temperature": 0,
+                        "max_tokens": max_tokens,
+                        "messages": [{"role": "user", "content": q}],
+                        **extra,
+                    },
+                )
+                for q, extra in asks
+            )
+        )
+    for reply in replies:
+        assert reply.status_code == 200, reply.text
+    return [r.json()["choices"][0]["message"]["content"] for r in replies]

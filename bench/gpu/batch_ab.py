@@ -37,8 +37,9 @@ sys.path.insert(0, str(HERE.parent))  # bench/: the product's prompts
 sys.path.insert(0, str(HERE.parents[1]))  # the product
 
 
-def load_engine(model_dir: str, concurrency: int):
-    """The gateway's MLX engine on `model_dir`, loaded as the gateway loads it (reuse off)."""
+def load_engine(model_dir: str, concurrency: int, **settings):
+    """The gateway's MLX engine on `model_dir`, loaded as the gateway loads it (reuse off);
+    `settings`: more model keys."""
     import msgspec
 
     from engines.mlx.engine import MLXEngine
@@ -51,6 +52,7 @@ def load_engine(model_dir: str, concurrency: int):
         "concurrency": concurrency,
         "prefix_reuse": False,
         "context": {"max": 1024},
+        **settings,
     }
     engine = MLXEngine(msgspec.convert(config, ModelConfig), detect(), None)
     info = engine.load(None)

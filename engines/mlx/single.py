@@ -83,14 +83,13 @@ class Solo:
         import mlx.core as mx
 
         drafter = self._drafter
-        if drafter is None:
+        wanted = drafter.wanted() if drafter is not None and self._next is not None else 0
+        if not wanted:  # the plain step, pipelined: nothing waits for the current token
             return [self.advance()]
         with mx.stream(self._stream):
-            if self._next is None:
-                self._next = self._prefill()
             current = self._next.item()
         room = self.max_tokens - self.emitted - 1  # the current token takes one
-        draft = drafter.propose(min(room, drafter.wanted()), current)
+        draft = drafter.propose(min(room, wanted), current)
         if not draft:
             return [self.advance()]
         with mx.stream(self._stream):

@@ -19,12 +19,14 @@ from __future__ import annotations
 from engines.errors import ModelUnavailable
 from engines.mlx.constrain import MaskProcessor
 from engines.mlx.kit.lookup import Drafter
+from engines.mlx.kit.sampling import is_greedy
 from schemas.config import ModelConfig, SpeculationConfig
 
 # Token positions one batched verification may feed (rows x (1 + draft)): the batch's
 # drafts shorten as it fills and stop past it. On 2 CPU cores a forward pass of 8 x 7
-# tokens took ~2x one of 8 x 1 tokens, and 1 x 7 ~1.5x one of 1 x 1 (SmolLM2).
-BATCH_POSITIONS_CPU = 32
+# tokens took ~2x one of 8 x 1 tokens, and 1 x 7 ~1.5x one of 1 x 1 (SmolLM2); with 32
+# positions 8 streams of copying tasks decoded at 0.91x plain (bench/RESULTS.md).
+BATCH_POSITIONS_CPU = 16
 BATCH_POSITIONS_GPU = 256
 # A batch drafts only when the tokens it expects to keep (each row's draft length times its
 # recent acceptance) make up this many per row: the rows without a draft pay for it too.
@@ -111,7 +113,8 @@ class BatchDrafting:
             return None
         drafters = [drafter_of(uid) for uid in batch.uids]
         wants = [min(most, d.wanted()) if d is not None else 0 for d in drafters]
-        if not any(wants):
+        # The same bar before waiting for the tokens (the longest drafts possible) as after.
+        if _expected(drafters, wants) < MIN_KEPT_PER_ROW * rows:
             return None
         with mx.stream(generator.stream):
             current = batch._next_tokens.tolist()
@@ -121,8 +124,7 @@ class BatchDrafting:
                 else []
                 for b, (d, w) in enumerate(zip(drafters, wants, strict=True))
             ]
-            expected = sum(d.rate * len(x) for d, x in zip(drafters, drafts, strict=True) if x)
-            if expected < MIN_KEPT_PER_ROW * rows:
+            if _expected(drafters, [len(x) for x in drafts]) < MIN_KEPT_PER_ROW * rows:
                 return None
             self._steps += 1
             if self._steps % CLEAR_CACHE_EVERY == 0:
@@ -150,8 +152,7 @@ class BatchDrafting:
                 span = k + 1 if drafters[b] is not None else 1
                 processed.append(_processed(logits[b], processors, context, starts[b], span))
             logits = mx.stack(processed)
-        logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-        sampled = _sample_batch(batch, logprobs)
+        sampled = _sample_batch(batch, logits)
         targets = sampled.tolist()
         kept = [_agreed(t, x) for t, x in zip(targets, drafts, strict=True)]
         _drop_rejected(batch.prompt_cache, [k - n for n in kept])
@@ -163,18 +164,19 @@ class BatchDrafting:
                 drafters[b].record(len(drafts[b]), n)
         before = batch._next_logprobs
         batch._next_tokens = sampled[mx.arange(len(rows)), mx.array(kept)]
-        batch._next_logprobs = [logprobs[b, n] for b, n in enumerate(kept)]
-        return _responses(batch, rows, kept, before, logprobs)
+        batch._next_logprobs = [_normalized(logits[b, n]) for b, n in enumerate(kept)]
+        return _responses(batch, rows, kept, before, logits)
 
 
-def _responses(batch, rows, kept, before, logprobs) -> list:
-    """Each row's kept tokens as the generator's responses, its end where one ends it."""
+def _responses(batch, rows, kept, before, logits) -> list:
+    """Each row's kept tokens as the generator's responses, its end where one ends it; each
+    with its log-softmax (`before`: the current tokens'), computed only where it is read."""
     response = type(batch).Response
     out, keep = [], []
     for b, uid in enumerate(batch.uids):
         reason = None
         for i, token in enumerate(rows[b][: kept[b] + 1]):
-            row = before[b] if i == 0 else logprobs[b, i - 1]
+            row = before[b] if i == 0 else _normalized(logits[b, i - 1])
             batch._num_tokens[b] += 1
             if batch._num_tokens[b] >= batch.max_tokens[b]:
                 reason = "length"
@@ -207,21 +209,37 @@ def _processed(logits, processors, context, start: int, span: int):
     return mx.concatenate(rows)
 
 
-def _sample_rows(sampler, logits):
+def _normalized(logits):
+    """Log-softmax of one row (lazy: only a row that is read costs its normalization)."""
     import mlx.core as mx
 
-    return sampler(logits - mx.logsumexp(logits, axis=-1, keepdims=True))
+    return logits - mx.logsumexp(logits, axis=-1, keepdims=True)
 
 
-def _sample_batch(batch, logprobs):
+def _sample_rows(sampler, logits):
+    """Every row of `logits` sampled; the arg-max needs no normalization over the vocabulary
+    (on a small model the vocabulary is a fifth of the weights: a draft's positions add up)."""
+    import mlx.core as mx
+
+    if is_greedy(sampler):
+        return mx.argmax(logits, axis=-1).astype(mx.uint32)
+    return sampler(_normalized(logits))
+
+
+def _sample_batch(batch, logits):
     """Every position of every row with its row's sampler: one call when they share one."""
     import mlx.core as mx
 
-    rows, width, vocab = logprobs.shape
+    rows, width, vocab = logits.shape
     samplers = [batch.fallback_sampler if s is None else s for s in batch.samplers or [None]]
     if all(s is samplers[0] for s in samplers):
-        return samplers[0](logprobs.reshape(rows * width, vocab)).reshape(rows, width)
-    return mx.stack([s(logprobs[b]) for b, s in enumerate(samplers)])
+        return _sample_rows(samplers[0], logits.reshape(rows * width, vocab)).reshape(rows, width)
+    return mx.stack([_sample_rows(s, logits[b]) for b, s in enumerate(samplers)])
+
+
+def _expected(drafters, lengths: list[int]) -> float:
+    """The draft tokens a step expects to keep: each row's length times its recent rate."""
+    return sum(d.rate * n for d, n in zip(drafters, lengths, strict=True) if n)
 
 
 def _agreed(targets: list[int], draft: list[int]) -> int:

