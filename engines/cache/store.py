@@ -30,7 +30,9 @@ SUFFIX = ".safetensors"
 # A temporary file this old was left by a writer that died: swept when the directory shrinks.
 STALE_TEMPORARY_S = 600.0
 # Bytes of blocks waiting for the writer at most; past that a save is dropped (the cache is
-# a help, not a promise): a writer behind a slow disk never holds more RAM than this.
+# a help, not a promise): a writer behind a slow disk never holds more RAM than this. One
+# save larger than the bound is taken when nothing waits: a 32k-token prompt of an 8B model
+# is 4 GiB of KV, and an agent's long prompt is the one most worth keeping.
 MAX_PENDING_BYTES = 1 << 30
 
 Tensors = dict[str, tuple[str, np.ndarray]]
@@ -122,10 +124,20 @@ class BlockStore:
         then touch the whole `chain`. Dropped when the writer is behind or disk is full."""
         size = sum(a.nbytes for tensors in blocks.values() for _, a in tensors.values())
         with self._lock:
-            if not self._writable or self._pending_bytes + size > MAX_PENDING_BYTES:
+            if not self._takes(size):
                 return
             self._pending_bytes += size
         self._pending.put((chain, blocks, tokens, size))
+
+    def room_for(self, size: int) -> bool:
+        """Whether a save of `size` bytes would be taken now; asked before the blocks are
+        copied out of the model's memory, so a save that would be dropped costs nothing."""
+        with self._lock:
+            return self._takes(size)
+
+    def _takes(self, size: int) -> bool:  # under `_lock`
+        fits = self._pending_bytes == 0 or self._pending_bytes + size <= MAX_PENDING_BYTES
+        return self._writable and fits
 
     def close(self) -> None:
         """Finish the writes under way and stop the writer (the model unloads)."""

@@ -134,8 +134,20 @@ class DiskKV:
             return
         have = self.store.present(keys)
         missing = {i: key for i, key in enumerate(keys) if i >= have}
+        if missing and not self.store.room_for(len(missing) * _block_bytes(cache)):
+            return  # the writer is behind or the disk is full: no copy out of MLX for nothing
         blocks = {key: _block_of(cache, i) for i, key in missing.items()}
         self.store.save(keys, blocks, len(keys) * BLOCK_TOKENS)
+
+
+def _block_bytes(cache: list) -> int:
+    """The bytes one block of `cache` takes, every layer's keys and values."""
+    total = 0
+    for c in cache:
+        for array in (c.keys, c.values):
+            per_token = array.nbytes // array.shape[-2]  # (batch, heads, tokens, dims)
+            total += per_token * BLOCK_TOKENS
+    return total
 
 
 def _block_of(cache: list, index: int) -> dict:

@@ -108,3 +108,24 @@ def test_a_write_that_fails_leaves_the_model_ram_only_with_one_warning(tmp_path,
     failed = [e for e in events if type(e).__name__ == "CacheUnwritable"]
     assert len(failed) == 1 and failed[0].dir == str(blocked)
     assert not any(type(e).__name__ == "CacheSaved" for e in events)
+
+
+def test_a_save_larger_than_the_writers_bound_is_taken_when_nothing_waits(
+    tmp_path, monkeypatch
+):
+    import engines.cache.store as store_module
+
+    big = tensors(7, tokens=64)
+    size = sum(array.nbytes for _, array in big.values())
+    monkeypatch.setattr(store_module, "MAX_PENDING_BYTES", size // 2)
+    store = BlockStore(CacheDir(tmp_path, 10**9), "m")
+    assert store.room_for(size)  # the writer is idle: a long prompt is still saved
+    store.save(["k1"], {"k1": big}, 64)
+    store.close()
+    assert block_path(tmp_path, "k1").is_file()
+    # With a save waiting, another that would pass the bound is refused before any copy.
+    store = BlockStore(CacheDir(tmp_path, 10**9), "m")
+    store._pending_bytes = 1
+    assert not store.room_for(size)
+    store._pending_bytes = 0
+    store.close()
