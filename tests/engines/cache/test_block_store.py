@@ -110,9 +110,7 @@ def test_a_write_that_fails_leaves_the_model_ram_only_with_one_warning(tmp_path,
     assert not any(type(e).__name__ == "CacheSaved" for e in events)
 
 
-def test_a_save_larger_than_the_writers_bound_is_taken_when_nothing_waits(
-    tmp_path, monkeypatch
-):
+def test_a_save_larger_than_the_writers_bound_is_taken_when_nothing_waits(tmp_path, monkeypatch):
     import engines.cache.store as store_module
 
     big = tensors(7, tokens=64)

@@ -139,3 +139,14 @@ def test_a_sequence_whose_drafts_miss_stops_waiting_for_them_then_tries_again():
     waited = [drafter.wanted() for _ in range(40)]
     assert waited[0] == 0  # rate x length promises less than half a token: no waiting
     assert 1 in waited  # the estimate drifted back, and it drafts again
+
+
+def test_speculation_is_refused_on_cuda_where_it_measured_slower():
+    from engines.mlx.engine import refuse_speculation_on_cuda
+    from engines.platform import PlatformPath
+
+    cuda = PlatformPath(device="gpu (cuda)", blas="n/a", weights="bfloat16", why="")
+    with pytest.raises(ModelUnavailable, match="not offered on MLX's CUDA backend"):
+        refuse_speculation_on_cuda("coder", cuda)
+    cpu = PlatformPath(device="cpu", blas="openblas", weights="float32", why="")
+    refuse_speculation_on_cuda("coder", cpu)  # the CPU and Metal keep it
