@@ -250,7 +250,11 @@ def _check_distributed(model: dict, path: KeyPath, src: Source) -> None:
             f"model {mid!r}: {len(hosts)} hosts for {ranks} ranks (one host per rank, "
             "rank 0's first; leave hosts out to run every rank on this machine)",
         )
-    for key, why in (("draft", "a draft model"), ("isolation", "`isolation`")):
+    for key, why in (
+        ("draft", "a draft model"),
+        ("isolation", "`isolation`"),
+        ("speculation", "`speculation` (not verified across ranks)"),
+    ):
         if model.get(key) not in (None, "none"):
             src.at(
                 (*path, key),

@@ -57,6 +57,10 @@ def test_a_distributed_block_parses_with_its_defaults():
             "model 'big': `isolation` does not apply to a distributed model",
         ),
         ("distributed: {ranks: 2}\ntask: embed", "a distributed model serves chat only"),
+        (
+            "distributed: {ranks: 2}\nspeculation: {kind: prompt_lookup}",
+            "model 'big': `speculation` (not verified across ranks) does not apply",
+        ),
     ],
 )
 def test_impossible_blocks_are_refused_with_where_and_why(extra: str, expected: str):
