@@ -16,7 +16,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
@@ -73,8 +73,12 @@ def _entries(root: Path) -> Iterable[tuple[Path, os.stat_result]]:
 class BlockStore:
     """One model's door to the directory; reads on the caller's thread, writes on its own."""
 
-    def __init__(self, where: CacheDir, model: str) -> None:
+    def __init__(
+        self, where: CacheDir, model: str, written: Callable[[int, float], None] | None = None
+    ) -> None:
+        """`written(bytes, seconds)` hears of each save's writes, on the writer's thread."""
         self.root = where.path
+        self._written = written
         self.max_bytes = where.max_bytes
         self._model = model
         self._pending: queue.SimpleQueue = queue.SimpleQueue()
@@ -174,6 +178,8 @@ class BlockStore:
         self.touch(chain)
         if not written:
             return
+        if self._written is not None:
+            self._written(size, time.perf_counter() - started)
         on_disk = self._shrink()
         emit(
             CacheSaved(

@@ -260,6 +260,9 @@ class MLXBatch:
         if reason:
             del self._sequences[uid]
             out += [(key, o) for o in seq.finish(reason)]
+            if self._disk is not None and seq.first_at is not None:
+                prefill_s = seq.first_at - seq.started - seq.disk_load_s
+                self._disk.worth.prefilled(seq.prompt_tokens - seq.reused, prefill_s)
         return out
 
     def _nearest_cache(self, prompt: list[int]):

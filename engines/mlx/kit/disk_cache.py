@@ -8,7 +8,8 @@ held (dtype), `kv_bits`, the platform and this format.
 
 Saving copies the blocks not yet on disk out of MLX on the model's thread (a memory copy);
 the store's thread writes them. Loading reads and checks files on the model's thread,
-where the cache is needed, and is a small fraction of the prefill it replaces.
+where the cache is needed. Both happen only where the disk is sooner than the prefill it
+replaces, as this model's own rates on this machine say (`Worth`).
 """
 
 from __future__ import annotations
@@ -75,13 +76,53 @@ def min_tokens(device: str) -> int:
     return MIN_TOKENS_CUDA if device == "gpu (cuda)" else BLOCK_TOKENS
 
 
+class Worth:
+    """Whether reading a prefix back beats prefilling it again, from this model's own rates
+    on this machine: the tokens/s of its prefills and the bytes/s its blocks move to and from
+    disk. A slow prefill (a CPU, Apple Silicon) makes the disk worth it by far; an H200
+    prefills an 8B model at ~12k tokens/s, as fast as its disk gave 4 GiB of KV back, and
+    there neither the save (a copy out of GPU memory on the model's thread) nor the read pays.
+    Until both rates are seen, the disk is used: that is how they get measured."""
+
+    def __init__(self) -> None:
+        self.prefill_tps: float | None = None
+        self.disk_bps: float | None = None
+
+    def prefilled(self, tokens: int, seconds: float) -> None:
+        if tokens >= BLOCK_TOKENS and seconds > 0:
+            self.prefill_tps = _recent(self.prefill_tps, tokens / seconds)
+
+    def moved(self, nbytes: int, seconds: float) -> None:
+        if nbytes > 0 and seconds > 0:
+            self.disk_bps = _recent(self.disk_bps, nbytes / seconds)
+
+    def disk_pays(self, tokens: int, nbytes: int | None) -> bool:
+        """Whether `nbytes` of blocks come off disk sooner than `tokens` prefill."""
+        if self.prefill_tps is None or self.disk_bps is None or nbytes is None:
+            return True
+        return nbytes / self.disk_bps < tokens / self.prefill_tps
+
+
+def _recent(mean: float | None, value: float) -> float:
+    """A running mean that follows the machine as it is now (the last few samples)."""
+    return value if mean is None else 0.7 * mean + 0.3 * value
+
+
 class DiskKV:
     """One model's KV blocks on disk: find and load a prompt's prefix, save a conversation."""
 
-    def __init__(self, store: BlockStore, salt: bytes, shortest: int = BLOCK_TOKENS) -> None:
+    def __init__(
+        self,
+        store: BlockStore,
+        salt: bytes,
+        shortest: int = BLOCK_TOKENS,
+        worth: Worth | None = None,
+    ) -> None:
         self.store = store
         self._salt = salt
         self._shortest = shortest  # conversations shorter are not saved (`min_tokens`)
+        self.worth = worth or Worth()
+        self._block_bytes: int | None = None  # one block's bytes, once a block was seen
 
     @classmethod
     def open(
@@ -89,7 +130,8 @@ class DiskKV:
     ) -> DiskKV:
         """`meaning`: how the cache is computed beyond the files (dtype, kv_bits, device)."""
         salt = hashlib.blake2b(FORMAT + weights_identity(path) + meaning.encode()).digest()
-        return cls(BlockStore(where, model_id), salt, shortest)
+        worth = Worth()
+        return cls(BlockStore(where, model_id, worth.moved), salt, shortest, worth)
 
     def close(self) -> None:
         self.store.close()
@@ -110,6 +152,10 @@ class DiskKV:
         keys = keys[: self.store.present(keys)]
         if len(keys) * BLOCK_TOKENS <= longer_than:
             return None
+        gained = len(keys) * BLOCK_TOKENS - max(longer_than, 0)
+        size = None if self._block_bytes is None else len(keys) * self._block_bytes
+        if not self.worth.disk_pays(gained, size):
+            return None  # prefilling them is sooner on this machine
         started = time.perf_counter()
         blocks = []
         for key in keys:  # a damaged or vanished block ends the prefix there
@@ -117,6 +163,10 @@ class DiskKV:
             if tensors is None:
                 break
             blocks.append(tensors)
+        if blocks:
+            read = sum(array.nbytes for tensors in blocks for _, array in tensors.values())
+            self._block_bytes = read // len(blocks)
+            self.worth.moved(read, time.perf_counter() - started)
         if len(blocks) * BLOCK_TOKENS <= longer_than:
             return None
         try:
@@ -132,9 +182,12 @@ class DiskKV:
         keys = self.keys(tokens, held // BLOCK_TOKENS)
         if not keys or held < self._shortest:
             return
+        self._block_bytes = _block_bytes(cache)
+        if not self.worth.disk_pays(len(keys) * BLOCK_TOKENS, len(keys) * self._block_bytes):
+            return  # it would never be read back: prefilling it again is sooner here
         have = self.store.present(keys)
         missing = {i: key for i, key in enumerate(keys) if i >= have}
-        if missing and not self.store.room_for(len(missing) * _block_bytes(cache)):
+        if missing and not self.store.room_for(len(missing) * self._block_bytes):
             return  # the writer is behind or the disk is full: no copy out of MLX for nothing
         blocks = {key: _block_of(cache, i) for i, key in missing.items()}
         self.store.save(keys, blocks, len(keys) * BLOCK_TOKENS)

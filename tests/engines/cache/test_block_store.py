@@ -127,3 +127,22 @@ def test_a_save_larger_than_the_writers_bound_is_taken_when_nothing_waits(tmp_pa
     assert not store.room_for(size)
     store._pending_bytes = 0
     store.close()
+
+
+def test_the_disk_is_used_where_it_is_sooner_than_the_prefill_it_replaces():
+    from engines.mlx.kit.disk_cache import Worth
+
+    worth = Worth()
+    assert worth.disk_pays(6400, 4 << 30)  # nothing measured yet: try the disk
+    # A CPU: 40 prompt tokens/s, the disk at 500 MB/s: a 2 GB read beats 100 s of prefill.
+    worth.prefilled(4000, 100.0)
+    worth.moved(500_000_000, 1.0)
+    assert worth.disk_pays(4000, 2_000_000_000)
+    # An H200: 12k tokens/s; 4 GiB of KV at 800 MB/s takes 5 s against 2.6 s of prefill.
+    fast = Worth()
+    fast.prefilled(31_500, 2.6)
+    fast.moved(800_000_000, 1.0)
+    assert not fast.disk_pays(31_500, 4 << 30)
+    # Short blocks of prefill teach nothing (a one-token tail is all launch overhead).
+    fast.prefilled(1, 1e-6)
+    assert fast.prefill_tps == 31_500 / 2.6
