@@ -46,6 +46,16 @@ def same_secret(presented: str | None, secret: str) -> bool:
     return hmac.compare_digest((presented or "").encode(), secret.encode())
 
 
+def matched_entry(entries: list[KeyEntry], presented: list[str]) -> KeyEntry | None:
+    """The configured key among `presented` (header values), or None. Every key is compared
+    with every value, always: which key matched (if any) takes the same time."""
+    matched = None
+    for entry in entries:
+        if any(same_secret(value, entry.secret) for value in presented) and matched is None:
+            matched = entry
+    return matched
+
+
 def admin_refusal(connection: ASGIConnection) -> GatewayError | None:
     """Why this request is not the admin's, or None when it is.
 
@@ -90,11 +100,7 @@ async def require_api_key(connection: ASGIConnection, handler: BaseRouteHandler)
         TICKET.set(Ticket(asked_priority(connection, None)))
         return
     key = presented_key(connection)
-    # Compare against every key, always: which key matched (if any) takes the same time.
-    matched: KeyEntry | None = None
-    for entry in entries:
-        if same_secret(key, entry.secret) and key is not None and matched is None:
-            matched = entry
+    matched = matched_entry(entries, [key] if key else [])
     admin = bool(server.admin_key and key and same_secret(key, server.admin_key))
     if admin and handler.opt.get("admin_too"):
         return

@@ -18,7 +18,7 @@ from litestar.handlers.base import BaseRouteHandler
 
 from engines.errors import Forbidden, Unauthorized
 from gateway.control.keys import key_entries
-from gateway.http.auth import admin_refusal, presented_key, same_secret
+from gateway.http.auth import admin_refusal, matched_entry, presented_key, same_secret
 from schemas.config import ServerConfig
 
 ADMIN_LABEL = "admin"
@@ -37,12 +37,8 @@ def _known(server: ServerConfig, presented: Iterable[str]) -> tuple[str, tuple |
     """(label, models it may use; None: every one) of the configured key among `presented`
     (header values), or None. Every key is compared with every value, always (constant time).
     """
-    values = [value for value in presented if value]
-    found = None
-    for entry in key_entries(server):
-        if any(same_secret(v, entry.secret) for v in values) and found is None:
-            found = (entry.label, entry.models)
-    return found
+    entry = matched_entry(key_entries(server), [value for value in presented if value])
+    return None if entry is None else (entry.label, entry.models)
 
 
 def key_label(server: ServerConfig, presented: Iterable[str]) -> str | None:
