@@ -68,7 +68,9 @@ class Worker:
             self.process.kill()
 
 
-def gateway_config(model_dir: Path, concurrency: int, budget: str, isolated: bool) -> str:
+def gateway_config(
+    model_dir: Path, concurrency: int, budget: str, isolated: bool, serial_isolated: bool
+) -> str:
     # `serial` is the single-stream model (as the product's single_stream.py: prefix reuse off,
     # so both sides prefill the whole prompt); `batched` the concurrency model at its defaults
     # (prefix reuse on), `batched-noreuse` the same with reuse off (what a reuse miss costs),
@@ -83,6 +85,15 @@ models:
     context: {{max: 4096}}
     concurrency: 1
     prefix_reuse: false
+"""
+    if serial_isolated:  # the single-stream model in a process of its own
+        models += f"""  - id: serial-isolated
+    engine: mlx
+    source: {model_dir}
+    context: {{max: 4096}}
+    concurrency: 1
+    prefix_reuse: false
+    isolation: process
 """
     # 1024 tokens of context (prompts of ~60 tokens, 128 new) keep 128 sequences' KV caches of
     # two 8B models inside the memory budget.
@@ -99,20 +110,37 @@ models:
     return models
 
 
-# Single-stream sides that are processes of their own, not gateway models.
-WORKER_SIDES = ("in-process", "engine")
+# Single-stream sides that are processes of their own, not gateway models. The reference of a
+# round is the faster of the two in-process loops (issue 32): `stream_generate` and mlx-lm's bare
+# `generate_step`, both in the reference's own process.
+WORKER_SIDES = ("in-process", "in-process-step", "engine")
+REFERENCES = ("in-process", "in-process-step")
+
+
+def reference_runs(single: dict, phase: str) -> list[dict]:
+    """Per round, the faster in-process loop's run (decode: higher tok/s; ttft: lower)."""
+    runs = [single[phase][side] for side in REFERENCES if side in single[phase]]
+    pairs = zip(*runs, strict=False)
+    if phase == "decode":
+        return [max(pair, key=lambda r: r["decode_tps"] or 0) for pair in pairs]
+    return [min(pair, key=lambda r: r["ttft_ms"]) for pair in pairs]
 
 
 def single_stream(bench, gateway, workers: dict, args) -> dict:
     import httpx
 
     common, ss = bench["common"], bench["single_stream"]
-    sides = ["in-process", "engine", "serial", "batched"]
+    sides = ["in-process", "in-process-step", "engine", "serial", "batched"]
+    if args.isolated_single:
+        sides += ["serial-isolated", "batched-isolated"]
     with httpx.Client(timeout=600) as client:
 
         def run(side: str, max_tokens: int, messages) -> dict:
             if side in WORKER_SIDES:
-                out = workers[side].ask({"messages": messages, "max_tokens": max_tokens})
+                job = {"messages": messages, "max_tokens": max_tokens}
+                if side == "in-process-step":
+                    job["loop"] = "generate_step"
+                out = workers["in-process" if side in REFERENCES else side].ask(job)
                 t = ss.worker_timing(out)
             else:
                 t = common.stream_chat(
@@ -172,6 +200,7 @@ def server_side(log: Path, since: int, model: str) -> tuple[dict, int]:
     with log.open("rb") as f:
         f.seek(since)
         text = f.read()
+    text = text[: text.rfind(b"\n") + 1]  # whole lines only: the last may be half-written
     events = [json.loads(x) for x in text.decode().splitlines() if x.startswith("{")]
 
     def at(e) -> float:
@@ -338,7 +367,11 @@ def run_shape(shape: str, bench, args, events_out, save) -> dict:
     env = common.platform_env()
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(args.product), env.get("PYTHONPATH")]))
     config = gateway_config(
-        model_dir, args.concurrency, args.memory_budget, bool(args.isolated_clients)
+        model_dir,
+        args.concurrency,
+        args.memory_budget,
+        bool(args.isolated_clients) or args.isolated_single,
+        args.isolated_single,
     )
     gateway = common.Gateway(config, f"gpu-{shape}")
     reference = raw = engine = None
@@ -440,17 +473,24 @@ def summarize(shape_results: list[dict], bench, args) -> str:
             lines += ["", "gateway non-JSON output:", "```", *res["non_json_lines"][:40], "```"]
         single = res.get("single")
         if single:
-            ref = single["decode"]["in-process"]
+            ref = reference_runs(single, "decode")
+            ref_first = reference_runs(single, "first")
             lines += [
                 "",
-                "| side | prompt+new | decode tok/s (median) | ratio vs in-process (median of "
-                "per-round) | TTFT ms (median) | TTFT overhead ms (median of per-round) | "
-                "engine ttft_s ms | engine decode tok/s | same text |",
-                "|---" * 9 + "|",
+                "Reference per round: the faster of `stream_generate` and `generate_step` in "
+                "the reference's own process. Spread = lowest-highest per-round ratio.",
+                "",
+                "| side | prompt+new | decode tok/s (median) | ratio vs reference (median of "
+                "per-round) | spread | TTFT ms (median) | TTFT overhead ms (median of per-round)"
+                " | engine ttft_s ms | engine decode tok/s | same text |",
+                "|---" * 10 + "|",
             ]
-            ref_first = single["first"]["in-process"]
+            names = {
+                "in-process": "in-process mlx_lm.stream_generate",
+                "in-process-step": "in-process mlx_lm generate_step",
+                "engine": "the gateway's engine, no HTTP",
+            }
             for side, runs in single["decode"].items():
-                is_ref = side == "in-process"
                 ratios = [
                     g["decode_tps"] / r["decode_tps"]
                     for g, r in zip(runs, ref, strict=False)
@@ -477,18 +517,15 @@ def summarize(shape_results: list[dict], bench, args) -> str:
                     + " | ".join(
                         str(x)
                         for x in [
-                            "in-process mlx_lm.stream_generate"
-                            if is_ref
-                            else "the gateway's engine, no HTTP"
-                            if side == "engine"
-                            else f"gateway SSE, model {side}",
+                            names.get(side, f"gateway SSE, model {side}"),
                             f"{runs[0]['prompt_tokens']}+{runs[0]['new_tokens']}"
                             if runs
                             else "n/a",
                             fmt(med([r["decode_tps"] for r in runs]), 1),
-                            "1 (reference)" if is_ref else fmt(med(ratios), 3),
+                            fmt(med(ratios), 3),
+                            f"{fmt(min(ratios), 3)}-{fmt(max(ratios), 3)}" if ratios else "n/a",
                             fmt(med([r["ttft_ms"] for r in single["first"][side]]), 1),
-                            "0 (reference)" if is_ref else fmt(med(over), 1),
+                            fmt(med(over), 1),
                             fmt(eng_ttft, 1) if eng_first else "n/a",
                             fmt(eng_tps, 1) if eng else "n/a",
                             "yes" if all(r["text"] == ref[0]["text"] for r in runs) else "NO",
@@ -504,15 +541,12 @@ def summarize(shape_results: list[dict], bench, args) -> str:
                 "|---|---|---|---|",
             ]
             lf = single["long_first"]
+            lf_ref = reference_runs(single, "long_first")
             for side, runs in lf.items():
-                over = [
-                    g["ttft_ms"] - r["ttft_ms"]
-                    for g, r in zip(runs, lf["in-process"], strict=False)
-                ]
+                over = [g["ttft_ms"] - r["ttft_ms"] for g, r in zip(runs, lf_ref, strict=False)]
                 lines.append(
                     f"| {side} | {runs[0]['prompt_tokens'] if runs else 'n/a'} | "
-                    f"{fmt(med([r['ttft_ms'] for r in runs]), 1)} | "
-                    f"{'0 (reference)' if side == 'in-process' else fmt(med(over), 1)} |"
+                    f"{fmt(med([r['ttft_ms'] for r in runs]), 1)} | {fmt(med(over), 1)} |"
                 )
         conc = res.get("concurrency")
         if conc:
@@ -525,8 +559,9 @@ def summarize(shape_results: list[dict], bench, args) -> str:
                 "the highest median:",
                 "",
                 "| clients | " + " | ".join(labels) + " | best raw | gateway / best raw | "
+                "per round: batched / best raw (spread) | isolated / best raw (spread) | "
                 "reuse on / off | gateway TTFT ms median / max | gateway per-stream tok/s |",
-                "|---" * (len(labels) + 6) + "|",
+                "|---" * (len(labels) + 8) + "|",
             ]
             for clients in sorted({c for v in conc.values() for c in v}, key=int):
                 row = [str(clients)]
@@ -540,6 +575,16 @@ def summarize(shape_results: list[dict], bench, args) -> str:
                 off = agg.get("gateway batched-noreuse")
                 row.append(best.removeprefix("raw ") if best else "n/a")
                 row.append(fmt(agg["gateway batched"] / agg[best], 3) if best and g else "n/a")
+                for label in ("gateway batched", "gateway batched-isolated"):
+                    side = conc.get(label, {}).get(clients, [])
+                    raw = conc.get(best, {}).get(clients, []) if best else []
+                    pairs = zip(side, raw, strict=False)
+                    ratios = [a["aggregate"] / b["aggregate"] for a, b in pairs]
+                    row.append(
+                        f"{fmt(med(ratios), 3)} ({fmt(min(ratios), 3)}-{fmt(max(ratios), 3)})"
+                        if ratios
+                        else "n/a"
+                    )
                 row.append(fmt(agg["gateway batched"] / off, 3) if off and g else "n/a")
                 row.append(
                     f"{fmt(med([a['ttft_ms_median'] for a in g]), 0)} / "
@@ -603,6 +648,11 @@ def main() -> None:
         "--isolated-clients",
         default="",
         help="client counts that also run `batched-isolated` (`isolation: process`)",
+    )
+    parser.add_argument(
+        "--isolated-single",
+        action="store_true",
+        help="single stream also through `serial-isolated` and `batched-isolated`",
     )
     parser.add_argument(
         "--raw-prefill",
