@@ -19,6 +19,12 @@ recording when each content chunk arrives (the same monotonic clock). Reported, 
 - and, for the burst, the loop's busy time per step as a share of the step interval: the
   Python the event loop runs while the model thread would run its own (they share a GIL).
 
+And per single-stream request, where the time to its first token goes: the client's send to
+the server having parsed the request (`request`), the handler reading, checking and routing
+the body (`submit`), the queue (`inbox`), the hop to the model thread (`admit`), rendering and
+tokenizing the prompt (`admitted`), the prefill step (first `stepped`), then the same hand-over,
+loop and client parts as a token's.
+
 Nothing is compared here; the ratios against in-process MLX are `single_stream.py`'s and
 `bench/gpu/`'s. This names the parts.
 """
@@ -57,8 +63,9 @@ STORY = "Write a long story about a lighthouse keeper. Round {round}, reader {cl
 
 
 async def stream(client: httpx.AsyncClient, url: str, body: dict) -> list[int]:
-    """Stream one chat; the perf_counter_ns of each content chunk's arrival."""
-    arrivals = []
+    """Stream one chat; when it was sent, then the perf_counter_ns of each content chunk's
+    arrival."""
+    arrivals = [time.perf_counter_ns()]
     async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
         response.raise_for_status()
         async for line in response.aiter_lines():
@@ -139,11 +146,43 @@ def breakdown(marks: list, arrivals: list[list[int]]) -> dict[str, list[float]]:
             parts["loop: outputs to last frame written"].append((last - taken) * ms)
             parts["loop busy / step interval (ratio)"].append((last - taken) / (nxt - start))
     for client in arrivals:
-        for arrival in client:
+        for arrival in client[1:]:
             ready = before(by["frame"], arrival)
             if ready is not None:
                 parts["frame ready to client read"].append((arrival - ready) * ms)
-        parts["client interval"] += [(b - a) * ms for a, b in itertools.pairwise(client)]
+        parts["client interval"] += [(b - a) * ms for a, b in itertools.pairwise(client[1:])]
+    return parts
+
+
+TTFT_PARTS = (
+    ("client send to request parsed", "request"),
+    ("handler: body read, checked, routed", "submit"),
+    ("queue", "inbox"),
+    ("hop to the model thread", "admit"),
+    ("prompt rendered and tokenized", "admitted"),
+    ("prefill, until the step that hands outputs out", "handed"),
+    ("hop to the loop", "loop"),
+    ("loop: outputs to frame written", "written"),
+)
+
+
+def first_token(marks: list, arrivals: list[int]) -> dict[str, list[float]]:
+    """One single-stream request's time to first token, part by part, in ms: each part from
+    the previous mark to the first of its own after it, the last to the client's first read."""
+    by: dict[str, list[int]] = {}
+    for m in marks:
+        by.setdefault(m[1], []).append(m[0])
+    sent, parts, at = arrivals[0], {}, arrivals[0]
+    for name, point in TTFT_PARTS:
+        nxt = after(by.get(point, []), at)
+        if nxt is None:
+            return {}
+        parts[name] = [(nxt - at) * 1e-6]
+        at = nxt
+    if len(arrivals) < 2:
+        return {}
+    parts["frame written to client read"] = [(arrivals[1] - at) * 1e-6]
+    parts["time to first token, as the client saw it"] = [(arrivals[1] - sent) * 1e-6]
     return parts
 
 
@@ -193,14 +232,23 @@ def main() -> None:
         gateway.stop()  # the gateway writes its marks as it exits
     marks = [json.loads(line) for line in marks_file.read_text().splitlines()]
     marks.sort()
-    body_rows = []
+    body_rows, ttft_rows = [], []
     for label, measured in windows.items():
         merged: dict[str, list[float]] = {}
+        firsts: dict[str, list[float]] = {}
         for start, end, arrivals in measured:
-            for name, values in breakdown(window(marks, start, end), arrivals).items():
+            marked = window(marks, start, end)
+            for name, values in breakdown(marked, arrivals).items():
                 merged.setdefault(name, []).extend(values)
+            if len(arrivals) == 1:
+                for name, values in first_token(marked, arrivals[0]).items():
+                    firsts.setdefault(name, []).extend(values)
         body_rows += rows(label, merged)
+        ttft_rows += rows(label, firsts)
     body = table(["case", "per token", "n", "median ms", "p10", "p90"], body_rows)
+    body += "\n\nTime to first token of a single stream, part by part:\n\n" + table(
+        ["case", "part", "n", "median ms", "p10", "p90"], ttft_rows
+    )
     notes = (
         f"{args.rounds} rounds after a warm-up; max_tokens {args.max_tokens}, greedy; a fresh "
         "prompt per client and round. Marks: engines/timeline.py (GATEWAY_TIMELINE). "

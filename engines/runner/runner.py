@@ -10,6 +10,7 @@ import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 
+from engines import timeline
 from engines.base import Engine, EngineState
 from engines.download import SourceFetch
 from engines.errors import ModelUnavailable
@@ -228,6 +229,8 @@ class Runner:
     def submit(self, request: ChatRequest | EmbedRequest) -> Job:
         """Put a request at the back of the line, or refuse it at once (the admission
         order: engines/runner/admission.py)."""
+        if timeline.ON:  # the protocol's handler has read, checked and routed the body
+            timeline.mark("submit")
         if self._closed:
             raise ModelUnavailable(f"model {self.model.id!r} was {self._closed}; retry")
         if self.state is EngineState.FAILED:

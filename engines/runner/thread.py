@@ -86,6 +86,8 @@ class ModelThread:
         """On the loop: take an admitted job; it starts with the thread's next step."""
         self.running += 1
         job.started_at = time.perf_counter()
+        if timeline.ON:  # out of the queue, to the model's thread
+            timeline.mark("inbox")
         self._inbox.put(job)
         # A batch whose step() blocks on I/O (engine upstream) is woken to take it now.
         if self._batch is not None:
@@ -214,9 +216,13 @@ class ModelThread:
                 self._deliver(job, error)
             return
         try:
+            if timeline.ON:
+                timeline.mark("admit")
             # In the request's log context, so events an engine emits there carry its id.
             job.context.copy().run(batch.add, job, job.request, job.is_cancelled)
             self._in_batch.add(job)
+            if timeline.ON:  # the prompt is rendered and tokenized; the next step prefills
+                timeline.mark("admitted")
         except Exception as error:  # e.g. a prompt past the window: this request's alone
             self._deliver(job, error)
 

@@ -9,6 +9,7 @@ import msgspec
 import structlog
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
+from engines import timeline
 from engines.job import job_scope
 from engines.log import emit
 from gateway.http.errors import error_body, protocol_of, should_retry
@@ -76,6 +77,8 @@ def request_events(app: ASGIApp) -> ASGIApp:
         if scope["type"] != "http":
             await app(scope, receive, send)
             return
+        if timeline.ON:  # the server has parsed the request line and headers
+            timeline.mark("request")
         request_id = f"req_{uuid.uuid4().hex[:16]}"
         scope["app"].state.log_scope.enter()  # this request logs to its own app's listeners
         structlog.contextvars.clear_contextvars()
