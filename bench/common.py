@@ -53,7 +53,7 @@ def platform_env() -> dict[str, str]:
 class Gateway:
     """`gateway serve` on YAML text, its stdout (the event log) in a temporary file."""
 
-    def __init__(self, config_text: str, name: str = "gateway") -> None:
+    def __init__(self, config_text: str, name: str = "gateway", env: dict | None = None) -> None:
         self._dir = tempfile.TemporaryDirectory(prefix=f"bench-{name}-")
         folder = Path(self._dir.name)
         self.config = folder / "models.yaml"
@@ -68,6 +68,7 @@ class Gateway:
             stdout=self._out,
             stderr=subprocess.STDOUT,
             cwd=REPO,
+            env=env,
         )
 
     def wait_ready(self, timeout: float = LOAD_TIMEOUT_S) -> None:
