@@ -1,11 +1,12 @@
-"""The event loop the gateway runs on: uvloop (a dependency) against asyncio's own, side by side.
+"""Would uvloop pay as the gateway's event loop? It against asyncio's own, side by side.
 
+    .venv/bin/pip install uvloop   # not a dependency: this measures whether it should be
     .venv/bin/python bench/event_loop.py [--requests 200] [--rounds 5] [--words 400]
 
 Two gateways on the same scripted model, one as installed (uvicorn's `loop: auto` picks
-uvloop) and one with `import uvloop` made to fail (a stand-in package first on its
-PYTHONPATH), so uvicorn falls back to asyncio's selector loop as it did before uvloop was a
-dependency. Each round, in turn on both: `--requests` sequential streamed requests with
+uvloop when it is importable) and one with `import uvloop` made to fail (a stand-in package
+first on its PYTHONPATH), so uvicorn falls back to asyncio's selector loop. Each round, in
+turn on both: `--requests` sequential streamed requests with
 `max_tokens: 1` on one keep-alive connection (time to first content chunk: HTTP, checks,
 routing, queue, the model thread's hop, events, the first frame), then one streamed answer of
 `--words` words with no delay between them (content chunks per second: the loop's cost per
@@ -57,6 +58,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--words", type=int, default=400)
     args = parser.parse_args()
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        raise SystemExit("uvloop is not installed: `.venv/bin/pip install uvloop` first") from None
     load_before = os.getloadavg()
     blocked = Path(tempfile.mkdtemp(prefix="bench-no-uvloop-")) / "uvloop"
     blocked.mkdir()

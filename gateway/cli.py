@@ -179,7 +179,6 @@ def serve(path: Path, host: str | None, port: int | None) -> int:
         log_config=None,
         access_log=False,
         log_level="warning",
-        loop="auto",  # uvloop (a dependency) where installed: a request's TTFT, every chunk
         # A request head larger than this is cut off with a 431 while it is still arriving;
         # past the connection cap a new connection gets a 503; a slow head, a 408.
         http=make_protocol(
