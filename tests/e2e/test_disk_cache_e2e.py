@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import json
 import textwrap
 import threading
 import time
@@ -305,3 +306,22 @@ def test_an_isolated_model_saves_and_reads_the_disk_tier_from_its_own_process(
     pids = {e["detail"]["isolation"] for e in second.events("model_attached", model="isolated")}
     assert len(pids) == 2
 
+
+def test_the_read_or_prefill_rates_survive_a_restart(gateways, tmp_path, reference):
+    cache = tmp_path / "kv"
+    first = gateways.start(config(cache))
+    converse(first, "cached")
+    first.wait_event("cache_saved", timeout=30, model="cached")
+    first.stop()  # the unload at shutdown writes the rates this model measured
+    (path,) = cache.glob("rates-*.json")
+    rates = json.loads(path.read_text())
+    assert rates["model"] == "cached" and rates["prefill_tps"] > 0 and rates["disk_bps"] > 0
+
+    # Where prefill is faster than the disk (an H200's), a fresh engine believes the rates
+    # it measured before: it neither reads the blocks on disk nor saves new ones.
+    path.write_text(json.dumps(rates | {"prefill_tps": 1e12}))
+    second = gateways.start(config(cache))
+    assert converse(second, "cached") == reference["main"][:1]
+    assert last_generated(second)["reused_disk_tokens"] == 0
+    unload(second)
+    assert not second.events("cache_saved") and not second.events("cache_rates_ignored")
