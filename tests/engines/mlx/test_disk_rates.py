@@ -8,19 +8,10 @@ import json
 import pytest
 
 from engines.cache import CacheDir
-from engines.log import LISTENERS
 from engines.mlx.kit.disk_cache import BLOCK_TOKENS, DiskKV
 from engines.mlx.kit.disk_rates import PREFIX
 
 MEANING = "float32|None|cpu"
-
-
-@pytest.fixture
-def events():
-    heard: list = []
-    token = LISTENERS.set([heard.append])
-    yield heard
-    LISTENERS.reset(token)
 
 
 @pytest.fixture
