@@ -299,6 +299,12 @@ def test_an_isolated_model_saves_and_reads_the_disk_tier_from_its_own_process(
     assert turn2["reused_ram_tokens"] > turn1["prompt_tokens"]
     metrics = httpx.get(f"{second.url}/metrics").text
     assert 'gateway_kv_cache_hits_total{model="isolated",tier="disk"} 1.0' in metrics
+    # The ops page's view of the same (a gateway with no keys: this machine is the admin).
+    shown = httpx.get(f"{second.url}/ui/api/cache").json()
+    assert (shown["dir"], shown["blocks"]) == (str(cache), len(blocks_in(cache)))
+    isolated = shown["models"]["isolated"]
+    assert isolated["hits"] == {"ram": 1, "disk": 1} and isolated["misses"] == 0
+    assert isolated["reused_tokens"]["disk"] == turn1["reused_disk_tokens"]
     # An unload ends the process (after its writes); the next one reads the blocks again.
     unload(second, "isolated")
     assert converse(second, "isolated") == reference["main"][:1]
