@@ -305,8 +305,14 @@ def test_an_isolated_model_saves_and_reads_the_disk_tier_from_its_own_process(
     isolated = shown["models"]["isolated"]
     assert isolated["hits"] == {"ram": 1, "disk": 1} and isolated["misses"] == 0
     assert isolated["reused_tokens"]["disk"] == turn1["reused_disk_tokens"]
-    # An unload ends the process (after its writes); the next one reads the blocks again.
-    unload(second, "isolated")
+    # A reload that changes the model ends its process (after its writes) and starts
+    # another, which reads the blocks again.
+    changed = config(cache).replace(
+        "isolation: process", "isolation: process\n    session_slots: 3"
+    )
+    (gateways.directory / "models-1.yaml").write_text(changed)
+    reloaded = httpx.post(f"{second.url}/admin/reload", timeout=120).json()
+    assert reloaded["restarted"] == ["isolated"], reloaded
     assert converse(second, "isolated") == reference["main"][:1]
     assert last_generated(second, "isolated")["reused_disk_tokens"] >= FROM_DISK
     pids = {e["detail"]["isolation"] for e in second.events("model_attached", model="isolated")}
