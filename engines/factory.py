@@ -52,7 +52,7 @@ def make_engine(
     if model.isolation == "process":
         from engines.mlx.isolated import IsolatedEngine
 
-        return IsolatedEngine(model, platform, base_dir, draft)
+        return IsolatedEngine(model, platform, base_dir, draft, disk)
     from engines.mlx.engine import MLXEngine
 
     return MLXEngine(model, platform, base_dir, draft, disk)

@@ -17,10 +17,17 @@ _logger = structlog.get_logger("gateway")
 # process global: each app sets its own list for its lifespan and for each of its requests,
 # so two apps in one process never hear each other's events.
 LISTENERS: ContextVar[Sequence[Callable[[Event], None]]] = ContextVar("event_listeners", default=())
+# In a model's own process (`isolation: process`) events are not logged there: they go to
+# the gateway with their level (engines/mlx/isolated.py), which logs them and tells its
+# listeners, so they join its stream and its metrics as a threaded model's do.
+RELAY: ContextVar[Callable[[Event, str], None] | None] = ContextVar("event_relay", default=None)
 
 
 def emit(event: Event, *, level: str = "info") -> None:
     """Log `event` under its tag with its fields; context (request_id) comes from structlog."""
+    if (relay := RELAY.get()) is not None:
+        relay(event, level)
+        return
     fields = msgspec.structs.asdict(event)
     name = type(event).__struct_config__.tag
     getattr(_logger, level)(name, **fields)

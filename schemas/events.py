@@ -154,6 +154,14 @@ class CacheUnwritable(Event, tag="cache_unwritable"):
     reason: str
 
 
+class CacheRatesIgnored(Event, tag="cache_rates_ignored"):
+    """The disk tier's saved read-or-prefill rates could not be used: measured again."""
+
+    model: str
+    path: str
+    reason: str
+
+
 class ModelAttached(Event, tag="model_attached"):
     model: str
     load_s: float

@@ -8,8 +8,10 @@ loop that turns outputs into SSE chunks is such a thread. In a process of its ow
 batch has a GIL of its own: it steps on its own, between steps taking in what the gateway
 sent (requests to add, cancellations), and sends each step's outputs back in one message.
 
-Two pipes: `control` for calls answered in turn (load, count, trim, unload), and
-`batch` for the batch's traffic in both directions, which never waits on a call. The
+Three pipes: `control` for calls answered in turn (load, count, trim, unload), `batch`
+for the batch's traffic in both directions, which never waits on a call, and `events`
+for the child's events (the disk tier's, written by a thread of the child's), which a
+thread here logs and hands to the gateway's listeners (metrics) as its own. The
 requests the runner admits between two steps go down in one message, so a burst joins the
 child's batch as one group, as it would join the batch on the gateway's thread. The
 child's stdout is the gateway's event stream: it writes to stderr instead.
@@ -18,6 +20,7 @@ child's stdout is the gateway's event stream: it writes to stderr instead.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import multiprocessing
 import threading
 import time
@@ -28,6 +31,7 @@ from pathlib import Path
 from engines.backoff import Backoff
 from engines.base import Capabilities, LoadInfo
 from engines.batch import Step
+from engines.cache import CacheDir
 from engines.errors import ModelUnavailable
 from engines.log import emit
 from engines.mlx.distributed.group import Failure, RankGroup
@@ -66,10 +70,12 @@ class IsolatedEngine:
         platform: PlatformPath,
         base_dir: Path | None,
         draft: ModelConfig | None = None,
+        disk: CacheDir | None = None,
         *,
         group: RankGroup | None = None,
     ) -> None:
         self._config = model
+        self._disk = disk  # the disk tier, opened in the child (None: off)
         # A sharded model: this process is rank 0, the group starts and watches the others.
         self._group = group
         self._failure: Failure | None = None  # a rank that died or hung, until reported
@@ -80,6 +86,7 @@ class IsolatedEngine:
         self._process: multiprocessing.Process | None = None
         self._control: Connection | None = None
         self._batch_pipe: Connection | None = None
+        self._relay: threading.Thread | None = None  # logs the child's events here
         self._calls = threading.RLock()  # one call at a time on the control pipe
         self._memory_left: int | None = None  # as the last load had it, for a restart
         self._started_at = 0.0  # when the child last started (monotonic)
@@ -110,8 +117,9 @@ class IsolatedEngine:
                 detail={
                     **info.detail,
                     "isolation": f"process {self._process.pid}",
-                    "disk_cache": "off (isolation: process)",  # not in the child yet
                     **(self._group.describe() if self._group else {}),
+                    # The ranks hold no disk tier (engines/mlx/distributed/rank.py).
+                    **({"disk_cache": "off (distributed)"} if self._group else {}),
                 },
             )
 
@@ -140,6 +148,8 @@ class IsolatedEngine:
             self._control.send(("stop",))
         process.join(timeout=30)
         self._halt(process)
+        if self._relay is not None:  # the last writes' events are logged before the detach
+            self._relay.join(timeout=5)
 
     def _halt(self, process: multiprocessing.Process) -> None:
         """No rank left running: rank 0 killed if it lingers, the others stopped."""
@@ -250,8 +260,10 @@ class IsolatedEngine:
         control, control_child = context.Pipe()
         batch, batch_child = context.Pipe()
         if self._group is None:
+            events, events_child = context.Pipe(duplex=False)
             target = serve
-            args = (self._config, self._platform, self._base_dir, self._draft_config)
+            config = (self._config, self._platform, self._base_dir, self._draft_config)
+            args = (events_child, *config, self._disk)
         else:
             from engines.mlx.distributed.rank import lead
 
@@ -267,6 +279,15 @@ class IsolatedEngine:
         control_child.close()
         batch_child.close()
         self._control, self._batch_pipe = control, batch
+        if self._group is None:
+            events_child.close()
+            # In the load's context: the events reach the listeners of the app loading it.
+            context = contextvars.copy_context()
+            self._relay = threading.Thread(
+                target=context.run, args=(relay_events, events), name=f"events {self._config.id}"
+            )
+            self._relay.daemon = True
+            self._relay.start()
 
     def _call(self, name: str, *args):
         if name != "load":
@@ -281,6 +302,17 @@ class IsolatedEngine:
         if not ok:
             raise unpack_error(value)
         return value
+
+
+def relay_events(events: Connection) -> None:
+    """Log the child's events as the gateway's own, until the child is gone."""
+    with events:
+        while True:
+            try:
+                event, level = events.recv()
+            except (EOFError, OSError):
+                return
+            emit(event, level=level)
 
 
 class IsolatedBatch:

@@ -5,16 +5,22 @@ the gateway's side). Errors cross the pipes packed, so gateway errors arrive who
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import threading
 import traceback
+from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
+from engines.cache import CacheDir
+from engines.log import RELAY
 from engines.mlx.engine import MLXEngine
 from engines.platform import PlatformPath
 from schemas.canonical import Finished
 from schemas.config import ModelConfig
+from schemas.events import Event
 
 
 def pack_error(error: BaseException) -> tuple:
@@ -34,15 +40,19 @@ def unpack_error(packed: tuple) -> BaseException:
 def serve(
     control: Connection,
     batch_pipe: Connection,
+    events: Connection,
     model: ModelConfig,
     platform: PlatformPath,
     base_dir: Path | None,
     draft: ModelConfig | None,
+    disk: CacheDir | None,
 ) -> None:
-    """The child: answer calls, and step the batch whenever it holds a request."""
+    """The child: answer calls, and step the batch whenever it holds a request. Its events
+    (the disk tier's, from its writer thread too) go to the gateway on `events`."""
     os.dup2(2, 1)  # stdout is the gateway's event stream
     sys.stdout = sys.stderr
-    engine = MLXEngine(model, platform, base_dir, draft)
+    RELAY.set(relay_to(events))  # before the engine: threads it starts copy this context
+    engine = MLXEngine(model, platform, base_dir, draft, disk)
     batch = None
     cancelled: set[int] = set()
     while True:
@@ -79,6 +89,18 @@ def serve(
             for i, output in steps:
                 if isinstance(output, Finished | Exception):
                     cancelled.discard(i)
+
+
+def relay_to(events: Connection) -> Callable[[Event, str], None]:
+    """Send each event and its level to the gateway; from any thread, one at a time."""
+    lock = threading.Lock()
+
+    def relay(event: Event, level: str) -> None:
+        # OSError: the gateway is gone, nobody is left to tell.
+        with lock, contextlib.suppress(OSError):
+            events.send((event, level))
+
+    return relay
 
 
 def _take(engine: MLXEngine, batch, cancelled: set[int], pipe: Connection, message: tuple):

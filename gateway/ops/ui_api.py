@@ -18,9 +18,11 @@ from litestar.di import Provide
 from litestar.params import Parameter
 
 from engines.base import EngineState
+from engines.cache.store import disk_usage
 from engines.errors import ModelNotFound
 from gateway.canonical.model_facts import reads_images, task_of
 from gateway.control.registry import Generation
+from gateway.control.state import cache_dir
 from gateway.logs.setup import current_redactor
 from gateway.ops.activity.history import history
 from gateway.ops.ui import model_state
@@ -153,6 +155,22 @@ async def last_reload(state: State, viewer: Viewer) -> dict:
     return {"last": event}
 
 
+@get("/ui/api/cache", **API)
+async def kv_cache(state: State, generation: Generation, viewer: Viewer) -> dict:
+    """The KV cache's disk tier (`server.cache`): where, how full; and since the gateway
+    started, hits and reused tokens by tier per model, misses, evictions, corrupt blocks."""
+    only_admin(viewer)
+    where = cache_dir(generation.config.server, state.reloader.path.resolve().parent)
+    blocks, size = (0, 0) if where is None else await asyncio.to_thread(disk_usage, where.path)
+    return {
+        "dir": None if where is None else str(where.path),
+        "max_bytes": 0 if where is None else where.max_bytes,
+        "blocks": blocks,
+        "disk_bytes": size,
+        **state.metrics.kv_cache.snapshot(),
+    }
+
+
 @get("/ui/api/benchmarks", **API)
 async def benchmarks(state: State, viewer: Viewer) -> dict:
     """Benchmark runs kept, newest first, each with its settings."""
@@ -160,4 +178,14 @@ async def benchmarks(state: State, viewer: Viewer) -> dict:
     return {"runs": await asyncio.to_thread(state.activity.benchmarks)}
 
 
-ROUTES = [models, settings, model_events, activity, request_trail, plots, last_reload, benchmarks]
+ROUTES = [
+    models,
+    settings,
+    model_events,
+    activity,
+    request_trail,
+    plots,
+    last_reload,
+    kv_cache,
+    benchmarks,
+]

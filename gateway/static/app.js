@@ -6,6 +6,7 @@ import { refreshActivity, startActivity } from "./activity.js";
 import { refreshPlots, startPlots } from "./plots.js";
 import { startPlayground } from "./playground.js";
 import { refreshBenchmarks, refreshLogs, startBenchmark } from "./bench.js";
+import { refreshCache } from "./cache.js";
 
 const TABS = [...document.querySelectorAll("[role=tab]")];
 let current = "overview";
@@ -35,7 +36,10 @@ function tabKeys(event) {
 
 function refreshCurrent() {
   if (current === "activity") refreshActivity();
-  if (current === "overview") refreshPlots();
+  if (current === "overview") {
+    refreshPlots();
+    refreshCache();
+  }
   if (current === "benchmark") refreshBenchmarks();
   if (current === "logs") refreshLogs();
 }

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import json
 import textwrap
 import threading
 import time
@@ -54,6 +55,10 @@ def config(cache: Path, max_bytes: str = "2GiB", budget: str = "auto") -> str:
             source: {SOURCE}
             residency: {{on_demand: true}}
             concurrency: 2
+          - id: isolated
+            source: {SOURCE}
+            residency: {{on_demand: true}}
+            isolation: process
     """)
 
 
@@ -269,3 +274,66 @@ def test_requests_decoded_together_start_from_disk_too(gateways, tmp_path, refer
     assert answers == [reference["main"][:1], reference["other"]]
     turns = second.events("generated", model="batched")
     assert len(turns) == 2 and all(t["reused_disk_tokens"] >= FROM_DISK for t in turns)
+
+
+def test_an_isolated_model_saves_and_reads_the_disk_tier_from_its_own_process(
+    gateways, tmp_path, reference
+):
+    cache = tmp_path / "kv"
+    first = gateways.start(config(cache))
+    assert converse(first, "isolated") == reference["main"][:1]
+    attached = first.events("model_attached", model="isolated")[-1]["detail"]
+    assert attached["disk_cache"].startswith(str(cache)) and "process" in attached["isolation"]
+    # Written by the child's thread, logged and counted by the gateway as its own.
+    saved = first.wait_event("cache_saved", timeout=30, model="isolated")
+    assert saved["tokens"] >= FROM_DISK and saved["dir_bytes"] == disk_usage(cache)[1]
+    metrics = httpx.get(f"{first.url}/metrics").text
+    counted = 'gateway_kv_cache_saved_bytes_total{model="isolated"} '
+    assert float(metrics.split(counted)[1].split()[0]) == saved["bytes"]
+    first.stop()
+
+    second = gateways.start(config(cache))
+    assert converse(second, "isolated", turns=2) == reference["main"]
+    turn1, turn2 = second.events("generated", model="isolated")
+    assert turn1["reused_disk_tokens"] >= FROM_DISK and turn1["disk_load_s"] > 0
+    assert turn2["reused_ram_tokens"] > turn1["prompt_tokens"]
+    metrics = httpx.get(f"{second.url}/metrics").text
+    assert 'gateway_kv_cache_hits_total{model="isolated",tier="disk"} 1.0' in metrics
+    # The ops page's view of the same (a gateway with no keys: this machine is the admin).
+    shown = httpx.get(f"{second.url}/ui/api/cache").json()
+    assert (shown["dir"], shown["blocks"]) == (str(cache), len(blocks_in(cache)))
+    isolated = shown["models"]["isolated"]
+    assert isolated["hits"] == {"ram": 1, "disk": 1} and isolated["misses"] == 0
+    assert isolated["reused_tokens"]["disk"] == turn1["reused_disk_tokens"]
+    # A reload that changes the model ends its process (after its writes) and starts
+    # another, which reads the blocks again.
+    changed = config(cache).replace(
+        "isolation: process", "isolation: process\n    session_slots: 3"
+    )
+    (gateways.directory / "models-1.yaml").write_text(changed)
+    reloaded = httpx.post(f"{second.url}/admin/reload", timeout=120).json()
+    assert reloaded["restarted"] == ["isolated"], reloaded
+    assert converse(second, "isolated") == reference["main"][:1]
+    assert last_generated(second, "isolated")["reused_disk_tokens"] >= FROM_DISK
+    pids = {e["detail"]["isolation"] for e in second.events("model_attached", model="isolated")}
+    assert len(pids) == 2
+
+
+def test_the_read_or_prefill_rates_survive_a_restart(gateways, tmp_path, reference):
+    cache = tmp_path / "kv"
+    first = gateways.start(config(cache))
+    converse(first, "cached")
+    first.wait_event("cache_saved", timeout=30, model="cached")
+    first.stop()  # the unload at shutdown writes the rates this model measured
+    (path,) = cache.glob("rates-*.json")
+    rates = json.loads(path.read_text())
+    assert rates["model"] == "cached" and rates["prefill_tps"] > 0 and rates["disk_bps"] > 0
+
+    # Where prefill is faster than the disk (an H200's), a fresh engine believes the rates
+    # it measured before: it neither reads the blocks on disk nor saves new ones.
+    path.write_text(json.dumps(rates | {"prefill_tps": 1e12}))
+    second = gateways.start(config(cache))
+    assert converse(second, "cached") == reference["main"][:1]
+    assert last_generated(second)["reused_disk_tokens"] == 0
+    unload(second)
+    assert not second.events("cache_saved") and not second.events("cache_rates_ignored")

@@ -8,9 +8,12 @@ import os
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
+from engines.cache.blockfile import write_block
+from engines.cache.store import block_path
 from gateway.ops.events_feed import EventsFeed
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -199,7 +202,7 @@ def test_a_key_without_admin_rights_sees_no_controls_nor_other_keys_rows(
     expect(page.locator("#viewer")).to_contain_text("api_keys[1]")
     expect(page.locator("tr[data-model=echo]")).to_have_count(1)
     expect(page.locator("tr[data-model=sleeper]")).to_have_count(0)  # not its model
-    for hidden in ("#tab-benchmark", "#tab-logs", "#tab-events", "#reload"):
+    for hidden in ("#tab-benchmark", "#tab-logs", "#tab-events", "#reload", "#kv-cache"):
         expect(page.locator(hidden)).to_be_hidden()
     expect(page.locator("[data-action]")).to_have_count(0)  # no control is even built
     page.click("#tab-playground")
@@ -212,6 +215,24 @@ def test_a_key_without_admin_rights_sees_no_controls_nor_other_keys_rows(
     theirs_id = theirs.headers["x-request-id"]
     expect(page.locator(f"tr[data-rid={theirs_id}]")).to_have_count(0)
     shot(page, tmp_path, "limited-key-dark")
+    page.close()
+    assert errors == []
+
+
+def test_the_overview_shows_the_kv_cache_on_disk(browser, gateway, tmp_path):
+    gateway.openai(KEY).chat.completions.create(
+        model="echo", messages=[{"role": "user", "content": "hi"}]
+    )
+    where = tmp_path / "state" / "kv-cache"
+    block = block_path(where, "cd" * 20)
+    block.parent.mkdir(parents=True)
+    write_block(block, {"0.keys": ("F32", np.zeros((1, 1, 64, 4), np.float32))})
+    page, errors = open_page(browser, gateway, ADMIN)
+    expect(page.locator("#kv-summary")).to_have_text(
+        f"{where} · 1.1 KiB of 10.0 GiB · 1 blocks · evicted 0 blocks (–)"
+    )
+    row = page.locator("#kv-cache tr[data-kv-model=echo] td")  # a miss: scripted parks none
+    expect(row).to_have_text(["echo", "0", "0", "1", "0", "0", "–", "0"])
     page.close()
     assert errors == []
 

@@ -9,7 +9,8 @@ held (dtype), `kv_bits`, the platform and this format.
 Saving copies the blocks not yet on disk out of MLX on the model's thread (a memory copy);
 the store's thread writes them. Loading reads and checks files on the model's thread,
 where the cache is needed. Both happen only where the disk is sooner than the prefill it
-replaces, as this model's own rates on this machine say (`Worth`).
+replaces, as this model's own rates on this machine say (`Worth`), kept across restarts
+beside the blocks (engines/mlx/kit/disk_rates.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import numpy as np
 
 from engines.cache import CacheDir
 from engines.cache.store import BlockStore
+from engines.mlx.kit.disk_rates import rates_path, read_rates, write_rates
 
 # Small enough that the tail a reused prompt must prefill again (under one block, plus the
 # new turn) is a small part of a long prompt: at 256, a 2k-token prompt after a restart
@@ -117,12 +119,19 @@ class DiskKV:
         salt: bytes,
         shortest: int = BLOCK_TOKENS,
         worth: Worth | None = None,
+        model: str = "",
     ) -> None:
         self.store = store
         self._salt = salt
         self._shortest = shortest  # conversations shorter are not saved (`min_tokens`)
         self.worth = worth or Worth()
         self._block_bytes: int | None = None  # one block's bytes, once a block was seen
+        # The rates this model measured here before (engines/mlx/kit/disk_rates.py).
+        self._model = model
+        self._rates = rates_path(store.root, salt)
+        if (rates := read_rates(self._rates, model)) is not None:
+            self.worth.prefill_tps, self.worth.disk_bps = rates["prefill_tps"], rates["disk_bps"]
+            self._block_bytes = int(rates["block_bytes"])
 
     @classmethod
     def open(
@@ -131,10 +140,15 @@ class DiskKV:
         """`meaning`: how the cache is computed beyond the files (dtype, kv_bits, device)."""
         salt = hashlib.blake2b(FORMAT + weights_identity(path) + meaning.encode()).digest()
         worth = Worth()
-        return cls(BlockStore(where, model_id, worth.moved), salt, shortest, worth)
+        return cls(BlockStore(where, model_id, worth.moved), salt, shortest, worth, model_id)
 
     def close(self) -> None:
+        """Finish the writes, then keep the rates for this model's next load."""
         self.store.close()
+        worth = self.worth
+        if worth.prefill_tps and worth.disk_bps and self._block_bytes:
+            rates = {"prefill_tps": worth.prefill_tps, "disk_bps": worth.disk_bps}
+            write_rates(self._rates, self._model, rates | {"block_bytes": self._block_bytes})
 
     def keys(self, tokens: list[int], blocks: int) -> list[str]:
         """The chained keys of the first `blocks` blocks of `tokens`."""

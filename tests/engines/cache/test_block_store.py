@@ -11,7 +11,6 @@ import pytest
 from engines.cache import CacheDir
 from engines.cache.blockfile import CorruptBlock, read_block, write_block
 from engines.cache.store import BlockStore, block_path, disk_usage
-from engines.log import LISTENERS
 
 
 def tensors(seed: int, tokens: int = 8) -> dict:
@@ -19,14 +18,6 @@ def tensors(seed: int, tokens: int = 8) -> dict:
     keys = rng.standard_normal((1, 2, tokens, 4), dtype=np.float32)
     raw = rng.integers(0, 2**16, (1, 2, tokens, 4), dtype=np.uint16)  # bfloat16's bits
     return {"0.keys": ("F32", keys), "0.values": ("BF16", raw)}
-
-
-@pytest.fixture
-def events():
-    heard: list = []
-    token = LISTENERS.set([heard.append])
-    yield heard
-    LISTENERS.reset(token)
 
 
 def test_a_block_reads_back_as_written(tmp_path):

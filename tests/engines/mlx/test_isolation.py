@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import threading
+
 import msgspec
 import pytest
+import structlog
 
 from engines.embed.engine import EmbeddingEngine
 from engines.errors import ConfigInvalid, ContextOverflow, ModelUnavailable
-from engines.mlx.isolated_child import pack_error, unpack_error
+from engines.log import LISTENERS
+from engines.mlx.isolated import relay_events
+from engines.mlx.isolated_child import pack_error, relay_to, unpack_error
 from gateway.control.config import parse_config
 from schemas.config import ModelConfig
+from schemas.events import CacheCorrupt, CacheSaved
 
 
 def test_a_gateway_error_crosses_the_pipe_whole():
@@ -65,3 +72,23 @@ models:
         parse_config(text, "models.yaml")
     (error,) = refused.value.errors
     assert "echo-isolated" in error and "'isolation' applies to engine 'mlx' only" in error
+
+
+def test_the_childs_events_reach_the_gateways_listeners_with_their_level():
+    # The child side (a relay from any thread) and the gateway side (a thread that logs
+    # them as its own) on one pipe, in this process: what the metrics hear and the level.
+    reader, writer = multiprocessing.Pipe(duplex=False)
+    heard: list = []
+    listening = LISTENERS.set([heard.append])
+    relay = relay_to(writer)
+    corrupt = CacheCorrupt(model="m", block="ab12", reason="cut short")
+    saved = CacheSaved(model="m", blocks=2, tokens=128, bytes=10, save_s=0.1, dir_bytes=10)
+    threading.Thread(target=relay, args=(corrupt, "warning")).start()
+    relay(saved, "info")
+    writer.close()  # the child ends: the gateway's thread stops
+    with structlog.testing.capture_logs() as logged:
+        relay_events(reader)
+    assert sorted(heard, key=lambda e: type(e).__name__) == [corrupt, saved]
+    LISTENERS.reset(listening)
+    levels = {line["event"]: line["log_level"] for line in logged}
+    assert levels == {"cache_corrupt": "warning", "cache_saved": "info"}

@@ -7,7 +7,11 @@ import threading
 import time
 
 import httpx
+import numpy as np
 import pytest
+
+from engines.cache.blockfile import write_block
+from engines.cache.store import block_path
 
 KEY, LIMITED, ADMIN = "sk-api-one-24681357", "sk-api-two-97531864", "adm-api-13572468"
 CONFIG = """
@@ -249,3 +253,32 @@ def test_bodies_are_kept_only_for_a_model_with_capture_and_redacted(start_gatewa
     assert other["capture"] is None
     for path in (tmp_path / "state").glob("activity.sqlite3*"):  # the WAL too
         assert KEY.encode() not in path.read_bytes()
+
+
+def test_the_kv_cache_route_shows_the_disk_tier_to_the_admin(gateway, tmp_path):
+    # A block as the disk tier writes it, in the directory `state_dir` puts the tier in.
+    cache = tmp_path / "state" / "kv-cache"
+    block = block_path(cache, "ab" * 20)
+    block.parent.mkdir(parents=True)
+    size = write_block(block, {"0.keys": ("F32", np.zeros((1, 1, 64, 4), np.float32))})
+    chat(gateway, KEY)
+    assert call(gateway, KEY, "GET", "/ui/api/cache").status_code == 403
+    shown = call(gateway, ADMIN, "GET", "/ui/api/cache").json()
+    assert shown["dir"] == str(cache) and shown["max_bytes"] > 0
+    assert (shown["blocks"], shown["disk_bytes"]) == (1, size)
+    assert (shown["evicted_blocks"], shown["evicted_bytes"]) == (0, 0)
+    # A scripted model parks nothing: its request is a miss of both tiers.
+    assert shown["models"]["echo"] == {
+        "hits": {"ram": 0, "disk": 0},
+        "misses": 1,
+        "reused_tokens": {"ram": 0, "disk": 0},
+        "saved_bytes": 0,
+        "corrupt_blocks": 0,
+    }
+
+
+def test_the_kv_cache_route_says_when_the_disk_tier_is_off(start_gateway, tmp_path):
+    config = CONFIG.replace("  state_dir: STATE\n", "  cache: {max_bytes: 0}\n")
+    gateway = start_gateway(config, env=ENV)
+    shown = call(gateway, ADMIN, "GET", "/ui/api/cache").json()
+    assert (shown["dir"], shown["max_bytes"], shown["blocks"], shown["models"]) == (None, 0, 0, {})
