@@ -269,3 +269,44 @@ def test_requests_decoded_together_start_from_disk_too(gateways, tmp_path, refer
     assert answers == [reference["main"][:1], reference["other"]]
     turns = second.events("generated", model="batched")
     assert len(turns) == 2 and all(t["reused_disk_tokens"] >= FROM_DISK for t in turns)
+
+
+def kv_bits_config(cache: Path) -> str:
+    """`plain` and `quantized`: both decode single-stream on an 8-bit KV cache."""
+    return textwrap.dedent(f"""
+        server:
+          cache: {{dir: {cache}, max_bytes: 2GiB}}
+        models:
+          - id: plain
+            source: {SOURCE}
+            residency: {{on_demand: true}}
+            kv_bits: 8
+            prefix_reuse: false
+            disk_cache: false
+          - id: quantized
+            source: {SOURCE}
+            residency: {{on_demand: true}}
+            kv_bits: 8
+    """)
+
+
+def test_a_quantized_kv_cache_single_stream_saves_and_reads_its_blocks(gateways, tmp_path):
+    cache = tmp_path / "kv"
+    first = gateways.start(kv_bits_config(cache))
+    plain = converse(first, "plain", turns=2)
+    assert not blocks_in(cache)  # disk_cache: false saves nothing
+    assert converse(first, "quantized") == plain[:1]
+    attached = first.wait_event("model_attached", model="quantized")
+    assert "8-bit cache" in attached["detail"]["disk_cache"]
+    saved = first.wait_event("cache_saved", timeout=30, model="quantized")
+    assert saved["tokens"] >= FROM_DISK
+    first.stop()
+
+    second = gateways.start(kv_bits_config(cache))
+    assert converse(second, "quantized", turns=2) == plain
+    turn1, turn2 = second.events("generated", model="quantized")
+    assert turn1["reused_disk_tokens"] >= FROM_DISK and turn1["disk_load_s"] > 0
+    assert turn1["reused_prefix_tokens"] == turn1["reused_disk_tokens"]
+    # Turn 2 starts with turn 1's conversation, which its end saved: read back from disk.
+    assert turn2["reused_disk_tokens"] > turn1["prompt_tokens"] - 64
+    assert not second.events("cache_corrupt")
