@@ -12,7 +12,7 @@ from engines.cache import CacheDir
 from engines.errors import BadRequest, ContextTooLarge, ModelUnavailable, SourceError
 from engines.mlx.constrain import Grammar
 from engines.mlx.facts import source_chat_template
-from engines.mlx.kit.disk_cache import BLOCK_TOKENS, DiskKV, cacheable, min_tokens
+from engines.mlx.kit.disk_cache import BLOCK_TOKENS, DiskKV, cacheable, min_tokens, why_off
 from engines.mlx.kit.memory import release_buffers
 from engines.mlx.kit.penalties import make_penalties
 from engines.mlx.kit.prepare import start
@@ -300,10 +300,8 @@ class MLXEngine:
     def _open_disk(self, model, path: Path, held: str) -> tuple[DiskKV | None, str]:
         """The disk tier for this model, or None; and what `model_attached` says of it."""
         config = self._config
-        if self._disk_dir is None:
-            return None, "off (server.cache)"
-        if not config.disk_cache or not config.prefix_reuse:
-            return None, "off (disk_cache)" if not config.disk_cache else "off (prefix_reuse)"
+        if off := why_off(config, self._disk_dir):
+            return None, off
         if config.draft:
             return None, "off (single-stream decoding with draft)"
         if not cacheable(model):

@@ -69,6 +69,17 @@ def salt_of(path: Path, meaning: str) -> bytes:
     return hashlib.blake2b(FORMAT + weights_identity(path) + meaning.encode()).digest()
 
 
+def why_off(config, where: CacheDir | None) -> str | None:
+    """Why a model's config keeps it off the disk tier (its `disk_cache` detail), or None."""
+    if where is None:
+        return "off (server.cache)"
+    if not config.disk_cache:
+        return "off (disk_cache)"
+    if not config.prefix_reuse:
+        return "off (prefix_reuse)"
+    return None
+
+
 def cacheable(model) -> bool:
     """Whether every layer's cache is a plain `KVCache` (what a block can hold): rotating
     windows and state-space layers are not split into blocks."""
@@ -220,18 +231,36 @@ def _block_bytes(cache: list) -> int:
 
 def _block_of(cache: list, index: int) -> dict:
     """Block `index` of every layer, copied out of MLX into numpy."""
-    import mlx.core as mx
 
     start, end = index * BLOCK_TOKENS, (index + 1) * BLOCK_TOKENS
     tensors = {}
     for layer, c in enumerate(cache):
         for name, array in layer_arrays(c):
-            part = array[..., start:end, :]
-            dtype = DTYPE_NAMES[str(part.dtype).removeprefix("mlx.core.")]
-            if dtype == "BF16":
-                part = part.view(mx.uint16)
-            tensors[f"{layer}.{name}"] = (dtype, np.array(part, copy=True))
+            tensors[f"{layer}.{name}"] = to_host(array[..., start:end, :])
     return tensors
+
+
+def to_host(part) -> tuple[str, np.ndarray]:
+    """An MLX array copied into numpy, with its safetensors dtype name (bfloat16 travels as
+    its raw 16 bits)."""
+    import mlx.core as mx
+
+    dtype = DTYPE_NAMES[str(part.dtype).removeprefix("mlx.core.")]
+    if dtype == "BF16":
+        part = part.view(mx.uint16)
+    return dtype, np.array(part, copy=True)
+
+
+def joined(blocks: list[dict], name: str):
+    """The blocks' arrays under `name`, back in MLX, joined along the token axis."""
+    import mlx.core as mx
+
+    parts = []
+    for tensors in blocks:
+        dtype, array = tensors[name]
+        part = mx.array(array)
+        parts.append(part.view(mx.bfloat16) if dtype == "BF16" else part)
+    return mx.concatenate(parts, axis=2)
 
 
 def layer_arrays(c) -> list[tuple[str, object]]:
@@ -252,26 +281,19 @@ def _cache_of(blocks: list[dict], quantized: tuple[int, int] | None = None) -> l
     import mlx.core as mx
     from mlx_lm.models.cache import KVCache, QuantizedKVCache
 
-    def joined(name: str):
-        parts = []
-        for tensors in blocks:
-            dtype, array = tensors[name]
-            part = mx.array(array)
-            parts.append(part.view(mx.bfloat16) if dtype == "BF16" else part)
-        return mx.concatenate(parts, axis=2)
-
     layers = len(blocks[0]) // (6 if quantized else 2)
     cache = []
     for layer in range(layers):
         if quantized:
             c = QuantizedKVCache(*quantized)
             c.keys, c.values = (
-                tuple(joined(f"{layer}.{n}.{i}") for i in range(3)) for n in ("keys", "values")
+                tuple(joined(blocks, f"{layer}.{n}.{i}") for i in range(3))
+                for n in ("keys", "values")
             )
             c.offset = c.keys[0].shape[2]
         else:
             c = KVCache()
-            c.keys, c.values = joined(f"{layer}.keys"), joined(f"{layer}.values")
+            c.keys, c.values = joined(blocks, f"{layer}.keys"), joined(blocks, f"{layer}.values")
             c.offset = c.keys.shape[2]
         cache.append(c)
     mx.eval([(c.keys, c.values) for c in cache])
