@@ -1,7 +1,8 @@
 """The disk tier under a vision model's block cache, through the real gateway (issue 26):
-the demo VLM (the real SmolLM2 behind a seeded vision tower) asked about a picture, the
-gateway restarted, asked again. The answer must be the one a model without any cache gives
-at temperature 0; a different picture must find no block of the first's."""
+the demo VLM (the real SmolLM2 behind a seeded vision tower) asked about a picture, then
+again after a restart, after an unload, and with its blocks damaged. Each answer must be
+the one a model without any cache gives at temperature 0; a different picture must find no
+block of the first's."""
 
 from __future__ import annotations
 
@@ -74,6 +75,12 @@ def start(directory: Path, text: str, n: int) -> GatewayProcess:
     return gateway
 
 
+def unload(gateway: GatewayProcess) -> None:
+    """An admin unload; it waits for the disk writes under way."""
+    reply = httpx.post(f"{gateway.url}/admin/models/vlm/unload", timeout=120)
+    assert reply.json()["state"] == "unloaded"
+
+
 def blocks_in(cache: Path) -> list[Path]:
     return sorted(cache.glob("*/*.safetensors"))
 
@@ -105,5 +112,18 @@ def test_a_restart_reads_a_vision_prompt_from_disk_keyed_by_its_picture(tmp_path
         other = second.events("generated", model="vlm")[-1]
         assert other["reused_prefix_tokens"] == 0 and other["reused_disk_tokens"] == 0
         assert not second.events("cache_corrupt")
+
+        # Unloaded (as an idle or budget eviction would): RAM's blocks are gone, disk's not.
+        unload(second)
+        assert ask(second, "vlm", A) == plain["A"]
+        assert second.events("generated", model="vlm")[-1]["reused_disk_tokens"] > prompt - 32
+
+        # Every block cut short: the first one read is removed and reported, A is prefilled.
+        unload(second)
+        for block in blocks_in(cache):
+            block.write_bytes(block.read_bytes()[: block.stat().st_size // 2])
+        assert ask(second, "vlm", A) == plain["A"]
+        assert second.wait_event("cache_corrupt", model="vlm")["reason"] == "cut short"
+        assert second.events("generated", model="vlm")[-1]["reused_prefix_tokens"] == 0
     finally:
         second.stop()
