@@ -195,6 +195,8 @@ class VisionEngine:
             return None, off
         if not batch_generator_available():
             return None, "off (this mlx-vlm has no batch generator, nor its block cache)"
+        if not self._config.session_slots:  # no block cache in RAM for the disk to be under
+            return None, "off (session_slots: 0)"
         if model_apc_mode(model.language_model) != "block":
             return None, "off (this architecture's cache is not in blocks)"
         device = self._platform.device
