@@ -230,6 +230,7 @@ class MLXEngine:
         rest is prefilled on, and the conversation's blocks are saved when it has run out."""
         import mlx.core as mx
         from mlx_lm import stream_generate
+        from mlx_lm.models.cache import make_prompt_cache
 
         job = self.prepare(request)
         extra = {}
@@ -241,7 +242,8 @@ class MLXEngine:
         tokens, hit = list(job.prompt), None  # every token the cache will hold, in order
         if self.disk is not None:
             hit = self.disk.find(job.prompt, longer_than=disk_floor(len(job.prompt), self))
-            extra["prompt_cache"] = hit.cache if hit else make_cache(self._model)
+            # Handed in, not made inside, so that the conversation's cache can be saved after.
+            extra["prompt_cache"] = hit.cache if hit else make_prompt_cache(self._model)
         rest = job.prompt[hit.tokens :] if hit else job.prompt
         run = StreamRun(job.parser)
         echoed = self.prompt_logprobs(request, job.prompt)
@@ -463,13 +465,6 @@ def refuse_untrimmable(model_id: str, model) -> None:
             f"model {model_id!r}: `speculation` needs a KV cache that drafts can be removed "
             f"from; this architecture keeps {', '.join(sorted(kept))}: remove `speculation`"
         )
-
-
-def make_cache(model) -> list:
-    """A fresh prompt cache, handed to `stream_generate` so that it can be saved after."""
-    from mlx_lm.models.cache import make_prompt_cache
-
-    return make_prompt_cache(model)
 
 
 def disk_floor(prompt_tokens: int, engine: MLXEngine) -> int:

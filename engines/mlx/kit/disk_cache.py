@@ -231,7 +231,6 @@ def _block_bytes(cache: list) -> int:
 
 def _block_of(cache: list, index: int) -> dict:
     """Block `index` of every layer, copied out of MLX into numpy."""
-
     start, end = index * BLOCK_TOKENS, (index + 1) * BLOCK_TOKENS
     tensors = {}
     for layer, c in enumerate(cache):
