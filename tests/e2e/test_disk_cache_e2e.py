@@ -304,7 +304,7 @@ def test_a_quantized_kv_cache_single_stream_saves_and_reads_its_blocks(gateways,
 
     second = gateways.start(kv_bits_config(cache))
     assert converse(second, "quantized", turns=2) == plain
-    turn1, turn2 = second.events("generated", model="quantized")
+    turn1, turn2 = second.wait_events("generated", 2, model="quantized")
     assert turn1["reused_disk_tokens"] >= FROM_DISK and turn1["disk_load_s"] > 0
     assert turn1["reused_prefix_tokens"] == turn1["reused_disk_tokens"]
     # Turn 2 starts with turn 1's conversation, which its end saved: read back from disk.

@@ -102,21 +102,22 @@ def test_a_restart_reads_a_vision_prompt_from_disk_keyed_by_its_picture(tmp_path
     second = start(tmp_path, config(demo, cache), 1)
     try:
         assert ask(second, "vlm", A) == plain["A"]
-        (again,) = second.events("generated", model="vlm")
+        (again,) = second.wait_events("generated", 1, model="vlm")
         prompt = again["prompt_tokens"]
         assert prompt - 32 < again["reused_disk_tokens"] < prompt  # all but the tail
         assert again["reused_prefix_tokens"] == again["reused_disk_tokens"]
         assert again["disk_load_s"] > 0 and again["image_tokens"] > 0
         # Another picture: its blocks are salted with its own hash, none is A's.
         assert ask(second, "vlm", B) == plain["B"]
-        other = second.events("generated", model="vlm")[-1]
+        other = second.wait_events("generated", 2, model="vlm")[-1]
         assert other["reused_prefix_tokens"] == 0 and other["reused_disk_tokens"] == 0
         assert not second.events("cache_corrupt")
 
         # Unloaded (as an idle or budget eviction would): RAM's blocks are gone, disk's not.
         unload(second)
         assert ask(second, "vlm", A) == plain["A"]
-        assert second.events("generated", model="vlm")[-1]["reused_disk_tokens"] > prompt - 32
+        after_unload = second.wait_events("generated", 3, model="vlm")[-1]
+        assert after_unload["reused_disk_tokens"] > prompt - 32
 
         # Every block cut short: the first one read is removed and reported, A is prefilled.
         unload(second)
@@ -124,6 +125,6 @@ def test_a_restart_reads_a_vision_prompt_from_disk_keyed_by_its_picture(tmp_path
             block.write_bytes(block.read_bytes()[: block.stat().st_size // 2])
         assert ask(second, "vlm", A) == plain["A"]
         assert second.wait_event("cache_corrupt", model="vlm")["reason"] == "cut short"
-        assert second.events("generated", model="vlm")[-1]["reused_prefix_tokens"] == 0
+        assert second.wait_events("generated", 4, model="vlm")[-1]["reused_prefix_tokens"] == 0
     finally:
         second.stop()
