@@ -17,6 +17,7 @@ from collections.abc import Callable, Hashable
 
 from engines.batch import Step
 from engines.mlx.kit.sequence import Sequence, cancelled_uids
+from engines.vision.disk import block_cache
 from schemas.canonical import ChatRequest
 
 APC_BLOCK_TOKENS = 16
@@ -38,7 +39,6 @@ def drawn_by(sampler: Callable) -> Callable:
 
 class VisionBatch:
     def __init__(self, engine, model, processor, eos: list[int], config, window: int) -> None:
-        from mlx_vlm.apc import APCManager
         from mlx_vlm.generate import BatchGenerator
 
         self._engine = engine
@@ -47,9 +47,7 @@ class VisionBatch:
         slots = config.session_slots if config.prefix_reuse else 0
         blocks = slots * window // APC_BLOCK_TOKENS
         self._disk = engine.disk if blocks else None  # the disk tier under APC (None: off)
-        apc = None
-        if blocks:
-            apc = APCManager(num_blocks=blocks, block_size=APC_BLOCK_TOKENS, disk=self._disk)
+        apc = block_cache(blocks, APC_BLOCK_TOKENS, self._disk) if blocks else None
         self._generator = BatchGenerator(
             model.language_model,
             processor,

@@ -172,3 +172,24 @@ def _block_of(block, layer_keys, layer_values, block_size: int) -> dict:
     ids = np.array([*block.token_ids, block.extra_hash], dtype=np.int64)
     tensors[TOKENS] = ("I64", ids)
     return tensors
+
+
+def block_cache(blocks: int, block_tokens: int, disk: APCDisk | None):
+    """mlx-vlm's `APCManager` of `blocks` blocks over `disk` (None: RAM only).
+
+    mlx-vlm asks its disk for a prompt's whole length, then refuses a prefix that covers
+    the whole prompt (its last token must go through the model for the first logits): a
+    prompt of whole blocks would never be read back. Asked here for all but the last token.
+    """
+    from mlx_vlm.apc import APCManager
+
+    class BlockCache(APCManager):
+        def lookup_prefix_disk_cache(self, token_ids, extra_hash=0, max_prefix_tokens=None, **kw):
+            cap = len(token_ids) - 1
+            if max_prefix_tokens is not None and max_prefix_tokens > 0:
+                cap = min(cap, max_prefix_tokens)
+            return super().lookup_prefix_disk_cache(
+                token_ids, extra_hash, max_prefix_tokens=cap, **kw
+            )
+
+    return BlockCache(num_blocks=blocks, block_size=block_tokens, disk=disk)

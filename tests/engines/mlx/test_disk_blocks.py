@@ -93,3 +93,30 @@ def test_a_vision_block_comes_back_with_its_tokens_and_picture_hash(tmp_path):
     assert not changed.has(100)
     again.close()
     changed.close()
+
+
+def test_a_prompt_of_whole_blocks_reads_all_but_its_last_block_from_disk(tmp_path):
+    from mlx_vlm.apc import SEED_PARENT_HASH, _hash_tokens
+
+    from engines.vision.disk import block_cache
+
+    where, size = CacheDir(tmp_path / "kv", 1 << 30), 16
+    path, prompt = model_dir(tmp_path), list(range(3 * size))
+    rng = np.random.default_rng(0)
+    keys = [mx.array(rng.standard_normal((1, HEADS, 3 * size, DIMS), dtype=np.float32))]
+    blocks, parent = [], SEED_PARENT_HASH
+    for i in range(3):  # the chain mlx-vlm hashes
+        chunk = tuple(prompt[i * size : (i + 1) * size])
+        block = Block(_hash_tokens(parent, chunk, 0), parent, 0, chunk, i)
+        blocks.append(block)
+        parent = block.block_hash
+    disk = APCDisk(where, "v", path, "vision", block_tokens=size, shortest=size)
+    disk.save_layer_major_blocks(blocks, keys, keys, size)
+    disk.close()
+
+    disk = APCDisk(where, "v", path, "vision", block_tokens=size, shortest=size)
+    cache, tokens = block_cache(8, size, disk).lookup_prefix_disk_cache(prompt)
+    # Its last token is left to the model: two blocks, not none.
+    assert tokens == 2 * size and cache[0].offset == 2 * size
+    assert disk.taken(prompt, 0, tokens) is not None  # told as a read from disk
+    disk.close()
