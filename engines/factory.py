@@ -42,7 +42,7 @@ def make_engine(
     if reads_images(model, base_dir):
         from engines.vision.engine import VisionEngine
 
-        return VisionEngine(model, platform, base_dir)
+        return VisionEngine(model, platform, base_dir, disk)
     if model.distributed is not None:  # rank 0 in a process of its own, like isolation's
         from engines.mlx.distributed.group import RankGroup
         from engines.mlx.isolated import IsolatedEngine

@@ -174,6 +174,16 @@ class GatewayProcess:
             time.sleep(0.05)
         raise TimeoutError(f"no {name} event matching {match}")
 
+    def wait_events(self, name: str, count: int, timeout: float = 30, **match) -> list[dict]:
+        """The first `count` events matching, once the log has them all (a loaded machine
+        writes them late: `_settle` waits a second at most)."""
+        deadline = time.monotonic() + timeout
+        while len(found := self.events(name, **match)) < count:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(found)} of {count} {name} events matching {match}")
+            time.sleep(0.05)
+        return found[:count]
+
     def openai(self, api_key: str = "unused"):
         """An `openai.OpenAI` client for this gateway, closed when the gateway stops."""
         import openai

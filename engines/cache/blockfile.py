@@ -20,7 +20,14 @@ import numpy as np
 
 FORMAT = "mlx-gateway-kv/1"
 # safetensors dtype names; bfloat16 travels as its raw 16 bits (numpy has no bfloat16).
-DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16}
+# U32: a quantized KV cache's packed values; I64: token ids a block is checked against.
+DTYPES = {
+    "F32": np.float32,
+    "F16": np.float16,
+    "BF16": np.uint16,
+    "U32": np.uint32,
+    "I64": np.int64,
+}
 TEMPORARY = ".tmp"  # suffix of a block being written; never read, swept when stale
 
 

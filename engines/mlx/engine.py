@@ -12,7 +12,7 @@ from engines.cache import CacheDir
 from engines.errors import BadRequest, ContextTooLarge, ModelUnavailable, SourceError
 from engines.mlx.constrain import Grammar
 from engines.mlx.facts import source_chat_template
-from engines.mlx.kit.disk_cache import BLOCK_TOKENS, DiskKV, cacheable, min_tokens
+from engines.mlx.kit.disk_cache import BLOCK_TOKENS, DiskKV, cacheable, min_tokens, why_off
 from engines.mlx.kit.memory import release_buffers
 from engines.mlx.kit.penalties import make_penalties
 from engines.mlx.kit.prepare import start
@@ -44,6 +44,10 @@ from schemas.canonical import (
     Output,
 )
 from schemas.config import ModelConfig
+
+# The group size of a quantized KV cache (`kv_bits`): mlx-lm's default, named because the
+# disk tier's blocks are rebuilt as `QuantizedKVCache`s of it.
+KV_GROUP_SIZE = 64
 
 
 class Prepared(NamedTuple):
@@ -220,16 +224,27 @@ class MLXEngine:
         return MLXBatch(self, self._model, self._tokenizer, self._config)
 
     def generate(self, request: ChatRequest, cancelled: Callable[[], bool]) -> Iterator[Output]:
-        """One request through `stream_generate` (quantized KV and draft models live here)."""
+        """One request through `stream_generate` (quantized KV and draft models live here).
+
+        With the disk tier, the prompt's longest prefix on disk is loaded into the cache the
+        rest is prefilled on, and the conversation's blocks are saved when it has run out."""
         import mlx.core as mx
         from mlx_lm import stream_generate
+        from mlx_lm.models.cache import make_prompt_cache
 
         job = self.prepare(request)
         extra = {}
         if self._config.kv_bits:
             extra |= {"kv_bits": self._config.kv_bits, "quantized_kv_start": 0}
+            extra |= {"kv_group_size": KV_GROUP_SIZE}
         if self._draft is not None:
             extra |= {"draft_model": self._draft, "num_draft_tokens": self._config.draft.tokens}
+        tokens, hit = list(job.prompt), None  # every token the cache will hold, in order
+        if self.disk is not None:
+            hit = self.disk.find(job.prompt, longer_than=disk_floor(len(job.prompt), self))
+            # Handed in, not made inside, so that the conversation's cache can be saved after.
+            extra["prompt_cache"] = hit.cache if hit else make_prompt_cache(self._model)
+        rest = job.prompt[hit.tokens :] if hit else job.prompt
         run = StreamRun(job.parser)
         echoed = self.prompt_logprobs(request, job.prompt)
         if echoed is not None:
@@ -243,19 +258,35 @@ class MLXEngine:
             if job.logprobs is not None and not eos(response):
                 yield logprobs_of(response.logprobs, response.token, job.logprobs, job.piece)
 
+        def held(responses):
+            for response in responses:
+                tokens.append(response.token)
+                yield response
+
         responses = stream_generate(
             self._model,
             self._tokenizer,
-            mx.array(job.prompt),
+            mx.array(rest),
             max_tokens=job.max_tokens,
             sampler=job.sampler,
             logits_processors=list(job.logits_processors) or None,
             **extra,
         )
-        yield from run.follow(responses, cancelled, lead)
+        yield from run.follow(held(responses), cancelled, lead)
         last = run.last
         new_tokens = last.generation_tokens - eos(last) if last is not None else 0
-        yield from run.end(len(job.prompt), new_tokens)
+        if self.disk is not None and run.completed and last is not None:
+            self.disk.worth.prefilled(len(rest), len(rest) / max(last.prompt_tps, 1e-9))
+            self.disk.save(tokens, extra["prompt_cache"])
+        reused = hit.tokens if hit else 0
+        disk_load_s = hit.seconds if hit else 0.0
+        yield from run.end(
+            len(job.prompt),
+            new_tokens,
+            reused_prefix_tokens=reused,
+            reused_disk_tokens=reused,
+            disk_load_s=disk_load_s,
+        )
 
     def trim(self) -> None:
         """Free MLX's cache of buffers once the runner is idle (see `EmbeddingEngine.trim`)."""
@@ -271,18 +302,20 @@ class MLXEngine:
     def _open_disk(self, model, path: Path, held: str) -> tuple[DiskKV | None, str]:
         """The disk tier for this model, or None; and what `model_attached` says of it."""
         config = self._config
-        if self._disk_dir is None:
-            return None, "off (server.cache)"
-        if not config.disk_cache or not config.prefix_reuse:
-            return None, "off (disk_cache)" if not config.disk_cache else "off (prefix_reuse)"
-        if config.kv_bits or config.draft:
-            return None, "off (single-stream decoding: kv_bits or draft)"
+        if off := why_off(config, self._disk_dir):
+            return None, off
+        if config.draft:
+            return None, "off (single-stream decoding with draft)"
         if not cacheable(model):
             return None, "off (this architecture's cache is not in blocks)"
         device = self._platform.device
         shortest = min_tokens(device)
-        disk = DiskKV.open(self._disk_dir, config.id, path, f"{held}|{config.kv_bits}|{device}")
+        quantized = (KV_GROUP_SIZE, config.kv_bits) if config.kv_bits else None
+        meaning = f"{held}|{config.kv_bits}|{device}"
+        disk = DiskKV.open(self._disk_dir, config.id, path, meaning, quantized=quantized)
         where = f"{self._disk_dir.path} (blocks of {BLOCK_TOKENS} tokens"
+        if config.kv_bits:  # single stream: no parked caches in RAM, each request reads
+            where += f" of the {config.kv_bits}-bit cache, read per request"
         return disk, f"{where}, conversations of {shortest} tokens or more)"
 
     def _parked_windows(self) -> int:
@@ -432,6 +465,14 @@ def refuse_untrimmable(model_id: str, model) -> None:
             f"model {model_id!r}: `speculation` needs a KV cache that drafts can be removed "
             f"from; this architecture keeps {', '.join(sorted(kept))}: remove `speculation`"
         )
+
+
+def disk_floor(prompt_tokens: int, engine: MLXEngine) -> int:
+    """The tokens a disk hit must beat, as the batch path's (`reuse_min_tokens`): from a
+    short shared prefix or under half the prompt, loading costs more than it saves."""
+    from engines.mlx.batch import reuse_min_tokens
+
+    return max(reuse_min_tokens(engine.platform.device), prompt_tokens // 2) - 1
 
 
 def kv_per_token(model, weights: str, kv_bits: int | None) -> int:

@@ -6,7 +6,8 @@ is preprocessed (`prepare_inputs`), its images are encoded into input embeddings
 The generator draws all rows with one sampler, so each request's own sampling settings run
 as its logits processor: it draws the request's token and leaves only that one possible.
 Prefix reuse is mlx-vlm's block cache (APC), salted with the hash of the request's pictures
-so that a different picture never shares a block past the text before it.
+so that a different picture never shares a block past the text before it; with the disk
+tier, its blocks are also written to and read from disk (engines/vision/disk.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Callable, Hashable
 
 from engines.batch import Step
 from engines.mlx.kit.sequence import Sequence, cancelled_uids
+from engines.vision.disk import block_cache
 from schemas.canonical import ChatRequest
 
 APC_BLOCK_TOKENS = 16
@@ -37,7 +39,6 @@ def drawn_by(sampler: Callable) -> Callable:
 
 class VisionBatch:
     def __init__(self, engine, model, processor, eos: list[int], config, window: int) -> None:
-        from mlx_vlm.apc import APCManager
         from mlx_vlm.generate import BatchGenerator
 
         self._engine = engine
@@ -45,7 +46,8 @@ class VisionBatch:
         self._processor = processor
         slots = config.session_slots if config.prefix_reuse else 0
         blocks = slots * window // APC_BLOCK_TOKENS
-        apc = APCManager(num_blocks=blocks, block_size=APC_BLOCK_TOKENS) if blocks else None
+        self._disk = engine.disk if blocks else None  # the disk tier under APC (None: off)
+        apc = block_cache(blocks, APC_BLOCK_TOKENS, self._disk) if blocks else None
         self._generator = BatchGenerator(
             model.language_model,
             processor,
@@ -56,6 +58,8 @@ class VisionBatch:
         )
         self._eos = set(eos)
         self._sequences: dict[int, tuple[Hashable, Sequence]] = {}
+        # A prompt's ids and APC salt until its reuse is known: whether it came from disk.
+        self._prompts: dict[int, tuple[list[int], int]] = {}
 
     @property
     def active(self) -> int:
@@ -74,13 +78,16 @@ class VisionBatch:
         embedded = self._model.get_input_embeddings(ids, pixels, mask=mask, **tensors)
         kwargs = {k: v for k, v in embedded.to_dict().items() if v is not None}
         # The APC salt: which pictures these image tokens stand for (0: none).
-        kwargs["_apc_semantic_hash"] = -min(inputs.keys, default=0) if inputs.images else 0
+        salt = -min(inputs.keys, default=0) if inputs.images else 0
+        kwargs["_apc_semantic_hash"] = salt
         (uid,) = self._generator.insert(
             [inputs.ids],
             max_tokens=[max_tokens],
             prompt_kwargs=[kwargs],
             logits_processors=[[drawn_by(sampler)]],
         )
+        if self._disk is not None:
+            self._prompts[uid] = (inputs.ids, salt)
         self._sequences[uid] = (
             key,
             Sequence(
@@ -102,6 +109,7 @@ class VisionBatch:
         out: list[Step] = []
         for uid in cancelled_uids(self._sequences):
             self._generator.remove(uid)
+            self._prompts.pop(uid, None)
             key, seq = self._sequences.pop(uid)
             out += [(key, o) for o in seq.finish("cancelled")]
         if not self._sequences:
@@ -109,7 +117,9 @@ class VisionBatch:
         prompts, responses = self._generator.next()
         for progress in prompts:
             if progress.uid in self._sequences:
-                self._sequences[progress.uid][1].reused = progress.cached_tokens or 0
+                seq = self._sequences[progress.uid][1]
+                seq.reused = progress.cached_tokens or 0
+                self._from_disk(seq)
         for response in responses:
             if response.uid not in self._sequences:
                 continue
@@ -122,4 +132,25 @@ class VisionBatch:
             if reason:
                 del self._sequences[response.uid]
                 out += [(key, o) for o in seq.finish(reason)]
+                self._ended(seq)
         return out
+
+    def _from_disk(self, seq: Sequence) -> None:
+        """Whether the prompt's reused tokens were read from disk, told once per prompt."""
+        if self._disk is None or seq.uid not in self._prompts or not seq.reused:
+            return
+        ids, salt = self._prompts.pop(seq.uid)
+        read = self._disk.taken(ids, salt, seq.reused)
+        if read is not None:
+            seq.reused_disk, seq.disk_load_s = read
+
+    def _ended(self, seq: Sequence) -> None:
+        """The disk tier learns this machine's prefill rate from each prompt prefilled."""
+        if self._disk is None:
+            return
+        self._prompts.pop(seq.uid, None)
+        if seq.first_at is not None:
+            prefill_s = seq.first_at - seq.started - seq.disk_load_s
+            self._disk.worth.prefilled(seq.prompt_tokens - seq.reused, prefill_s)
+        if not self._sequences:
+            self._disk.forget_reads()

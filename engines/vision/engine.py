@@ -21,8 +21,10 @@ from typing import NamedTuple
 
 from engines.base import Capabilities, LoadInfo
 from engines.batch import Batch, SerialBatch
+from engines.cache import CacheDir
 from engines.errors import BadRequest, SourceError
 from engines.mlx.isolated import refuse_isolation
+from engines.mlx.kit.disk_cache import min_tokens, why_off
 from engines.mlx.kit.memory import release_buffers
 from engines.mlx.kit.prepare import start
 from engines.mlx.kit.sizing import kv_bytes_per_token, size_context, trained_context
@@ -34,8 +36,10 @@ from engines.sources.resolve import check_source, resolve_source
 from engines.text.constrain import plan_needed
 from engines.text.output import DEFAULT_TOOL_PARSER, OutputParser, load_tool_format
 from engines.text.reasoning import thinking_markers
+from engines.vision.batch import APC_BLOCK_TOKENS
 from engines.vision.budget import Plan, cap_processor, fit_image, geometry_of, plan_pixels
 from engines.vision.checkpoint import check_markers, float32_bytes, to_float32
+from engines.vision.disk import APCDisk
 from engines.vision.prompt import cache_keys, decode_image, vision_messages
 from engines.vision.sessions import Sessions
 from schemas.canonical import (
@@ -75,8 +79,16 @@ class VisionEngine:
     # Image parts get through the runner; a model whose vision is disabled refuses them here.
     capabilities = Capabilities(chat=True, images=True)
 
-    def __init__(self, model: ModelConfig, platform: PlatformPath, base_dir: Path | None):
+    def __init__(
+        self,
+        model: ModelConfig,
+        platform: PlatformPath,
+        base_dir: Path | None,
+        disk: CacheDir | None = None,
+    ) -> None:
         self._config = model
+        self._disk_dir = disk
+        self.disk: APCDisk | None = None  # the block cache's disk tier, while loaded
         self._platform = platform
         self._base_dir = base_dir
         self._model = self._processor = self._tokenizer = None
@@ -158,6 +170,7 @@ class VisionEngine:
             plan = self._plan = dataclasses.replace(plan, reserved=0, disabled=failure)
         self._tool_format = load_tool_format(self._config.tool_parser or DEFAULT_TOOL_PARSER)
         self._think = thinking_markers(self._tokenizer)
+        self.disk, disk_detail = self._open_disk(model, path)
         return LoadInfo(
             memory_bytes=weights + per_token * context * sequences + plan.reserved,
             context=context,
@@ -169,8 +182,36 @@ class VisionEngine:
                 "weights_bytes": str(weights),
                 **decoding_detail(self._config),
                 "vision": plan.describe(),
+                "disk_cache": disk_detail,
             },
         )
+
+    def _open_disk(self, model, path: Path) -> tuple[APCDisk | None, str]:
+        """The disk tier under mlx-vlm's block cache, or None; and what `model_attached`
+        says of it."""
+        from mlx_vlm.apc import model_apc_mode
+
+        if off := why_off(self._config, self._disk_dir):
+            return None, off
+        if not batch_generator_available():
+            return None, "off (this mlx-vlm has no batch generator, nor its block cache)"
+        if not self._config.session_slots:  # no block cache in RAM for the disk to be under
+            return None, "off (session_slots: 0)"
+        if model_apc_mode(model.language_model) != "block":
+            return None, "off (this architecture's cache is not in blocks)"
+        device = self._platform.device
+        shortest = min_tokens(device)
+        meaning = f"vision|{self._held()}|{device}"
+        disk = APCDisk(
+            self._disk_dir,
+            self._config.id,
+            path,
+            meaning,
+            block_tokens=APC_BLOCK_TOKENS,
+            shortest=shortest,
+        )
+        where = f"{self._disk_dir.path} (blocks of {APC_BLOCK_TOKENS} tokens, keyed by image"
+        return disk, f"{where}, prompts of {shortest} tokens or more)"
 
     def count_prompt(self, request: ChatRequest) -> int:
         return len(self._inputs(request).ids)
@@ -245,6 +286,9 @@ class VisionEngine:
         return False
 
     def unload(self) -> None:
+        if self.disk is not None:  # the writes under way finish first
+            self.disk.close()
+            self.disk = None
         self._model = self._processor = self._tokenizer = None
         self._sessions.clear()
         self._recent = []

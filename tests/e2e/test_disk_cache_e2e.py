@@ -337,3 +337,44 @@ def test_the_read_or_prefill_rates_survive_a_restart(gateways, tmp_path, referen
     assert last_generated(second)["reused_disk_tokens"] == 0
     unload(second)
     assert not second.events("cache_saved") and not second.events("cache_rates_ignored")
+
+
+def kv_bits_config(cache: Path) -> str:
+    """`plain` and `quantized`: both decode single-stream on an 8-bit KV cache."""
+    return textwrap.dedent(f"""
+        server:
+          cache: {{dir: {cache}, max_bytes: 2GiB}}
+        models:
+          - id: plain
+            source: {SOURCE}
+            residency: {{on_demand: true}}
+            kv_bits: 8
+            prefix_reuse: false
+            disk_cache: false
+          - id: quantized
+            source: {SOURCE}
+            residency: {{on_demand: true}}
+            kv_bits: 8
+    """)
+
+
+def test_a_quantized_kv_cache_single_stream_saves_and_reads_its_blocks(gateways, tmp_path):
+    cache = tmp_path / "kv"
+    first = gateways.start(kv_bits_config(cache))
+    plain = converse(first, "plain", turns=2)
+    assert not blocks_in(cache)  # disk_cache: false saves nothing
+    assert converse(first, "quantized") == plain[:1]
+    attached = first.wait_event("model_attached", model="quantized")
+    assert "8-bit cache" in attached["detail"]["disk_cache"]
+    saved = first.wait_event("cache_saved", timeout=30, model="quantized")
+    assert saved["tokens"] >= FROM_DISK
+    first.stop()
+
+    second = gateways.start(kv_bits_config(cache))
+    assert converse(second, "quantized", turns=2) == plain
+    turn1, turn2 = second.wait_events("generated", 2, model="quantized")
+    assert turn1["reused_disk_tokens"] >= FROM_DISK and turn1["disk_load_s"] > 0
+    assert turn1["reused_prefix_tokens"] == turn1["reused_disk_tokens"]
+    # Turn 2 starts with turn 1's conversation, which its end saved: read back from disk.
+    assert turn2["reused_disk_tokens"] > turn1["prompt_tokens"] - 64
+    assert not second.events("cache_corrupt")

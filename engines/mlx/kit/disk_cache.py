@@ -38,7 +38,7 @@ BLOCK_TOKENS = 64
 MIN_TOKENS_CUDA = 2048
 FORMAT = b"mlx-gateway-kv/1"
 # MLX dtypes as safetensors names them; bfloat16 crosses into numpy as raw 16 bits.
-DTYPE_NAMES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}
+DTYPE_NAMES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "uint32": "U32"}
 # Files whose content is the model's meaning; hashed by name, size and identity.
 MEANING_SUFFIXES = (".safetensors", ".json", ".gguf")
 
@@ -63,6 +63,23 @@ def weights_identity(path: Path) -> bytes:
         real = os.path.realpath(file)
         digest.update(f"{file.name}|{Path(real).name}|{stat.st_size}|{stat.st_mtime_ns}\n".encode())
     return digest.digest()
+
+
+def salt_of(path: Path, meaning: str) -> bytes:
+    """The first key's salt: this format, the model's files (`weights_identity`) and
+    `meaning`, how the cache is computed beyond the files (dtype, kv_bits, device)."""
+    return hashlib.blake2b(FORMAT + weights_identity(path) + meaning.encode()).digest()
+
+
+def why_off(config, where: CacheDir | None) -> str | None:
+    """Why a model's config keeps it off the disk tier (its `disk_cache` detail), or None."""
+    if where is None:
+        return "off (server.cache)"
+    if not config.disk_cache:
+        return "off (disk_cache)"
+    if not config.prefix_reuse:
+        return "off (prefix_reuse)"
+    return None
 
 
 def cacheable(model) -> bool:
@@ -120,8 +137,10 @@ class DiskKV:
         shortest: int = BLOCK_TOKENS,
         worth: Worth | None = None,
         model: str = "",
+        quantized: tuple[int, int] | None = None,
     ) -> None:
         self.store = store
+        self._quantized = quantized  # (group size, bits) when blocks hold a QuantizedKVCache
         self._salt = salt
         self._shortest = shortest  # conversations shorter are not saved (`min_tokens`)
         self.worth = worth or Worth()
@@ -135,12 +154,19 @@ class DiskKV:
 
     @classmethod
     def open(
-        cls, where: CacheDir, model_id: str, path: Path, meaning: str, shortest: int = BLOCK_TOKENS
+        cls,
+        where: CacheDir,
+        model_id: str,
+        path: Path,
+        meaning: str,
+        shortest: int = BLOCK_TOKENS,
+        quantized: tuple[int, int] | None = None,
     ) -> DiskKV:
-        """`meaning`: how the cache is computed beyond the files (dtype, kv_bits, device)."""
-        salt = hashlib.blake2b(FORMAT + weights_identity(path) + meaning.encode()).digest()
+        """`meaning`: how the cache is computed beyond the files (dtype, kv_bits, device);
+        `quantized`: (group size, bits) of a `QuantizedKVCache`'s blocks, None for `KVCache`."""
         worth = Worth()
-        return cls(BlockStore(where, model_id, worth.moved), salt, shortest, worth, model_id)
+        store = BlockStore(where, model_id, worth.moved)
+        return cls(store, salt_of(path, meaning), shortest, worth, model_id, quantized)
 
     def close(self) -> None:
         """Finish the writes, then keep the rates for this model's next load."""
@@ -184,7 +210,7 @@ class DiskKV:
         if len(blocks) * BLOCK_TOKENS <= longer_than:
             return None
         try:
-            cache = _cache_of(blocks)
+            cache = _cache_of(blocks, self._quantized)
         except (KeyError, ValueError):  # blocks that checked out but do not fit together
             return None
         self.store.touch(keys[: len(blocks)])
@@ -211,7 +237,7 @@ def _block_bytes(cache: list) -> int:
     """The bytes one block of `cache` takes, every layer's keys and values."""
     total = 0
     for c in cache:
-        for array in (c.keys, c.values):
+        for _, array in layer_arrays(c):
             per_token = array.nbytes // array.shape[-2]  # (batch, heads, tokens, dims)
             total += per_token * BLOCK_TOKENS
     return total
@@ -219,39 +245,69 @@ def _block_bytes(cache: list) -> int:
 
 def _block_of(cache: list, index: int) -> dict:
     """Block `index` of every layer, copied out of MLX into numpy."""
-    import mlx.core as mx
-
     start, end = index * BLOCK_TOKENS, (index + 1) * BLOCK_TOKENS
     tensors = {}
     for layer, c in enumerate(cache):
-        for name, array in (("keys", c.keys), ("values", c.values)):
-            part = array[..., start:end, :]
-            dtype = DTYPE_NAMES[str(part.dtype).removeprefix("mlx.core.")]
-            if dtype == "BF16":
-                part = part.view(mx.uint16)
-            tensors[f"{layer}.{name}"] = (dtype, np.array(part, copy=True))
+        for name, array in layer_arrays(c):
+            tensors[f"{layer}.{name}"] = to_host(array[..., start:end, :])
     return tensors
 
 
-def _cache_of(blocks: list[dict]) -> list:
-    """One `KVCache` per layer holding the blocks in order."""
+def to_host(part) -> tuple[str, np.ndarray]:
+    """An MLX array copied into numpy, with its safetensors dtype name (bfloat16 travels as
+    its raw 16 bits)."""
     import mlx.core as mx
-    from mlx_lm.models.cache import KVCache
 
-    def joined(name: str):
-        parts = []
-        for tensors in blocks:
-            dtype, array = tensors[name]
-            part = mx.array(array)
-            parts.append(part.view(mx.bfloat16) if dtype == "BF16" else part)
-        return mx.concatenate(parts, axis=2)
+    dtype = DTYPE_NAMES[str(part.dtype).removeprefix("mlx.core.")]
+    if dtype == "BF16":
+        part = part.view(mx.uint16)
+    return dtype, np.array(part, copy=True)
 
-    layers = len(blocks[0]) // 2
+
+def joined(blocks: list[dict], name: str):
+    """The blocks' arrays under `name`, back in MLX, joined along the token axis."""
+    import mlx.core as mx
+
+    parts = []
+    for tensors in blocks:
+        dtype, array = tensors[name]
+        part = mx.array(array)
+        parts.append(part.view(mx.bfloat16) if dtype == "BF16" else part)
+    return mx.concatenate(parts, axis=2)
+
+
+def layer_arrays(c) -> list[tuple[str, object]]:
+    """A layer cache's arrays by name: a `KVCache`'s keys and values, a `QuantizedKVCache`'s
+    packed values, scales and biases of each (its keys and values are such triples)."""
+    if isinstance(c.keys, (tuple, list)):
+        return [
+            (f"{n}.{i}", a)
+            for n, kv in (("keys", c.keys), ("values", c.values))
+            for i, a in enumerate(kv)
+        ]
+    return [("keys", c.keys), ("values", c.values)]
+
+
+def _cache_of(blocks: list[dict], quantized: tuple[int, int] | None = None) -> list:
+    """One `KVCache` per layer holding the blocks in order (a `QuantizedKVCache` of
+    `quantized` = (group size, bits) when given)."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import KVCache, QuantizedKVCache
+
+    layers = len(blocks[0]) // (6 if quantized else 2)
     cache = []
     for layer in range(layers):
-        c = KVCache()
-        c.keys, c.values = joined(f"{layer}.keys"), joined(f"{layer}.values")
-        c.offset = c.keys.shape[2]
+        if quantized:
+            c = QuantizedKVCache(*quantized)
+            c.keys, c.values = (
+                tuple(joined(blocks, f"{layer}.{n}.{i}") for i in range(3))
+                for n in ("keys", "values")
+            )
+            c.offset = c.keys[0].shape[2]
+        else:
+            c = KVCache()
+            c.keys, c.values = joined(blocks, f"{layer}.keys"), joined(blocks, f"{layer}.values")
+            c.offset = c.keys.shape[2]
         cache.append(c)
     mx.eval([(c.keys, c.values) for c in cache])
     return cache
