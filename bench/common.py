@@ -53,7 +53,8 @@ def platform_env() -> dict[str, str]:
 class Gateway:
     """`gateway serve` on YAML text, its stdout (the event log) in a temporary file."""
 
-    def __init__(self, config_text: str, name: str = "gateway") -> None:
+    def __init__(self, config_text: str, name: str = "gateway", *, code: Path = REPO) -> None:
+        """`code`: the source tree whose gateway runs (another commit's, for an A/B)."""
         self._dir = tempfile.TemporaryDirectory(prefix=f"bench-{name}-")
         folder = Path(self._dir.name)
         self.config = folder / "models.yaml"
@@ -67,7 +68,7 @@ class Gateway:
             + ["--host", "127.0.0.1", "--port", str(self.port)],
             stdout=self._out,
             stderr=subprocess.STDOUT,
-            cwd=REPO,
+            cwd=code,
         )
 
     def wait_ready(self, timeout: float = LOAD_TIMEOUT_S) -> None:
