@@ -74,10 +74,19 @@ models:
 
 
 class Target:
-    """One server and model name to send the same requests to."""
+    """One server and model name to send the same requests to; `pid` its process."""
 
-    def __init__(self, label: str, url: str, model: str) -> None:
-        self.label, self.url, self.model = label, url, model
+    def __init__(self, label: str, url: str, model: str, pid: int | None = None) -> None:
+        self.label, self.url, self.model, self.pid = label, url, model, pid
+
+
+def cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU time of a process so far (Linux /proc), every thread counted."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, TypeError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class RawBatch:
@@ -103,6 +112,7 @@ class RawBatch:
         if not ready.get("ready"):
             raise RuntimeError("raw_batch.py failed to start")
         self.weights = ready["weights"]
+        self.pid = self.process.pid
 
     def burst(self, clients: int, round_: int, max_tokens: int) -> dict:
         """`clients` prompts inserted at once (prefill batch = all of them), decoded together."""
@@ -110,7 +120,12 @@ class RawBatch:
         self.process.stdin.write(json.dumps(job) + "\n")
         self.process.stdin.flush()
         result = json.loads(self.process.stdout.readline())
-        return {**result, "stream_tps": None, "texts": None}
+        # Every sequence decodes in every step: a stream's rate is the steps after the first
+        # token over their time (when none stopped early, so every step had them all).
+        full = result["tokens"] == clients * max_tokens
+        decode = result["wall"] - result["ttft"]
+        stream_tps = (max_tokens - 1) / decode if full and decode > 0 else None
+        return {**result, "stream_tps": stream_tps, "texts": None}
 
     def __enter__(self) -> RawBatch:
         return self
@@ -131,9 +146,18 @@ def tree_at(rev: str, into: Path) -> Path:
 
 
 def run_burst(target: Target | RawBatch, clients: int, round_: int, max_tokens: int) -> dict:
+    """One burst on `target`, with the CPU its process spent on it per new token: the work
+    it did, which the other processes of a shared machine do not change as they change the
+    wall clock."""
+    before = cpu_seconds(target.pid)
     if isinstance(target, RawBatch):
-        return target.burst(clients, round_, max_tokens)
-    return asyncio.run(burst(target, clients, round_, max_tokens))
+        result = target.burst(clients, round_, max_tokens)
+    else:
+        result = asyncio.run(burst(target, clients, round_, max_tokens))
+    after = cpu_seconds(target.pid)
+    spent = None if before is None or after is None else after - before
+    result["cpu_ms_per_token"] = 1000 * spent / result["tokens"] if spent is not None else None
+    return result
 
 
 def prompt(round_: int, client: int) -> list[dict]:
@@ -275,21 +299,29 @@ def main() -> None:
     config = CONFIG.format(source=args.source)
     with ExitStack() as stack:
         gateway = stack.enter_context(Gateway(config, "concurrency"))
-        targets: list[Target | RawBatch] = [Target("gateway, concurrency 8", gateway.url, "c8")]
+        targets: list[Target | RawBatch] = [
+            Target("gateway, concurrency 8", gateway.url, "c8", gateway.process.pid)
+        ]
         if not args.no_serial:
-            targets.append(Target("gateway, concurrency 1", gateway.url, "c1"))
+            targets.append(Target("gateway, concurrency 1", gateway.url, "c1", gateway.process.pid))
         if args.at:
             code = tree_at(args.at, Path(stack.enter_context(tempfile.TemporaryDirectory())))
             older = stack.enter_context(Gateway(config, "concurrency-at", code=code))
-            targets.append(Target(f"gateway at {args.at}, concurrency 8", older.url, "c8"))
+            targets.append(
+                Target(f"gateway at {args.at}, concurrency 8", older.url, "c8", older.process.pid)
+            )
         if not args.no_raw:
             targets.append(stack.enter_context(RawBatch(stored_dir)))
         if not args.no_mlx_lm:
             mlx_f32 = stack.enter_context(MlxLmServer(float32_dir(args.source), "mlx-lm-f32"))
-            targets.append(Target("mlx-lm server, float32 copy", mlx_f32.url, "default_model"))
+            targets.append(
+                Target(
+                    "mlx-lm server, float32 copy", mlx_f32.url, "default_model", mlx_f32.process.pid
+                )
+            )
             if not args.no_4bit and args.q4_rounds > 0:
                 mlx_q4 = stack.enter_context(MlxLmServer(stored_dir, "mlx-lm-q4"))
-                targets.append(Target(q4_label, mlx_q4.url, "default_model"))
+                targets.append(Target(q4_label, mlx_q4.url, "default_model", mlx_q4.process.pid))
         # Warm-up (loads mlx-lm's model lazily, runs first shapes), and a check that every
         # server gives the same greedy answer to one prompt.
         servers = [t for t in targets if isinstance(t, Target)]
@@ -342,6 +374,7 @@ def main() -> None:
                     spread((target.label, clients), (target.label, lo)),
                     fmt(median([r["stream_tps"] for r in runs])),
                     fmt(median([r["ttft"] * 1000 for r in runs]), 0),
+                    fmt(median([r["cpu_ms_per_token"] for r in runs]), 1),
                 ]
             )
     body = table(
@@ -353,6 +386,7 @@ def main() -> None:
             f"x its own {lo}-client aggregate (median of rounds, range)",
             "per-stream decode tok/s",
             "TTFT ms",
+            "process CPU ms per token",
         ],
         rows,
     )
@@ -384,7 +418,10 @@ def main() -> None:
         f"Gateway models as attached: {decoding}. "
         f"{args.repeats} rounds, each running every client count on every side in turn; "
         f"greedy, max_tokens {args.max_tokens}, a distinct prompt per client and round. "
-        f"Targets: {hi} clients >= 4 x one client (gateway, concurrency 8: "
+        "Process CPU per token: user + system time of the side's whole process over the "
+        "burst (HTTP, tokenizing, model) / new tokens; unlike the wall clock, the load of "
+        f"other processes leaves it mostly alone. Targets: {hi} clients >= 4 x one client "
+        "(gateway, concurrency 8: "
         f"{fmt(scale_hi, 2)} x); {mlx_lm}The gateway's prefix reuse at its default. Same "
         f"greedy 16-token answer as the gateway on the warm-up prompt: {', '.join(same)}. "
         + raw_scale
