@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import subprocess
 import sys
@@ -37,6 +36,7 @@ from common import (
     Gateway,
     MlxLmServer,
     StreamTiming,
+    Worker,
     astream_chat,
     chat_body,
     fmt,
@@ -97,29 +97,13 @@ class RawBatch:
     label = "raw BatchGenerator (in process)"
 
     def __init__(self, model_dir: Path) -> None:
-        env = platform_env()
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-        script = REPO / "bench" / "gpu" / "raw_batch.py"
-        self.process = subprocess.Popen(
-            [sys.executable, str(script), str(model_dir), str(REPO)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env,
-            cwd=REPO,
-        )
-        ready = json.loads(self.process.stdout.readline() or "{}")
-        if not ready.get("ready"):
-            raise RuntimeError("raw_batch.py failed to start")
-        self.weights = ready["weights"]
-        self.pid = self.process.pid
+        self._worker = Worker(REPO / "bench" / "gpu" / "raw_batch.py", str(model_dir), str(REPO))
+        self.weights = self._worker.ready["weights"]
+        self.pid = self._worker.process.pid
 
     def burst(self, clients: int, round_: int, max_tokens: int) -> dict:
         """`clients` prompts inserted at once (prefill batch = all of them), decoded together."""
-        job = {"clients": clients, "max_tokens": max_tokens, "round": round_}
-        self.process.stdin.write(json.dumps(job) + "\n")
-        self.process.stdin.flush()
-        result = json.loads(self.process.stdout.readline())
+        result = self._worker.ask({"clients": clients, "max_tokens": max_tokens, "round": round_})
         # Every sequence decodes in every step: a stream's rate is the steps after the first
         # token over their time (when none stopped early, so every step had them all).
         full = result["tokens"] == clients * max_tokens
@@ -131,11 +115,7 @@ class RawBatch:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.process.stdin.close()
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
+        self._worker.stop()
 
 
 def tree_at(rev: str, into: Path) -> Path:
