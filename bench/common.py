@@ -50,10 +50,52 @@ def platform_env() -> dict[str, str]:
     return env
 
 
+class Worker:
+    """A bench script in a process of its own on the gateway's platform path (OpenBLAS
+    preloaded, this repository importable), answering one JSON line per JSON line; its
+    first line says it is ready."""
+
+    def __init__(self, script: Path, *args: str) -> None:
+        env = platform_env()
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        self.process = subprocess.Popen(
+            [sys.executable, str(script), *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=REPO,
+        )
+        self.ready = json.loads(self.process.stdout.readline() or "{}")
+        if not self.ready.get("ready"):
+            raise RuntimeError(f"{script.name} failed to start")
+
+    def ask(self, job: dict) -> dict:
+        self.process.stdin.write(json.dumps(job) + "\n")
+        self.process.stdin.flush()
+        return json.loads(self.process.stdout.readline())
+
+    def stop(self) -> None:
+        self.process.stdin.close()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
 class Gateway:
     """`gateway serve` on YAML text, its stdout (the event log) in a temporary file."""
 
-    def __init__(self, config_text: str, name: str = "gateway", env: dict | None = None) -> None:
+    def __init__(
+        self,
+        config_text: str,
+        name: str = "gateway",
+        *,
+        code: Path = REPO,
+        env: dict | None = None,
+    ) -> None:
+        """`code`: the source tree whose gateway runs (another commit's, for an A/B); `env`:
+        its environment (the bench's own by default)."""
         self._dir = tempfile.TemporaryDirectory(prefix=f"bench-{name}-")
         folder = Path(self._dir.name)
         self.config = folder / "models.yaml"
@@ -67,7 +109,7 @@ class Gateway:
             + ["--host", "127.0.0.1", "--port", str(self.port)],
             stdout=self._out,
             stderr=subprocess.STDOUT,
-            cwd=REPO,
+            cwd=code,
             env=env,
         )
 

@@ -6,9 +6,14 @@ server on the same model in the same run.
 
 mlx-lm's server runs twice: on a float32 copy of the model (what the gateway runs on the
 CPU, written by `bench/float32_copy.py`) and on the 4-bit weights as stored. Every server
-runs with OpenBLAS preloaded. Each round runs every client count on every server in turn,
-so noise hits all of them; one warm-up request per server comes first. Every client sends
-its own prompt (distinct per round) so no answer comes from a cache of an identical one.
+runs with OpenBLAS preloaded. Raw mlx-lm `BatchGenerator` (bench/gpu/raw_batch.py, in a
+process of its own, the weights held as the gateway holds them) decodes the same prompts all
+at once: its own N-client / 1-client ratio is what batching gives on this machine, the
+ceiling against which the gateway's is read. `--at REV` adds the gateway of another commit
+(its tree from `git archive`), to find a regression in the same run. Each round runs every
+client count on every server in turn, so noise hits all of them; one warm-up request per
+server comes first. Every client sends its own prompt (distinct per round) so no answer
+comes from a cache of an identical one.
 Aggregate tokens/s = all new tokens / (last stream end - first request sent). Targets
 (issue 5): 8 clients >= 4 x one client; gateway >= 1.2 x mlx-lm server's aggregate.
 """
@@ -20,6 +25,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -30,6 +36,7 @@ from common import (
     Gateway,
     MlxLmServer,
     StreamTiming,
+    Worker,
     astream_chat,
     chat_body,
     fmt,
@@ -67,10 +74,70 @@ models:
 
 
 class Target:
-    """One server and model name to send the same requests to."""
+    """One server and model name to send the same requests to; `pid` its process."""
 
-    def __init__(self, label: str, url: str, model: str) -> None:
-        self.label, self.url, self.model = label, url, model
+    def __init__(self, label: str, url: str, model: str, pid: int | None = None) -> None:
+        self.label, self.url, self.model, self.pid = label, url, model, pid
+
+
+def cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU time of a process so far (Linux /proc), every thread counted."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, TypeError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class RawBatch:
+    """Raw mlx-lm `BatchGenerator` on the same prompts: bench/gpu/raw_batch.py in a process
+    of its own, loaded as the gateway loads the model (float32 on the CPU), one JSON line
+    per burst. Its clock runs from `insert` to the last token (no HTTP, no tokenizing)."""
+
+    label = "raw BatchGenerator (in process)"
+
+    def __init__(self, model_dir: Path) -> None:
+        self._worker = Worker(REPO / "bench" / "gpu" / "raw_batch.py", str(model_dir), str(REPO))
+        self.weights = self._worker.ready["weights"]
+        self.pid = self._worker.process.pid
+
+    def burst(self, clients: int, round_: int, max_tokens: int) -> dict:
+        """`clients` prompts inserted at once (prefill batch = all of them), decoded together."""
+        result = self._worker.ask({"clients": clients, "max_tokens": max_tokens, "round": round_})
+        # Every sequence decodes in every step: a stream's rate is the steps after the first
+        # token over their time (when none stopped early, so every step had them all).
+        full = result["tokens"] == clients * max_tokens
+        decode = result["wall"] - result["ttft"]
+        stream_tps = (max_tokens - 1) / decode if full and decode > 0 else None
+        return {**result, "stream_tps": stream_tps, "texts": None}
+
+    def __enter__(self) -> RawBatch:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._worker.stop()
+
+
+def tree_at(rev: str, into: Path) -> Path:
+    """This repository's files at commit `rev`, written under `into` (no git state touched)."""
+    archive = subprocess.run(["git", "archive", rev], cwd=REPO, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into
+
+
+def run_burst(target: Target | RawBatch, clients: int, round_: int, max_tokens: int) -> dict:
+    """One burst on `target`, with the CPU its process spent on it per new token: the work
+    it did, which the other processes of a shared machine do not change as they change the
+    wall clock."""
+    before = cpu_seconds(target.pid)
+    if isinstance(target, RawBatch):
+        result = target.burst(clients, round_, max_tokens)
+    else:
+        result = asyncio.run(burst(target, clients, round_, max_tokens))
+    after = cpu_seconds(target.pid)
+    spent = None if before is None or after is None else after - before
+    result["cpu_ms_per_token"] = 1000 * spent / result["tokens"] if spent is not None else None
+    return result
 
 
 def prompt(round_: int, client: int) -> list[dict]:
@@ -196,29 +263,52 @@ def main() -> None:
     parser.add_argument(
         "--source", default=SMOLLM2, help="the model source (any the gateway takes)"
     )
+    parser.add_argument("--no-mlx-lm", action="store_true", help="skip mlx-lm's servers")
+    parser.add_argument("--no-serial", action="store_true", help="skip the concurrency-1 model")
+    parser.add_argument("--no-raw", action="store_true", help="skip raw BatchGenerator")
+    parser.add_argument(
+        "--at", metavar="REV", help="also run the gateway of commit REV (its concurrency-8 model)"
+    )
     args = parser.parse_args()
     load_before = os.getloadavg()
 
     from engines.sources.resolve import resolve_source
 
     stored_dir = resolve_source("bench", args.source)
-    f32_dir = float32_dir(args.source)
     q4_label = "mlx-lm server, 4-bit as stored"
+    config = CONFIG.format(source=args.source)
     with ExitStack() as stack:
-        gateway = stack.enter_context(Gateway(CONFIG.format(source=args.source), "concurrency"))
-        mlx_f32 = stack.enter_context(MlxLmServer(f32_dir, "mlx-lm-f32"))
-        targets = [
-            Target("gateway, concurrency 8", gateway.url, "c8"),
-            Target("gateway, concurrency 1", gateway.url, "c1"),
-            Target("mlx-lm server, float32 copy", mlx_f32.url, "default_model"),
+        gateway = stack.enter_context(Gateway(config, "concurrency"))
+        targets: list[Target | RawBatch] = [
+            Target("gateway, concurrency 8", gateway.url, "c8", gateway.process.pid)
         ]
-        if not args.no_4bit and args.q4_rounds > 0:
-            mlx_q4 = stack.enter_context(MlxLmServer(stored_dir, "mlx-lm-q4"))
-            targets.append(Target(q4_label, mlx_q4.url, "default_model"))
+        if not args.no_serial:
+            targets.append(Target("gateway, concurrency 1", gateway.url, "c1", gateway.process.pid))
+        if args.at:
+            code = tree_at(args.at, Path(stack.enter_context(tempfile.TemporaryDirectory())))
+            older = stack.enter_context(Gateway(config, "concurrency-at", code=code))
+            targets.append(
+                Target(f"gateway at {args.at}, concurrency 8", older.url, "c8", older.process.pid)
+            )
+        if not args.no_raw:
+            targets.append(stack.enter_context(RawBatch(stored_dir)))
+        if not args.no_mlx_lm:
+            mlx_f32 = stack.enter_context(MlxLmServer(float32_dir(args.source), "mlx-lm-f32"))
+            targets.append(
+                Target(
+                    "mlx-lm server, float32 copy", mlx_f32.url, "default_model", mlx_f32.process.pid
+                )
+            )
+            if not args.no_4bit and args.q4_rounds > 0:
+                mlx_q4 = stack.enter_context(MlxLmServer(stored_dir, "mlx-lm-q4"))
+                targets.append(Target(q4_label, mlx_q4.url, "default_model", mlx_q4.process.pid))
         # Warm-up (loads mlx-lm's model lazily, runs first shapes), and a check that every
         # server gives the same greedy answer to one prompt.
-        warm = {t.label: asyncio.run(burst(t, 1, -1, 16))["texts"][0] for t in targets}
+        servers = [t for t in targets if isinstance(t, Target)]
+        warm = {t.label: asyncio.run(burst(t, 1, -1, 16))["texts"][0] for t in servers}
         same = [label for label, text in warm.items() if text == warm[targets[0].label]]
+        for raw in (t for t in targets if isinstance(t, RawBatch)):
+            raw.burst(max(args.clients), -1, 16)
         # results[(label, clients)][round] -> one burst's figures
         results: dict[tuple[str, int], dict[int, dict]] = {}
         for round_ in range(args.repeats):
@@ -226,7 +316,7 @@ def main() -> None:
                 for target in targets:
                     if target.label == q4_label and round_ >= args.q4_rounds:
                         continue
-                    result = asyncio.run(burst(target, clients, round_, args.max_tokens))
+                    result = run_burst(target, clients, round_, args.max_tokens)
                     results.setdefault((target.label, clients), {})[round_] = result
                     print(
                         f"round {round_} {target.label:32s} {clients} clients: "
@@ -237,10 +327,18 @@ def main() -> None:
         platform_path = gateway.platform()
         decoding = gateway.decoding()
 
+    def ratios(a: tuple[str, int], b: tuple[str, int]) -> list[float]:
+        """aggregate(a) / aggregate(b) in each round both ran, side by side."""
+        rounds = sorted(results[a].keys() & results[b].keys())
+        return [results[a][r]["aggregate"] / results[b][r]["aggregate"] for r in rounds]
+
     def ratio(a: tuple[str, int], b: tuple[str, int]) -> float | None:
-        """Median over the rounds both ran of aggregate(a) / aggregate(b), side by side."""
-        rounds = results[a].keys() & results[b].keys()
-        return median([results[a][r]["aggregate"] / results[b][r]["aggregate"] for r in rounds])
+        return median(ratios(a, b))
+
+    def spread(a: tuple[str, int], b: tuple[str, int]) -> str:
+        """The median per-round ratio and its range over the rounds."""
+        each = ratios(a, b)
+        return f"{fmt(median(each), 2)} ({fmt(min(each), 2)}-{fmt(max(each), 2)})"
 
     lo, hi = min(args.clients), max(args.clients)
     rows = []
@@ -253,9 +351,10 @@ def main() -> None:
                     clients,
                     len(runs),
                     fmt(median([r["aggregate"] for r in runs])),
-                    fmt(ratio((target.label, clients), (target.label, lo)), 2),
+                    spread((target.label, clients), (target.label, lo)),
                     fmt(median([r["stream_tps"] for r in runs])),
                     fmt(median([r["ttft"] * 1000 for r in runs]), 0),
+                    fmt(median([r["cpu_ms_per_token"] for r in runs]), 1),
                 ]
             )
     body = table(
@@ -264,30 +363,48 @@ def main() -> None:
             "clients",
             "rounds",
             "aggregate tok/s (median)",
-            f"x its own {lo}-client aggregate",
+            f"x its own {lo}-client aggregate (median of rounds, range)",
             "per-stream decode tok/s",
             "TTFT ms",
+            "process CPU ms per token",
         ],
         rows,
     )
     gateway_label = targets[0].label
     versus = [
-        [f"{gateway_label} / {t.label}", c, fmt(ratio((gateway_label, c), (t.label, c)), 2)]
-        for t in targets[2:]
+        [f"{gateway_label} / {t.label}", c, spread((gateway_label, c), (t.label, c))]
+        for t in targets[1:]
+        if t.label != "gateway, concurrency 1"
         for c in args.clients
     ]
-    body += "\n\n" + table(["ratio (per round, side by side)", "clients", "median"], versus)
+    body += "\n\n" + table(["ratio (per round, side by side)", "clients", "median (range)"], versus)
     scale_hi = ratio((gateway_label, hi), (gateway_label, lo))
+    raw_scale = ""
+    if not args.no_raw:
+        ceiling = ratio((RawBatch.label, hi), (RawBatch.label, lo))
+        raw_scale = (
+            f"Raw BatchGenerator's own {hi}/{lo}-client ratio, the machine's ceiling for "
+            f"these prompts: {fmt(ceiling, 2)} x (gateway's {fmt(scale_hi, 2)} x). "
+        )
+    mlx_lm = (
+        ""
+        if args.no_mlx_lm
+        else f"gateway >= 1.2 x mlx-lm server's aggregate ({hi} clients against the float32 "
+        f"copy is the like-for-like line; mlx-lm on 4-bit weights in the first "
+        f"{args.q4_rounds} rounds only). mlx-lm server {_mlx_lm_version()} with its defaults "
+        "(decode concurrency 32, prompt cache on). "
+    )
     notes = (
         f"Gateway models as attached: {decoding}. "
-        f"{args.repeats} rounds, each running every client count on every server in turn "
-        f"(mlx-lm on 4-bit weights in the first {args.q4_rounds} only); greedy, max_tokens "
-        f"{args.max_tokens}, a distinct prompt per client and round. Targets: {hi} clients "
-        f">= 4 x one client (gateway, concurrency 8: {fmt(scale_hi, 2)} x); gateway >= 1.2 x "
-        f"mlx-lm server's aggregate ({hi} clients against the float32 copy is the "
-        f"like-for-like line). mlx-lm server {_mlx_lm_version()} with its defaults (decode "
-        "concurrency 32, prompt cache on); the gateway's prefix reuse at its default. Same "
-        f"greedy 16-token answer as the gateway on the warm-up prompt: {', '.join(same)}."
+        f"{args.repeats} rounds, each running every client count on every side in turn; "
+        f"greedy, max_tokens {args.max_tokens}, a distinct prompt per client and round. "
+        "Process CPU per token: user + system time of the side's whole process over the "
+        "burst (HTTP, tokenizing, model) / new tokens; unlike the wall clock, the load of "
+        f"other processes leaves it mostly alone. Targets: {hi} clients >= 4 x one client "
+        "(gateway, concurrency 8: "
+        f"{fmt(scale_hi, 2)} x); {mlx_lm}The gateway's prefix reuse at its default. Same "
+        f"greedy 16-token answer as the gateway on the warm-up prompt: {', '.join(same)}. "
+        + raw_scale
     )
     report(
         "Concurrency: aggregate tokens/s, gateway vs mlx-lm server",

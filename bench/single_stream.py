@@ -17,10 +17,7 @@ overhead <= 10 ms.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
-import sys
 
 import httpx
 from common import (
@@ -28,10 +25,10 @@ from common import (
     SMOLLM2,
     Gateway,
     StreamTiming,
+    Worker,
     chat_body,
     fmt,
     median,
-    platform_env,
     report,
     stream_chat,
     table,
@@ -96,31 +93,15 @@ class Reference:
     """The in-process reference subprocess: one JSON line in, one JSON line out."""
 
     def __init__(self, source: str = SMOLLM2) -> None:
-        env = platform_env()
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-        self.process = subprocess.Popen(
-            [sys.executable, str(REPO / "bench" / "inprocess.py"), source],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env,
-            cwd=REPO,
-        )
-        ready = json.loads(self.process.stdout.readline() or "{}")
-        if not ready.get("ready"):
-            raise RuntimeError("in-process reference failed to load")
-        self.platform = ready["platform"]
+        self._worker = Worker(REPO / "bench" / "inprocess.py", source)
+        self.platform = self._worker.ready["platform"]
 
     def run(self, max_tokens: int, messages: list[dict] = PROMPT) -> StreamTiming:
-        self.process.stdin.write(
-            json.dumps({"messages": messages, "max_tokens": max_tokens}) + "\n"
-        )
-        self.process.stdin.flush()
-        return worker_timing(json.loads(self.process.stdout.readline()))
+        job = {"messages": messages, "max_tokens": max_tokens}
+        return worker_timing(self._worker.ask(job))
 
     def stop(self) -> None:
-        self.process.stdin.close()
-        self.process.wait(timeout=30)
+        self._worker.stop()
 
 
 def rotated(sides: list[str], round_: int) -> list[str]:
