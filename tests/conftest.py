@@ -335,3 +335,16 @@ async def ask_each(gateway, model: str, asks: list[tuple[str, dict]], max_tokens
     for reply in replies:
         assert reply.status_code == 200, reply.text
     return [r.json()["choices"][0]["message"]["content"] for r in replies]
+
+
+@pytest.fixture
+def events():
+    """The events emitted in this process during the test (as the gateway's metrics hear
+    them). Here rather than in tests/engines/conftest.py: a second module named `conftest`
+    would shadow this one for the tests that import from it."""
+    from engines.log import LISTENERS
+
+    heard: list = []
+    token = LISTENERS.set([heard.append])
+    yield heard
+    LISTENERS.reset(token)
