@@ -374,7 +374,7 @@ class ModelConfig(Strict):
     session_slots: Annotated[int, Meta(ge=0)] = 4
     kv_bits: Literal[4, 8] | None = None
     # Park this model's KV cache in the disk tier (`server.cache`) too. On the continuous
-    # batching path; single-stream (kv_bits, draft), isolated and vision models do not yet,
+    # batching path; single-stream (kv_bits), isolated and vision models do not yet,
     # and their `model_attached` line says so.
     disk_cache: bool = True
     weights: WeightsHeld = "auto"
