@@ -104,7 +104,7 @@ class Drafter:
 
     def __init__(self, prompt: list[int], tokens: int, ngram: int) -> None:
         self._lookup = PromptLookup(prompt, ngram)
-        self._length = DraftLength(tokens)
+        self._length = DraftLength(tokens, cheap=True)
         self.drafted = 0
         self.accepted = 0
 
@@ -153,13 +153,21 @@ class Drafter:
 class DraftLength:
     """How many tokens one sequence drafts next, from its recent acceptance.
 
-    Every draft accepted whole grows the length by one (up to `most`); a partly accepted one
-    shrinks it to what was accepted plus one; drafts refused outright `MISSES_BEFORE_REST`
-    times in a row make the sequence rest from drafting, longer each time it happens again.
+    Where a drafted token costs a pass of a draft model, every draft accepted whole grows
+    the length by one (up to `most`) and a partly accepted one shrinks it to what was
+    accepted plus one. Where it costs only a position in the verifying pass (`cheap`: prompt
+    lookup), a draft accepted whole goes back to `most` and a partly accepted one shrinks to
+    no less than half of `most`: a copied span is kept whole or refused at its first token
+    far more often than cut in the middle, and on 2 CPU cores a pass of 1 + 6 positions
+    costs about 1.5 passes of one, so the one-token drafts of the shrunk length spent a pass
+    each on what a longer draft would have kept in one (bench/RESULTS.md, "why code edit").
+    Drafts refused outright `MISSES_BEFORE_REST` times in a row make the sequence rest from
+    drafting, longer each time it happens again.
     """
 
-    def __init__(self, most: int) -> None:
+    def __init__(self, most: int, cheap: bool = False) -> None:
         self._most = most
+        self._cheap = cheap
         self.length = most
         self._misses = 0
         self._rest = 0  # steps left without drafting
@@ -183,9 +191,9 @@ class DraftLength:
             return
         self.rate += RATE_WEIGHT * (accepted / drafted - self.rate)
         if accepted == drafted:
-            self.length = min(self._most, self.length + 1)
+            self.length = self._most if self._cheap else min(self._most, self.length + 1)
         else:
-            self.length = max(1, accepted + 1)
+            self.length = max(self._most // 2 if self._cheap else 1, accepted + 1)
         if accepted:
             self._misses, self._rest_next = 0, 1
             return
