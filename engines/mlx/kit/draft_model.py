@@ -12,31 +12,25 @@ distributed as plain decoding's. The draft length and the back-off are prompt lo
 
 from __future__ import annotations
 
-from engines.mlx.kit.lookup import MIN_EXPECTED, DraftLength
+from engines.mlx.kit.lookup import Drafting, DraftLength
+from engines.mlx.kit.prefix import shared_prefix
 
 # The draft model's prompt goes through it in chunks of this many tokens (generate_step's).
 PREFILL_STEP_SIZE = 2048
 
 
-class ModelDrafter:
+class ModelDrafter(Drafting):
     """One sequence's drafting with a draft model: its history, the draft model's cache of
     it, its draft length and its counts (the interface of `lookup.Drafter`)."""
 
     def __init__(self, model, prompt: list[int], tokens: int) -> None:
         from mlx_lm.models.cache import make_prompt_cache
 
+        super().__init__(DraftLength(tokens))
         self._model = model
         self._history = list(prompt)
         self._cache = make_prompt_cache(model)
         self._fed: list[int] = []  # the tokens the draft model's cache holds, in order
-        self._length = DraftLength(tokens)
-        self.drafted = 0
-        self.accepted = 0
-
-    @property
-    def rate(self) -> float:
-        """Recent acceptance: the expected share of a draft's tokens kept."""
-        return self._length.rate
 
     def extend(self, tokens: list[int]) -> None:
         self._history += tokens
@@ -44,11 +38,7 @@ class ModelDrafter:
     def wanted(self) -> int:
         """How many tokens this sequence would draft after its next one (0: it rests, or too
         little of a draft is expected to be kept to pay for the draft model's passes)."""
-        wanted = self._length.wanted()
-        if wanted and self.rate * wanted < MIN_EXPECTED:
-            self._length.recover()
-            return 0
-        return wanted
+        return self._promising(self._length.wanted())
 
     def propose(self, limit: int, pending: int) -> list[int]:
         """Up to `limit` tokens the draft model decodes after the history and `pending`."""
@@ -58,7 +48,7 @@ class ModelDrafter:
         if limit <= 0:
             return []
         target = [*self._history, pending]
-        same = _shared(self._fed, target)
+        same = shared_prefix(self._fed, target)
         same = min(same, len(target) - 1)  # the last token goes through the model now
         trim_prompt_cache(self._cache, len(self._fed) - same)
         feed = target[same:]
@@ -75,25 +65,9 @@ class ModelDrafter:
         self._fed = target + draft[:-1]  # the last drafted token has not been fed
         return draft
 
-    def record(self, drafted: int, accepted: int) -> None:
-        """A verification's outcome: `accepted` of the `drafted` tokens kept."""
-        self.drafted += drafted
-        self.accepted += accepted
-        self._length.record(drafted, accepted)
-
     def _next(self, tokens):
         """The draft model's arg-max after `tokens` (1-D), fed to its cache: a (1,) array."""
         import mlx.core as mx
 
         logits = self._model(tokens[None], cache=self._cache)[:, -1, :]
         return mx.argmax(logits, axis=-1).astype(mx.uint32)
-
-
-def _shared(a: list[int], b: list[int]) -> int:
-    """The length of the common prefix of `a` and `b`."""
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n

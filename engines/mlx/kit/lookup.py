@@ -95,16 +95,12 @@ class PromptLookup:
         return start + grown if same and start + grown < end else None
 
 
-class Drafter:
-    """One sequence's prompt-lookup drafting: its look-up, its draft length and its counts.
+class Drafting:
+    """What every sequence's drafter keeps whatever proposes its drafts: the draft length,
+    the counts, and the bar a draft must clear (`MIN_EXPECTED`) to be worth a wait."""
 
-    The history grows by what the sequence emits (`extend`, from `Sequence.take`); the
-    token sampled but not emitted yet is passed to `propose` as `pending`.
-    """
-
-    def __init__(self, prompt: list[int], tokens: int, ngram: int) -> None:
-        self._lookup = PromptLookup(prompt, ngram)
-        self._length = DraftLength(tokens, cheap=True)
+    def __init__(self, length: DraftLength) -> None:
+        self._length = length
         self.drafted = 0
         self.accepted = 0
 
@@ -112,6 +108,32 @@ class Drafter:
     def rate(self) -> float:
         """Recent acceptance: the expected share of a draft's tokens kept."""
         return self._length.rate
+
+    def record(self, drafted: int, accepted: int) -> None:
+        """A verification's outcome: `accepted` of the `drafted` tokens kept."""
+        self.drafted += drafted
+        self.accepted += accepted
+        self._length.record(drafted, accepted)
+
+    def _promising(self, wanted: int) -> int:
+        """`wanted`, or 0 where its recent acceptance promises less than `MIN_EXPECTED` kept
+        tokens; the estimate then drifts back towards its prior, so it tries again later."""
+        if wanted and self.rate * wanted < MIN_EXPECTED:
+            self._length.recover()
+            return 0
+        return wanted
+
+
+class Drafter(Drafting):
+    """One sequence's prompt-lookup drafting: its look-up, its draft length and its counts.
+
+    The history grows by what the sequence emits (`extend`, from `Sequence.take`); the
+    token sampled but not emitted yet is passed to `propose` as `pending`.
+    """
+
+    def __init__(self, prompt: list[int], tokens: int, ngram: int) -> None:
+        super().__init__(DraftLength(tokens, cheap=True))
+        self._lookup = PromptLookup(prompt, ngram)
 
     def extend(self, tokens: list[int]) -> None:
         self._lookup.extend(tokens)
@@ -121,16 +143,11 @@ class Drafter:
         it rests, nothing seen before can follow, or too little of it is expected to be kept).
 
         Finding out what to draft means waiting for the next token, which stalls the
-        pipelined step: a sequence whose recent acceptance promises less than
-        `MIN_EXPECTED` kept tokens does not wait, and its acceptance estimate drifts back
-        towards its prior meanwhile, so it tries again later."""
+        pipelined step: a sequence that promises too little does not wait."""
         wanted = self._length.wanted()
         if not wanted or not self._lookup.may_draft():
             return 0
-        if self.rate * wanted < MIN_EXPECTED:
-            self._length.recover()
-            return 0
-        return wanted
+        return self._promising(wanted)
 
     def propose(self, limit: int, pending: int) -> list[int]:
         """Up to `limit` tokens to follow the history and `pending`."""
@@ -142,12 +159,6 @@ class Drafter:
             return self._lookup.draft(limit)
         finally:
             history.pop()
-
-    def record(self, drafted: int, accepted: int) -> None:
-        """A verification's outcome: `accepted` of the `drafted` tokens kept."""
-        self.drafted += drafted
-        self.accepted += accepted
-        self._length.record(drafted, accepted)
 
 
 class DraftLength:
