@@ -373,9 +373,9 @@ class ModelConfig(Strict):
     prefix_reuse: bool = True
     session_slots: Annotated[int, Meta(ge=0)] = 4
     kv_bits: Literal[4, 8] | None = None
-    # Park this model's KV cache in the disk tier (`server.cache`) too. On the continuous
-    # batching path; single-stream (kv_bits, draft), isolated and vision models do not yet,
-    # and their `model_attached` line says so.
+    # Park this model's KV cache in the disk tier (`server.cache`) too: on the continuous
+    # batching path, kv_bits' single stream and vision models; not yet with both draft and
+    # kv_bits (mlx-lm's speculative loop), and the `model_attached` line says so.
     disk_cache: bool = True
     weights: WeightsHeld = "auto"
     isolation: Isolation = "none"

@@ -87,10 +87,12 @@ class MLXBatch:
             completion_batch_size=config.concurrency,
             prefill_batch_size=prefill_batch_size(config.concurrency),
         )
-        # Prompt-lookup drafts (`speculation:`), on the single-sequence path and in batches.
-        self._speculation = config.speculation
+        # Drafts (`speculation:` or `draft:`), on the single-sequence path and in batches.
+        self._config = config
+        self._draft_model = engine.draft_model
+        speculates = config.speculation is not None or self._draft_model is not None
         self._drafting = (
-            BatchDrafting(batch_positions(engine.platform.device)) if config.speculation else None
+            BatchDrafting(batch_positions(engine.platform.device)) if speculates else None
         )
         self._solo: Solo | None = None
         self._solo_start: Admitted | None = None
@@ -126,7 +128,7 @@ class MLXBatch:
             started=time.perf_counter(),
             outputs=[echoed] if echoed is not None else [],
             job=job,
-            drafter=make_drafter(self._speculation, job),
+            drafter=make_drafter(self._config, self._draft_model, job),
         )
         if hit is not None:
             seq.reused_disk, seq.disk_load_s = hit.tokens, hit.seconds

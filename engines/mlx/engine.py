@@ -96,6 +96,11 @@ class MLXEngine:
     def platform(self) -> PlatformPath:
         return self._platform
 
+    @property
+    def draft_model(self):
+        """The loaded draft model (`draft:`), or None."""
+        return self._draft
+
     def reasons(self) -> bool:
         """Whether the model thinks before it answers: its chat template says so (read from
         the loaded tokenizer, or a model directory's tokenizer files without loading)."""
@@ -146,6 +151,9 @@ class MLXEngine:
         self._grammar = Grammar(model, tokenizer, self._think, self._tool_format)
         if self._draft_config is not None:
             self._draft = self._load_draft()
+            if not self._config.kv_bits:  # drafts are verified on the batch path (speculate.py)
+                refuse_untrimmable(self._config.id, model, "draft")
+                refuse_untrimmable(self._config.id, self._draft, "draft")
         return LoadInfo(
             memory_bytes=weights + per_token * self._context * windows,
             context=self._context,
@@ -214,10 +222,11 @@ class MLXEngine:
     def open_batch(self) -> Batch:
         """Continuous batching through mlx-lm, unless a setting needs the single-stream path.
 
-        mlx-lm's batch generator has no quantized KV cache and no draft model, so a model
-        with `kv_bits` or `draft` decodes one request at a time through `stream_generate`.
+        mlx-lm's batch generator has no quantized KV cache, so a model with `kv_bits` decodes
+        one request at a time through `stream_generate` (with its draft model, if any). A
+        `draft` model alone drafts on the batch path (engines/mlx/speculate.py).
         """
-        if self._config.kv_bits or self._draft is not None:
+        if self._config.kv_bits:
             return SerialBatch(self.generate)
         from engines.mlx.batch import MLXBatch
 
@@ -304,8 +313,8 @@ class MLXEngine:
         config = self._config
         if off := why_off(config, self._disk_dir):
             return None, off
-        if config.draft:
-            return None, "off (single-stream decoding with draft)"
+        if config.draft and config.kv_bits:  # mlx-lm's speculative loop reads no blocks
+            return None, "off (single-stream decoding with draft and kv_bits)"
         if not cacheable(model):
             return None, "off (this architecture's cache is not in blocks)"
         device = self._platform.device
@@ -322,16 +331,16 @@ class MLXEngine:
         """Windows of KV cache the parked sessions may hold together: one per slot, at most
         one per request decoded together (a long conversation fills a whole window)."""
         config = self._config
-        if not config.prefix_reuse or config.kv_bits or config.draft:
+        if not config.prefix_reuse or config.kv_bits:
             return 0
         return min(config.session_slots, config.concurrency)
 
     def _decoding_detail(self) -> dict[str, str]:
         """How this model decodes, for the `model_attached` line: the YAML, as applied."""
         config = self._config
-        serial = config.kv_bits or config.draft
+        batching = f"continuous batching x{config.concurrency}"
         detail = {
-            "decoding": "single stream" if serial else f"continuous batching x{config.concurrency}",
+            "decoding": "single stream" if config.kv_bits else batching,
             "prefix_reuse": f"{config.session_slots} session slots, at most "
             f"{describe(self.parked_bytes)}"
             if self.parked_bytes
@@ -454,16 +463,17 @@ def refuse_speculation_on_cuda(model_id: str, platform) -> None:
         )
 
 
-def refuse_untrimmable(model_id: str, model) -> None:
-    """Speculation removes refused draft tokens from the KV cache: a model whose cache keeps
-    no positions to remove (a sliding window, a recurrent state) is refused it at load."""
+def refuse_untrimmable(model_id: str, model, key: str = "speculation") -> None:
+    """Speculation removes refused draft tokens from the KV cache (the draft model's too): a
+    model whose cache keeps no positions to remove (a sliding window, a recurrent state) is
+    refused `key` at load."""
     from mlx_lm.models.cache import make_prompt_cache
 
     kept = {type(c).__name__ for c in make_prompt_cache(model) if not c.is_trimmable()}
     if kept:
         raise ModelUnavailable(
-            f"model {model_id!r}: `speculation` needs a KV cache that drafts can be removed "
-            f"from; this architecture keeps {', '.join(sorted(kept))}: remove `speculation`"
+            f"model {model_id!r}: `{key}` needs KV caches that drafts can be removed "
+            f"from; this architecture keeps {', '.join(sorted(kept))}: remove `{key}`"
         )
 
 

@@ -8,8 +8,8 @@ cache with offsets and masks, per-step filtering) costs a third of the speed on 
 token overlaps the accelerator's work on the next. Greedy output is that of
 `stream_generate`. Its cache can join a `BatchGenerator` when a second request arrives.
 
-With a drafter (`speculation:`, engines/mlx/speculate.py) a step whose look-up proposes
-tokens feeds them with the current one in one forward pass and keeps those the model's own
+With a drafter (`speculation:` or `draft:`, engines/mlx/speculate.py) a step whose drafter
+proposes tokens feeds them with the current one in one forward pass and keeps those the model's own
 sampling agrees with; a step with no draft is the plain pipelined step.
 """
 
@@ -36,7 +36,7 @@ class Solo:
         drafter=None,
     ) -> None:
         """`job` is the engine's `Prepared` request: budget, sampler, logits processors;
-        `drafter` the sequence's prompt-lookup drafter (None: no speculation)."""
+        `drafter` the sequence's drafter (None: no speculation)."""
         from mlx_lm.models.cache import make_prompt_cache
 
         self._model = model
@@ -86,10 +86,10 @@ class Solo:
         wanted = drafter.wanted() if drafter is not None and self._next is not None else 0
         if not wanted:  # the plain step, pipelined: nothing waits for the current token
             return [self.advance()]
-        with mx.stream(self._stream):
-            current = self._next.item()
         room = self.max_tokens - self.emitted - 1  # the current token takes one
-        draft = drafter.propose(min(room, wanted), current)
+        with mx.stream(self._stream):  # a draft model runs on the decoding stream too
+            current = self._next.item()
+            draft = drafter.propose(min(room, wanted), current)
         if not draft:
             return [self.advance()]
         with mx.stream(self._stream):

@@ -1,6 +1,8 @@
-"""Speculative decoding with prompt-lookup drafts, alone (`Solo`) and inside a batch.
+"""Speculative decoding, alone (`Solo`) and inside a batch, with prompt-lookup drafts or a
+draft model's.
 
-A step feeds the current token and up to K drafted ones (engines/mlx/kit/lookup.py) through
+A step feeds the current token and up to K drafted ones (engines/mlx/kit/lookup.py, or
+engines/mlx/kit/draft_model.py) through
 the model in one forward pass, samples each position with the request's own sampler and
 logits processors, and keeps the drafted tokens up to the first one the sample disagrees
 with, plus the sample there. The draft is a deterministic proposal, so this is exactly
@@ -18,9 +20,10 @@ from __future__ import annotations
 
 from engines.errors import ModelUnavailable
 from engines.mlx.constrain import MaskProcessor
+from engines.mlx.kit.draft_model import ModelDrafter
 from engines.mlx.kit.lookup import Drafter
 from engines.mlx.kit.sampling import is_greedy
-from schemas.config import ModelConfig, SpeculationConfig
+from schemas.config import ModelConfig
 
 # Token positions one batched verification may feed (rows x (1 + draft)): the batch's
 # drafts shorten as it fills and stop past it. On 2 CPU cores a forward pass of 8 x 7
@@ -35,17 +38,22 @@ MIN_KEPT_PER_ROW = 0.5
 CLEAR_CACHE_EVERY = 256
 
 
-def make_drafter(config: SpeculationConfig | None, job) -> Drafter | None:
-    """The request's drafter, or None where speculation is off or cannot compose.
+def make_drafter(config: ModelConfig, draft_model, job) -> Drafter | ModelDrafter | None:
+    """The request's drafter: prompt lookup (`speculation`), the draft model (`draft`, loaded
+    as `draft_model`), or None where neither is set or a draft cannot compose.
 
     A grammar's mask (constrained decoding) cannot: llguidance's matcher advances by each
     token it is shown and cannot be shown drafted tokens the model may then refuse. Such a
-    request decodes plainly, and its output is exactly what it would be without `speculation`.
+    request decodes plainly, and its output is exactly what it would be without drafts.
     Penalties and logit bias are functions of the tokens so far: they compose.
     """
-    if config is None or any(isinstance(p, MaskProcessor) for p in job.logits_processors):
+    if any(isinstance(p, MaskProcessor) for p in job.logits_processors):
         return None
-    return Drafter(job.prompt, config.tokens, config.ngram)
+    if config.speculation is not None:
+        return Drafter(job.prompt, config.speculation.tokens, config.speculation.ngram)
+    if draft_model is not None:
+        return ModelDrafter(draft_model, job.prompt, config.draft.tokens)
+    return None
 
 
 def refuse_speculation(model: ModelConfig, kind: str) -> None:
@@ -86,7 +94,8 @@ def verify_alone(model, cache, fed: list[int], context, inputs: list[int], proce
 
 
 class BatchDrafting:
-    """Prompt-lookup drafts for the sequences of mlx-lm's `BatchGenerator`, verified together.
+    """Drafts (prompt lookup's or a draft model's) for the sequences of mlx-lm's
+    `BatchGenerator`, verified together.
 
     It works on the generator's `GenerationBatch` between its steps, as its own `_step`
     does: the token in flight (`_next_tokens`), the batched KV cache, the per-row token

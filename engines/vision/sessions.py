@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from engines.mlx.kit.prefix import shared_prefix
+
 
 class Sessions:
     """Up to `slots` finished conversations, least recently parked evicted first."""
@@ -28,7 +30,7 @@ class Sessions:
             return None
         best, length = None, 0
         for parked in self._parked:
-            shared = _shared(parked, keys)
+            shared = shared_prefix(parked, keys)
             if shared > length:
                 best, length = parked, shared
         # An exact hit still sends its last prompt token through the model (for the logits).
@@ -57,12 +59,3 @@ class Sessions:
 
     def clear(self) -> None:
         self._parked.clear()
-
-
-def _shared(a: tuple[int, ...], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n

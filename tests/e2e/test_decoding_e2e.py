@@ -29,6 +29,7 @@ models:
     kv_bits: 8
   - id: speculative
     source: {SOURCE}
+    concurrency: 4
     draft: {{model: serial, tokens: 3}}
   - id: capped
     source: {SOURCE}
@@ -62,6 +63,7 @@ def test_every_decoding_path_is_announced(gateway):
     assert detail["serial"]["prefix_reuse"] == "off"
     assert detail["kv8"]["kv_bits"] == "8" and detail["kv8"]["decoding"] == "single stream"
     assert detail["speculative"]["draft"] == "serial (3 tokens)"
+    assert detail["speculative"]["decoding"] == "continuous batching x4"  # drafts in batches
     assert detail["capped"]["rate"] == "4.0 tokens/s"
 
 
@@ -163,11 +165,23 @@ def test_prefix_reuse_continues_a_conversation_and_never_changes_the_answer(gate
     assert all(e["reused_prefix_tokens"] == 0 for e in gateway.events("generated", model="serial"))
 
 
-def test_quantized_kv_and_speculation_keep_the_greedy_answer(gateway):
-    serial = asyncio.run(ask_all(gateway, "serial", QUESTIONS[:2], max_tokens=30))
-    assert asyncio.run(ask_all(gateway, "speculative", QUESTIONS[:2], max_tokens=30)) == serial
+def test_quantized_kv_keeps_the_greedy_answer(gateway):
     quantized = asyncio.run(ask_all(gateway, "kv8", QUESTIONS[:1], max_tokens=30))
     assert "Paris" in quantized[0]
+
+
+def test_a_draft_model_keeps_the_greedy_answer_alone_and_in_a_batch(gateway):
+    serial = [asyncio.run(ask_all(gateway, "serial", [q], max_tokens=30))[0] for q in QUESTIONS]
+    alone = [asyncio.run(ask_all(gateway, "speculative", [q], max_tokens=30))[0] for q in QUESTIONS]
+    assert alone == serial
+    batched = asyncio.run(ask_all(gateway, "speculative", QUESTIONS, max_tokens=30))
+    assert batched == serial
+    events = gateway.events("generated", model="speculative")
+    batch = events[-4:]
+    # The last four ran together, and the draft model drafted for them while they did.
+    assert max(e["queue_wait_s"] for e in batch) < min(e["decode_s"] for e in batch)
+    for event in events:
+        assert 0 < event["accepted_tokens"] <= event["drafted_tokens"]
 
 
 def test_the_rate_cap_holds_the_model_under_its_tokens_per_second(gateway):

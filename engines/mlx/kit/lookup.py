@@ -95,16 +95,12 @@ class PromptLookup:
         return start + grown if same and start + grown < end else None
 
 
-class Drafter:
-    """One sequence's prompt-lookup drafting: its look-up, its draft length and its counts.
+class Drafting:
+    """What every sequence's drafter keeps whatever proposes its drafts: the draft length,
+    the counts, and the bar a draft must clear (`MIN_EXPECTED`) to be worth a wait."""
 
-    The history grows by what the sequence emits (`extend`, from `Sequence.take`); the
-    token sampled but not emitted yet is passed to `propose` as `pending`.
-    """
-
-    def __init__(self, prompt: list[int], tokens: int, ngram: int) -> None:
-        self._lookup = PromptLookup(prompt, ngram)
-        self._length = DraftLength(tokens)
+    def __init__(self, length: DraftLength) -> None:
+        self._length = length
         self.drafted = 0
         self.accepted = 0
 
@@ -112,6 +108,32 @@ class Drafter:
     def rate(self) -> float:
         """Recent acceptance: the expected share of a draft's tokens kept."""
         return self._length.rate
+
+    def record(self, drafted: int, accepted: int) -> None:
+        """A verification's outcome: `accepted` of the `drafted` tokens kept."""
+        self.drafted += drafted
+        self.accepted += accepted
+        self._length.record(drafted, accepted)
+
+    def _promising(self, wanted: int) -> int:
+        """`wanted`, or 0 where its recent acceptance promises less than `MIN_EXPECTED` kept
+        tokens; the estimate then drifts back towards its prior, so it tries again later."""
+        if wanted and self.rate * wanted < MIN_EXPECTED:
+            self._length.recover()
+            return 0
+        return wanted
+
+
+class Drafter(Drafting):
+    """One sequence's prompt-lookup drafting: its look-up, its draft length and its counts.
+
+    The history grows by what the sequence emits (`extend`, from `Sequence.take`); the
+    token sampled but not emitted yet is passed to `propose` as `pending`.
+    """
+
+    def __init__(self, prompt: list[int], tokens: int, ngram: int) -> None:
+        super().__init__(DraftLength(tokens, cheap=True))
+        self._lookup = PromptLookup(prompt, ngram)
 
     def extend(self, tokens: list[int]) -> None:
         self._lookup.extend(tokens)
@@ -121,16 +143,11 @@ class Drafter:
         it rests, nothing seen before can follow, or too little of it is expected to be kept).
 
         Finding out what to draft means waiting for the next token, which stalls the
-        pipelined step: a sequence whose recent acceptance promises less than
-        `MIN_EXPECTED` kept tokens does not wait, and its acceptance estimate drifts back
-        towards its prior meanwhile, so it tries again later."""
+        pipelined step: a sequence that promises too little does not wait."""
         wanted = self._length.wanted()
         if not wanted or not self._lookup.may_draft():
             return 0
-        if self.rate * wanted < MIN_EXPECTED:
-            self._length.recover()
-            return 0
-        return wanted
+        return self._promising(wanted)
 
     def propose(self, limit: int, pending: int) -> list[int]:
         """Up to `limit` tokens to follow the history and `pending`."""
@@ -143,23 +160,25 @@ class Drafter:
         finally:
             history.pop()
 
-    def record(self, drafted: int, accepted: int) -> None:
-        """A verification's outcome: `accepted` of the `drafted` tokens kept."""
-        self.drafted += drafted
-        self.accepted += accepted
-        self._length.record(drafted, accepted)
-
 
 class DraftLength:
     """How many tokens one sequence drafts next, from its recent acceptance.
 
-    Every draft accepted whole grows the length by one (up to `most`); a partly accepted one
-    shrinks it to what was accepted plus one; drafts refused outright `MISSES_BEFORE_REST`
-    times in a row make the sequence rest from drafting, longer each time it happens again.
+    Where a drafted token costs a pass of a draft model, every draft accepted whole grows
+    the length by one (up to `most`) and a partly accepted one shrinks it to what was
+    accepted plus one. Where it costs only a position in the verifying pass (`cheap`: prompt
+    lookup), a draft accepted whole goes back to `most` and a partly accepted one shrinks to
+    no less than half of `most`: a copied span is kept whole or refused at its first token
+    far more often than cut in the middle, and on 2 CPU cores a pass of 1 + 6 positions
+    costs about 1.5 passes of one, so the one-token drafts of the shrunk length spent a pass
+    each on what a longer draft would have kept in one (bench/RESULTS.md, "why code edit").
+    Drafts refused outright `MISSES_BEFORE_REST` times in a row make the sequence rest from
+    drafting, longer each time it happens again.
     """
 
-    def __init__(self, most: int) -> None:
+    def __init__(self, most: int, cheap: bool = False) -> None:
         self._most = most
+        self._cheap = cheap
         self.length = most
         self._misses = 0
         self._rest = 0  # steps left without drafting
@@ -183,9 +202,9 @@ class DraftLength:
             return
         self.rate += RATE_WEIGHT * (accepted / drafted - self.rate)
         if accepted == drafted:
-            self.length = min(self._most, self.length + 1)
+            self.length = self._most if self._cheap else min(self._most, self.length + 1)
         else:
-            self.length = max(1, accepted + 1)
+            self.length = max(self._most // 2 if self._cheap else 1, accepted + 1)
         if accepted:
             self._misses, self._rest_next = 0, 1
             return

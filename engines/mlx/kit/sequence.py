@@ -32,7 +32,7 @@ class Sequence:
     new_tokens: int = 0
     outputs: list = field(default_factory=list)  # made before its first token (echo)
     job: object = None  # the engine's prepared request, where the batch needs it again
-    drafter: object = None  # its prompt-lookup drafter (kit/lookup.py), when it speculates
+    drafter: object = None  # its drafter (kit/lookup.py, kit/draft_model.py), when it speculates
 
     def take(
         self, token: int | None, finish_reason: str | None, eos: Container[int]

