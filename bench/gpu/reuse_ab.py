@@ -6,8 +6,8 @@ Through HTTP on the H200, 128 clients with distinct prompts reached half the agg
 prefix reuse on (runs 13 and 14 in bench/RESULTS.md: 0.483 and 0.474) with the same time to
 the first token. This tells whether that cost is the batch's own (parking finished caches,
 looking up prompts) or lies outside it: two engines on the same model, one with
-`prefix_reuse: true`, every request added at once, stepped to the end, sides alternating;
-round 0 warms up. Prints medians and one JSON line.
+`prefix_reuse: true`, every request added at once (or staggered, `--groups`), stepped to the
+end, sides alternating; round 0 warms up. Prints medians and one JSON line.
 """
 
 from __future__ import annotations
@@ -32,6 +32,13 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument(
+        "--groups",
+        type=int,
+        default=0,
+        help="0: every request added at once; N: one first, then the rest in N groups a step "
+        "apart, as a burst of HTTP arrivals reaches the batch (batch_ab.py's staggered)",
+    )
     args = parser.parse_args()
     engines = {
         "reuse on": load_engine(args.model_dir, args.clients, prefix_reuse=True)[0],
@@ -41,7 +48,7 @@ def main() -> None:
     for round_ in range(args.rounds + 1):
         for side, engine in list(engines.items())[:: 1 if round_ % 2 else -1]:
             reqs = requests(round_, args.clients, args.max_tokens)
-            rate = through_batch(engine, reqs, 0)
+            rate = through_batch(engine, reqs, args.groups)
             print(f"round {round_} {side}: {rate:.1f} tok/s", flush=True)
             if round_:
                 rates[side].append(rate)
