@@ -5,7 +5,8 @@ for speed measurements: decode speed does not depend on the weights' values.
 
 SHAPE: smollm2 (SmolLM2-135M), 1b and 8b (the Llama shapes of gpu/mlx_cuda_probe.py), tiny (a
 local smoke test). Weights: bfloat16, then nn.quantize(group_size=64, bits=4), as the probe does.
-An existing complete model directory is kept.
+An existing complete model directory is kept. The weights are seeded: the same shape is the same
+model everywhere.
 
 The tokenizer is SmolLM2's (49152 tokens), made to fit any shape:
 - vocabulary past 49152 (the Llama shapes' 128256) is filled with plain tokens " w<id>", so every
@@ -98,7 +99,10 @@ def write_tokenizer(src: Path, out: Path, vocab_size: int) -> None:
     (out / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2))
 
 
-def make(shape: str, tokenizer: Path, root: Path) -> Path:
+def make(shape: str, tokenizer: Path, root: Path, dtype: str = "bfloat16") -> Path:
+    """The model SHAPE under ROOT/SHAPE. DTYPE float32 is for tests that compare two ways of
+    computing the same model: bfloat16 rounding differs with the order of a split sum, which on
+    random weights' near-tie logits is enough to change the greedy token."""
     import mlx.core as mx
     import mlx.nn as nn
     from mlx.utils import tree_flatten
@@ -113,8 +117,11 @@ def make(shape: str, tokenizer: Path, root: Path) -> Path:
     started = time.perf_counter()
     shape_args = SHAPES[shape]
     args = llama.ModelArgs(model_type="llama", rms_norm_eps=1e-5, **shape_args)
+    # Seeded, so a shape is the same model on every machine and in every run: a test that compares
+    # two ways of running it (one process against ranks) compares the same near-tie logits.
+    mx.random.seed(0)
     model = llama.Model(args)
-    model.set_dtype(mx.bfloat16)
+    model.set_dtype(getattr(mx, dtype))
     nn.quantize(model, group_size=64, bits=4)
     weights = dict(tree_flatten(model.parameters()))
     mx.eval(weights)
@@ -126,7 +133,7 @@ def make(shape: str, tokenizer: Path, root: Path) -> Path:
         "rms_norm_eps": 1e-5,
         "bos_token_id": 1,
         "eos_token_id": shape_args["vocab_size"],  # "<|never|>": see the module docstring
-        "torch_dtype": "bfloat16",
+        "torch_dtype": dtype,
         "quantization": {"group_size": 64, "bits": 4},
     }
     (out / "config.json").write_text(json.dumps(config, indent=2))

@@ -247,7 +247,8 @@ def test_a_reload_from_two_ranks_to_one_and_back_rebuilds_the_group(gateway, tmp
 def random_llama(tmp_path_factory) -> Path:
     """A small random-weight 4-bit Llama made as bench/gpu/make_models.py makes its shapes,
     one that splits both ways over 2 ranks (4 query and 2 key/value heads, whole 64-wide
-    quantization groups per rank), with SmolLM2's tokenizer."""
+    quantization groups per rank), with SmolLM2's tokenizer, in float32 so that the ranks' split
+    sums round as the single process's do to well inside the random logits' margins."""
     import importlib.util
 
     from engines.sources.resolve import resolve_source
@@ -261,7 +262,7 @@ def random_llama(tmp_path_factory) -> Path:
         hidden_size=256, num_hidden_layers=4, intermediate_size=512
     )
     tokenizer = resolve_source("smollm2", SMOLLM2)
-    return make_models.make("pair", tokenizer, tmp_path_factory.mktemp("llama"))
+    return make_models.make("pair", tokenizer, tmp_path_factory.mktemp("llama"), "float32")
 
 
 def test_a_random_weight_llama_splits_by_layers_and_by_heads_as_one_process(
