@@ -55,7 +55,9 @@ def test_schemas_past_the_cap_are_refused_at_once_and_health_stays_quick(tmp_pat
         assert response.status_code == 400, response.text[:300]
         message = response.json()["error"]["message"]
         assert "$.tools" in message and "max_tool_schema_bytes" in message
-        assert max(latencies) < 0.5, max(latencies)
+        # A generous bound: a loaded CI machine once took 0.51 s with the cap working, while
+        # checking 5 MiB of schema under the GIL would hold the loop far longer.
+        assert max(latencies) < 2.0, max(latencies)
         anthropic = {
             "model": "echo",
             "max_tokens": 5,
