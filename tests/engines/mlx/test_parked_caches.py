@@ -43,3 +43,51 @@ def test_parked_sessions_hold_at_most_one_window_per_slot_in_flight(start_gatewa
     assert "session slots, at most" in attached["detail"]["prefix_reuse"]
     weights = attached["memory_bytes"] - 2 * no_reuse_kv
     assert 100_000_000 < weights < 700_000_000
+
+
+def test_a_cache_parked_from_a_batch_holds_its_own_bytes_not_the_batchs_buffer():
+    """Conversations ending at different steps of one batch each park a slice of the batch's
+    KV buffer; unevaluated, each slice kept its whole buffer alive (here 375 MB held for
+    21 MB parked). Parked, they must cost what they count, give or take a block."""
+    import mlx.core as mx
+    import msgspec
+
+    from engines.mlx.engine import MLXEngine
+    from engines.mlx.platform import detect
+    from schemas.canonical import ChatRequest, Finished
+    from schemas.config import ModelConfig
+
+    def run(reuse: bool) -> tuple[int, int]:
+        config = {
+            "id": "m",
+            "source": SMOLLM2,
+            "concurrency": 8,
+            "context": {"max": 1024},
+            "prefix_reuse": reuse,
+            "session_slots": 8,
+        }
+        engine = MLXEngine(msgspec.convert(config, ModelConfig), detect(), None)
+        engine.load(None)
+        batch = engine.open_batch()
+        finished = 0
+        for i in range(8):  # one joins per step, and each stops at its own length
+            body = {
+                "messages": [{"role": "user", "content": f"Tell me about the number {i}."}],
+                "max_tokens": 8 + 3 * i,
+                "sampling": {"temperature": 0},
+            }
+            batch.add(i, msgspec.convert(body, ChatRequest), lambda: False)
+            finished += sum(isinstance(o, Finished) for _, o in batch.step())
+        while finished < 8:
+            finished += sum(isinstance(o, Finished) for _, o in batch.step())
+        mx.synchronize()
+        held = mx.get_active_memory()
+        parked = batch._cache.nbytes if reuse else 0
+        del batch
+        engine.unload()
+        return held, parked
+
+    without, _ = run(False)
+    held, parked = run(True)
+    assert parked > 0
+    assert held - without < 1.5 * parked, (held - without, parked)
