@@ -111,13 +111,21 @@ class MLXEngine:
         return template_reasons(source_chat_template(self._config, self._base_dir))
 
     def estimate_memory(self) -> int:
-        """The source's size on disk, times the float32 expansion where the CPU path does it."""
-        path = check_source(self._config.id, self._config.source, base_dir=self._base_dir)
-        files = [path] if path.is_file() else list(path.glob("*.safetensors"))
-        on_disk = sum(f.stat().st_size for f in files)
+        """The sources' size on disk (the draft model's too), times the float32 expansion
+        where the CPU path does it."""
+        float32 = self._platform.weights == "float32"
         # The bfloat16 copy (CUDA) is taken only where the memory left affords it (`load`).
-        expands = self._platform.weights == "float32" and self._config.weights == "auto"
-        return on_disk * (FLOAT32_EXPANSION if expands else 1)
+        total = self._on_disk(self._config) * (
+            FLOAT32_EXPANSION if float32 and self._config.weights == "auto" else 1
+        )
+        if self._draft_config is not None:  # a draft is expanded on the CPU whatever its keys
+            total += self._on_disk(self._draft_config) * (FLOAT32_EXPANSION if float32 else 1)
+        return total
+
+    def _on_disk(self, config: ModelConfig) -> int:
+        path = check_source(config.id, config.source, base_dir=self._base_dir)
+        files = [path] if path.is_file() else list(path.glob("*.safetensors"))
+        return sum(f.stat().st_size for f in files)
 
     def load(self, memory_left: int | None = None) -> LoadInfo:
         import mlx.core as mx
@@ -128,17 +136,28 @@ class MLXEngine:
         else:
             model, tokenizer = load_model_dir(self._config.id, self._config.source, path)
         trained = trained_context(getattr(model, "args", None))
+        # The draft model first: its weights, and a draft cache beside each request decoded
+        # together (drafts are never parked), come out of the memory the window is sized in.
+        draft_weights = draft_per_token = 0
+        if self._draft_config is not None:
+            self._draft = self._load_draft(tokenizer)
+            draft_weights = weight_bytes(self._draft)
+            draft_held = "float32" if self._platform.weights == "float32" else "as stored"
+            draft_per_token = kv_per_token(self._draft, draft_held, self._config.kv_bits)
         # The KV caches counted against the budget: one window per request decoded
         # together, and the parked sessions' caches, bounded to `parked` windows in all.
         parked = self._parked_windows()
         windows = self._config.concurrency + parked
-        held = self._weights_held(model, memory_left, trained, windows)
+        left = None if memory_left is None else memory_left - draft_weights
+        # Per token of a window, the draft's share counted over every window (rounded up).
+        drafts = -(-draft_per_token * self._config.concurrency // windows)
+        held = self._weights_held(model, left, trained, windows, drafts)
         if held in EXPANDED:
             expand_quantized(model, held)
         mx.eval(model.parameters())
         weights = weight_bytes(model)
         per_token = kv_per_token(model, held, self._config.kv_bits)
-        self._context = self._window(trained, weights, per_token, memory_left, windows)
+        self._context = self._window(trained, weights, per_token + drafts, left, windows)
         self.parked_bytes = per_token * self._context * parked
         if self._config.speculation is not None:
             refuse_speculation_on_cuda(self._config.id, self._platform)
@@ -149,20 +168,22 @@ class MLXEngine:
         self._tool_format = self._pick_tool_format(tokenizer)
         self._think = thinking_markers(tokenizer)
         self._grammar = Grammar(model, tokenizer, self._think, self._tool_format)
-        if self._draft_config is not None:
-            self._draft = self._load_draft()
-            if not self._config.kv_bits:  # drafts are verified on the batch path (speculate.py)
-                refuse_untrimmable(self._config.id, model, "draft")
-                refuse_untrimmable(self._config.id, self._draft, "draft")
+        # Drafts are verified on the batch path (speculate.py), which trims refused tokens.
+        if self._draft is not None and not self._config.kv_bits:
+            refuse_untrimmable(self._config.id, model, "draft")
+            refuse_untrimmable(self._config.id, self._draft, "draft")
         return LoadInfo(
-            memory_bytes=weights + per_token * self._context * windows,
+            memory_bytes=weights
+            + draft_weights
+            + per_token * self._context * windows
+            + draft_per_token * self._context * self._config.concurrency,
             context=self._context,
             trained_context=trained,
             detail={
                 "path": str(path),
                 "weights": held,
                 "kv_bytes_per_token": str(per_token),
-                **self._decoding_detail(),
+                **self._decoding_detail(draft_weights),
                 "disk_cache": disk_detail,
             },
         )
@@ -335,7 +356,7 @@ class MLXEngine:
             return 0
         return min(config.session_slots, config.concurrency)
 
-    def _decoding_detail(self) -> dict[str, str]:
+    def _decoding_detail(self, draft_weights: int) -> dict[str, str]:
         """How this model decodes, for the `model_attached` line: the YAML, as applied."""
         config = self._config
         batching = f"continuous batching x{config.concurrency}"
@@ -349,7 +370,10 @@ class MLXEngine:
         if config.kv_bits:
             detail["kv_bits"] = str(config.kv_bits)
         if config.draft:
-            detail["draft"] = f"{config.draft.model} ({config.draft.tokens} tokens)"
+            detail["draft"] = (
+                f"{config.draft.model} ({config.draft.tokens} tokens, "
+                f"{describe(draft_weights)} of weights)"
+            )
         if config.speculation:
             spec = config.speculation
             detail["speculation"] = f"{spec.kind} (up to {spec.tokens} tokens, {spec.ngram}-gram)"
@@ -357,7 +381,9 @@ class MLXEngine:
             detail["rate"] = f"{config.rate.max_tokens_per_sec} tokens/s"
         return detail
 
-    def _weights_held(self, model, memory_left: int | None, trained: int, windows: int) -> str:
+    def _weights_held(
+        self, model, memory_left: int | None, trained: int, windows: int, drafts: int = 0
+    ) -> str:
         """What the weights are held as: the platform's choice (engines/platform.py) for a
         quantized model, unless the model keeps them as stored (`weights: stored`).
 
@@ -373,7 +399,7 @@ class MLXEngine:
             return wanted
         stored = weight_bytes(model)
         expanded = stored + expansion_bytes(model, 2)
-        per_token = kv_per_token(model, wanted, self._config.kv_bits)
+        per_token = kv_per_token(model, wanted, self._config.kv_bits) + drafts
 
         def window(weights: int) -> int | None:
             try:
@@ -399,14 +425,14 @@ class MLXEngine:
             windows,
         )
 
-    def _load_draft(self):
-        """The draft model speculation proposes tokens with; it must share the tokenizer."""
+    def _load_draft(self, tokenizer):
+        """The draft model speculation proposes tokens with; it must share `tokenizer`."""
         import mlx.core as mx
 
         draft = self._draft_config
         path = resolve_source(draft.id, draft.source, base_dir=self._base_dir)
-        model, tokenizer = load_model_dir(draft.id, draft.source, path)
-        if tokenizer.vocab_size != self._tokenizer.vocab_size:
+        model, draft_tokenizer = load_model_dir(draft.id, draft.source, path)
+        if draft_tokenizer.vocab_size != tokenizer.vocab_size:
             raise SourceError(
                 self._config.id, str(path), f"draft model {draft.id!r} has another vocabulary"
             )

@@ -62,7 +62,7 @@ def test_every_decoding_path_is_announced(gateway):
     assert detail["batched"]["prefix_reuse"].startswith("8 session slots, at most ")
     assert detail["serial"]["prefix_reuse"] == "off"
     assert detail["kv8"]["kv_bits"] == "8" and detail["kv8"]["decoding"] == "single stream"
-    assert detail["speculative"]["draft"] == "serial (3 tokens)"
+    assert detail["speculative"]["draft"].startswith("serial (3 tokens, 0.")  # GiB of weights
     assert detail["speculative"]["decoding"] == "continuous batching x4"  # drafts in batches
     assert detail["capped"]["rate"] == "4.0 tokens/s"
 

@@ -55,3 +55,42 @@ def test_after_a_refused_draft_it_proposes_what_a_fresh_drafter_would(loaded):
     assert drafter.propose(2, pending=5) == ModelDrafter(
         model, [*prompt, draft[0], other, *following], tokens=4
     ).propose(2, pending=5)
+
+
+def test_a_draft_models_weights_and_caches_count_against_the_budget():
+    """The draft's weights and one draft cache per request decoded together are held beside
+    the model's: counted in `memory_bytes`, and out of the memory the window is sized in."""
+
+    def load(draft: bool, context, memory_left=None):
+        config = {"id": "m", "source": SOURCE, "concurrency": 2, "context": {"max": context}}
+        if draft:
+            config["draft"] = {"model": "d"}
+        draft_config = {"id": "d", "source": SOURCE}
+        engine = MLXEngine(
+            msgspec.convert(config, ModelConfig),
+            detect(),
+            None,
+            draft=msgspec.convert(draft_config, ModelConfig) if draft else None,
+        )
+        info = engine.load(memory_left)
+        engine.unload()
+        return info
+
+    alone, drafted = load(False, 1024), load(True, 1024)
+    per_token = int(alone.detail["kv_bytes_per_token"])
+    # SmolLM2 drafting for itself: the same weights again and a cache per sequence (2).
+    # Windows: 2 decoding, 2 parked (min(session_slots, concurrency)).
+    weights = alone.memory_bytes - per_token * 1024 * (2 + 2)
+    assert drafted.memory_bytes == alone.memory_bytes + weights + per_token * 1024 * 2
+    assert "of weights" in drafted.detail["draft"]
+    assert estimate(True) > estimate(False)
+    # With a budget, the window it sizes shrinks by what the draft holds.
+    budget = alone.memory_bytes + weights + per_token * 512 * 4  # 512 more tokens alone
+    assert load(False, "auto", budget).context > load(True, "auto", budget).context
+
+
+def estimate(draft: bool) -> int:
+    config = {"id": "m", "source": SOURCE} | ({"draft": {"model": "d"}} if draft else {})
+    draft_config = msgspec.convert({"id": "d", "source": SOURCE}, ModelConfig) if draft else None
+    engine = MLXEngine(msgspec.convert(config, ModelConfig), detect(), None, draft=draft_config)
+    return engine.estimate_memory()
