@@ -1,7 +1,7 @@
 """Where a streamed token's time goes, per token, from the model's step to the client.
 
     .venv/bin/python bench/timeline.py [--source SRC] [--max-tokens 128] [--burst 32]
-        [--rounds 3]
+        [--rounds 3] [--isolation thread|process]
 
 Starts `gateway serve` with `GATEWAY_TIMELINE` set (engines/timeline.py: marks at the model
 thread's step, its hand-over to the event loop, the loop taking it, each protocol frame
@@ -24,6 +24,10 @@ the server having parsed the request (`request`), the handler reading, checking 
 the body (`submit`), the queue (`inbox`), the hop to the model thread (`admit`), rendering and
 tokenizing the prompt (`admitted`), the prefill step (first `stepped`), then the same hand-over,
 loop and client parts as a token's.
+
+With `--isolation process` both models run in a process of their own: its steps are marked
+there (the model thread's "in step" is then its wait for them), and the child's step, its
+packing of the outputs, and the pipe to the gateway's thread are reported beside the rest.
 
 Nothing is compared here; the ratios against in-process MLX are `single_stream.py`'s and
 `bench/gpu/`'s. This names the parts.
@@ -51,12 +55,12 @@ models:
     engine: mlx
     source: {source}
     context: {{max: 2048}}
-    concurrency: 1
+    concurrency: 1{isolation}
   - id: batched
     engine: mlx
     source: {source}
     context: {{max: 2048}}
-    concurrency: {concurrency}
+    concurrency: {concurrency}{isolation}
 """
 
 STORY = "Write a long story about a lighthouse keeper. Round {round}, reader {client}."
@@ -104,11 +108,21 @@ def before(times: list[int], t: int) -> int | None:
     return times[i - 1] if i else None
 
 
+# `isolation: process`: the model's own process marks its steps and sends (engines/timeline.py
+# writes them to a file of its own); the gateway's "in step" is then the wait for them.
+CHILD_POINTS = ("child step", "child stepped", "child sends")
+CHILD_PARTS = (
+    "child process: in step",
+    "child process: outputs packed",
+    "pipe: pickled, sent, read by the gateway thread",
+)
+
+
 def breakdown(marks: list, arrivals: list[list[int]]) -> dict[str, list[float]]:
     """Per token (per step) durations in ms, from the marks of one measured window."""
     by = {
         point: [m[0] for m in marks if m[1] == point]
-        for point in ("step", "stepped", "handed", "loop", "frame", "written")
+        for point in ("step", "stepped", "handed", "loop", "frame", "written") + CHILD_POINTS
     }
     ms = 1e-6
     parts: dict[str, list[float]] = {
@@ -117,6 +131,7 @@ def breakdown(marks: list, arrivals: list[list[int]]) -> dict[str, list[float]]:
             "step interval",
             "in step",
             "model thread, outside the step",
+            *CHILD_PARTS,
             "hop to the loop",
             "loop: outputs to last frame written",
             "frame ready to client read",
@@ -133,6 +148,14 @@ def breakdown(marks: list, arrivals: list[list[int]]) -> dict[str, list[float]]:
             continue
         parts["in step"].append((done - start) * ms)
         parts["model thread, outside the step"].append((nxt - done) * ms)
+        sent = before(by["child sends"], done)  # isolation: process: what this step received
+        if sent is not None and sent >= (before(by["stepped"], start) or 0):
+            stepped = before(by["child stepped"], sent)
+            began = before(by["child step"], stepped) if stepped is not None else None
+            if began is not None:
+                parts[CHILD_PARTS[0]].append((stepped - began) * ms)
+                parts[CHILD_PARTS[1]].append((sent - stepped) * ms)
+                parts[CHILD_PARTS[2]].append((done - sent) * ms)
         handed = after(by["handed"], done)
         if handed is None or handed > nxt:
             continue  # a step without outputs
@@ -202,12 +225,20 @@ def main() -> None:
     parser.add_argument("--burst", type=int, default=32)
     parser.add_argument("--concurrency", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--isolation",
+        choices=("thread", "process"),
+        default="thread",
+        help="process: both models in a process of their own (their steps marked there too)",
+    )
     args = parser.parse_args()
+    isolation = "\n    isolation: process" if args.isolation == "process" else ""
 
     load_before = os.getloadavg()
     marks_file = Path(tempfile.mkdtemp(prefix="bench-timeline-")) / "marks.jsonl"
     os.environ["GATEWAY_TIMELINE"] = str(marks_file)
-    gateway = Gateway(CONFIG.format(source=args.source, concurrency=args.concurrency), "timeline")
+    config = CONFIG.format(source=args.source, concurrency=args.concurrency, isolation=isolation)
+    gateway = Gateway(config, "timeline")
     windows: dict[str, list] = {
         "serial, 1 stream": [],
         "batched, 1 stream": [],
@@ -230,7 +261,8 @@ def main() -> None:
                     windows[label].append((start, end, arrivals))
     finally:
         gateway.stop()  # the gateway writes its marks as it exits
-    marks = [json.loads(line) for line in marks_file.read_text().splitlines()]
+    files = [marks_file, *marks_file.parent.glob(marks_file.name + ".*")]  # children's too
+    marks = [json.loads(line) for f in files for line in f.read_text().splitlines()]
     marks.sort()
     body_rows, ttft_rows = [], []
     for label, measured in windows.items():
@@ -250,6 +282,7 @@ def main() -> None:
         ["case", "part", "n", "median ms", "p10", "p90"], ttft_rows
     )
     notes = (
+        f"isolation: {args.isolation}. "
         f"{args.rounds} rounds after a warm-up; max_tokens {args.max_tokens}, greedy; a fresh "
         "prompt per client and round. Marks: engines/timeline.py (GATEWAY_TIMELINE). "
         "`loop busy / step interval` is a ratio, not ms."

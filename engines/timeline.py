@@ -4,7 +4,8 @@ between the model's step and the socket.
 `GATEWAY_TIMELINE=/path/file.jsonl gateway serve ...` records, in memory, a mark at each
 point a token passes (the model thread's step begins and ends, its outputs are handed to the
 event loop, the loop takes them, a protocol frame is ready, the frame is written) and writes
-them out when the process ends. `bench/timeline.py` lines them up against the client's own
+them out when the process ends (a model's own process, `isolation: process`, marks its steps
+and its sends in a file of its own). `bench/timeline.py` lines them up against the client's own
 arrival times. Off (the default), each point costs one global lookup.
 
 The clock is `time.perf_counter_ns()`: CLOCK_MONOTONIC on Linux and macOS, so marks compare
@@ -32,10 +33,14 @@ def mark(point: str, count: int = 0) -> None:
 
 
 def dump() -> None:
-    """Write the marks, one JSON array per line, to GATEWAY_TIMELINE."""
+    """Write the marks, one JSON array per line, to GATEWAY_TIMELINE; a model's own process
+    (`isolation: process`, which inherits the variable) to GATEWAY_TIMELINE.<its pid>."""
     if not ON:
         return
-    with open(PATH, "w") as out:
+    import multiprocessing
+
+    path = PATH if multiprocessing.parent_process() is None else f"{PATH}.{os.getpid()}"
+    with open(path, "w") as out:
         for entry in _marks:
             out.write(json.dumps(entry) + "\n")
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
+from engines import timeline
 from engines.cache import CacheDir
 from engines.log import RELAY
 from engines.mlx.engine import MLXEngine
@@ -77,7 +78,11 @@ def serve(
         if not (batch is not None and batch.active):
             continue
         try:
+            if timeline.ON:
+                timeline.mark("child step", batch.active)
             steps = batch.step()
+            if timeline.ON:
+                timeline.mark("child stepped", len(steps))
         except Exception as error:  # the batch broke: the runner ends every request in it
             batch = None
             detail = "".join(traceback.format_exception(error))
@@ -85,6 +90,8 @@ def serve(
             continue
         if steps:
             packed = [(i, pack_error(o) if isinstance(o, Exception) else o) for i, o in steps]
+            if timeline.ON:  # before the send: the gateway may read it before this goes on
+                timeline.mark("child sends", len(steps))
             batch_pipe.send(("steps", packed))
             for i, output in steps:
                 if isinstance(output, Finished | Exception):

