@@ -18,6 +18,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 from engines.batch import Step
+from engines.mlx.kit.draft_model import ModelDrafter
 from engines.mlx.kit.sequence import Sequence, cancelled_uids
 from engines.mlx.logprobs import logprobs_of
 from engines.mlx.single import Solo
@@ -103,6 +104,12 @@ class MLXBatch:
         self._cache = (
             LRUPromptCache(max_size=slots, max_bytes=engine.parked_bytes) if slots else None
         )
+        # The draft model's caches of the same sessions (`draft:`), parked and found alike.
+        self._draft_cache = (
+            LRUPromptCache(max_size=slots, max_bytes=engine.parked_draft_bytes)
+            if slots and engine.parked_draft_bytes
+            else None
+        )
         self._reuse_min = reuse_min_tokens(engine.platform.device)
         self._disk = engine.disk  # the disk tier under the parked caches (None: off)
         self._sequences: dict[int, tuple[Hashable, Sequence]] = {}
@@ -128,7 +135,7 @@ class MLXBatch:
             started=time.perf_counter(),
             outputs=[echoed] if echoed is not None else [],
             job=job,
-            drafter=make_drafter(self._config, self._draft_model, job),
+            drafter=self._drafter(job),
         )
         if hit is not None:
             seq.reused_disk, seq.disk_load_s = hit.tokens, hit.seconds
@@ -178,6 +185,15 @@ class MLXBatch:
                 response.logprobs,
             )
         return out
+
+    def _drafter(self, job):
+        """The request's drafter; a draft model's resumes from its parked session's cache."""
+        drafter = make_drafter(self._config, self._draft_model, job)
+        if isinstance(drafter, ModelDrafter):
+            cache, rest = self._nearest_parked(job.prompt, self._draft_cache)
+            if cache is not None:
+                drafter.resume(cache, job.prompt[: len(job.prompt) - len(rest)])
+        return drafter
 
     def _drafter_of(self, uid: int):
         entry = self._sequences.get(uid)
@@ -278,7 +294,7 @@ class MLXBatch:
     def _nearest_cache(self, prompt: list[int]):
         """The cache sharing the longest prefix with `prompt` in RAM or on disk, the tokens
         left, and the `DiskHit` when the disk tier's was the longer (else None)."""
-        cache, rest = self._nearest_parked(prompt)
+        cache, rest = self._nearest_parked(prompt, self._cache)
         if self._disk is None:
             return cache, rest, None
         shortest = max(self._reuse_min, len(prompt) // 2) - 1
@@ -287,18 +303,19 @@ class MLXBatch:
             return cache, rest, None
         return hit.cache, prompt[hit.tokens :], hit
 
-    def _nearest_parked(self, prompt: list[int]):
-        """The parked cache sharing the longest prefix with `prompt`, and the tokens left."""
-        if self._cache is None:
+    def _nearest_parked(self, prompt: list[int], parked):
+        """The cache in `parked` (an `LRUPromptCache`, or None) sharing the longest prefix
+        with `prompt`, and the tokens left."""
+        if parked is None:
             return None, prompt
         from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
 
         # The trie copies the cache it returns: ask only when a prefix worth it is parked.
-        shared = self._cache._trie.search(CACHE_KEY, prompt)
+        shared = parked._trie.search(CACHE_KEY, prompt)
         longest = max(shared.common_prefix, len(shared.exact or shared.shorter or ()))
         if longest < max(self._reuse_min, len(prompt) // 2):
             return None, prompt
-        cache, rest = self._cache.fetch_nearest_cache(CACHE_KEY, prompt)
+        cache, rest = parked.fetch_nearest_cache(CACHE_KEY, prompt)
         if cache is not None and not rest:
             # An exact hit: the last prompt token must still go through the model.
             if not can_trim_prompt_cache(cache):
@@ -318,6 +335,10 @@ class MLXBatch:
         """
         from mlx_lm.models.cache import can_trim_prompt_cache
 
+        if self._draft_cache is not None and isinstance(seq.drafter, ModelDrafter):
+            fed, draft_cache = seq.drafter.parked
+            if fed:
+                self._draft_cache.insert_cache(CACHE_KEY, list(fed), draft_cache)
         if self._cache is None or cache is None:
             if self._disk is not None and cache is not None:
                 self._disk.save(tokens, cache)

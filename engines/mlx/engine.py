@@ -89,6 +89,7 @@ class MLXEngine:
         self._tokenizer = None
         self._context = 0
         self.parked_bytes = 0  # the byte limit of the parked sessions' KV caches
+        self.parked_draft_bytes = 0  # and of their draft model's caches (`draft:`)
         self._tool_format: ToolFormat | None = None
         self._grammar = None  # the model's grammar tools (engines/mlx/constrain.py)
 
@@ -136,8 +137,8 @@ class MLXEngine:
         else:
             model, tokenizer = load_model_dir(self._config.id, self._config.source, path)
         trained = trained_context(getattr(model, "args", None))
-        # The draft model first: its weights, and a draft cache beside each request decoded
-        # together (drafts are never parked), come out of the memory the window is sized in.
+        # The draft model first: its weights, and a draft cache beside each window (a request
+        # decoded together or a parked session) come out of the memory the window is sized in.
         draft_weights = draft_per_token = 0
         if self._draft_config is not None:
             self._draft = self._load_draft(tokenizer)
@@ -149,16 +150,15 @@ class MLXEngine:
         parked = self._parked_windows()
         windows = self._config.concurrency + parked
         left = None if memory_left is None else memory_left - draft_weights
-        # Per token of a window, the draft's share counted over every window (rounded up).
-        drafts = -(-draft_per_token * self._config.concurrency // windows)
-        held = self._weights_held(model, left, trained, windows, drafts)
+        held = self._weights_held(model, left, trained, windows, draft_per_token)
         if held in EXPANDED:
             expand_quantized(model, held)
         mx.eval(model.parameters())
         weights = weight_bytes(model)
         per_token = kv_per_token(model, held, self._config.kv_bits)
-        self._context = self._window(trained, weights, per_token + drafts, left, windows)
+        self._context = self._window(trained, weights, per_token + draft_per_token, left, windows)
         self.parked_bytes = per_token * self._context * parked
+        self.parked_draft_bytes = draft_per_token * self._context * parked
         if self._config.speculation is not None:
             refuse_speculation_on_cuda(self._config.id, self._platform)
             refuse_untrimmable(self._config.id, model)
@@ -175,8 +175,7 @@ class MLXEngine:
         return LoadInfo(
             memory_bytes=weights
             + draft_weights
-            + per_token * self._context * windows
-            + draft_per_token * self._context * self._config.concurrency,
+            + (per_token + draft_per_token) * self._context * windows,
             context=self._context,
             trained_context=trained,
             detail={
@@ -192,6 +191,7 @@ class MLXEngine:
         """Hold the window to `context` tokens: the ranks of a sharded model decode with the
         smallest any of them can hold, so each refuses, truncates and parks as the others."""
         self.parked_bytes = self.parked_bytes * context // max(self._context, 1)
+        self.parked_draft_bytes = self.parked_draft_bytes * context // max(self._context, 1)
         self._context = context
 
     def count_prompt(self, request: ChatRequest) -> int:
@@ -382,7 +382,7 @@ class MLXEngine:
         return detail
 
     def _weights_held(
-        self, model, memory_left: int | None, trained: int, windows: int, drafts: int = 0
+        self, model, memory_left: int | None, trained: int, windows: int, draft_per_token: int
     ) -> str:
         """What the weights are held as: the platform's choice (engines/platform.py) for a
         quantized model, unless the model keeps them as stored (`weights: stored`).
@@ -399,7 +399,7 @@ class MLXEngine:
             return wanted
         stored = weight_bytes(model)
         expanded = stored + expansion_bytes(model, 2)
-        per_token = kv_per_token(model, wanted, self._config.kv_bits) + drafts
+        per_token = kv_per_token(model, wanted, self._config.kv_bits) + draft_per_token
 
         def window(weights: int) -> int | None:
             try:

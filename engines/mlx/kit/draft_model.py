@@ -1,13 +1,14 @@
 """Drafts from a draft model (`draft: {model, tokens}`): the tokens a smaller model of the
 same vocabulary decodes greedily after the sequence so far, one sequence at a time.
 
-Each sequence keeps its own KV cache of the draft model. A proposal first brings that cache
-in line with the sequence (drops the positions of drafted tokens the target refused, feeds
-what the sequence emitted since), then decodes up to `limit` tokens by arg-max. The draft is
-a deterministic proposal, as a prompt look-up's is: the verification in
-engines/mlx/speculate.py keeps greedy output that of plain decoding and sampled output
-distributed as plain decoding's. The draft length and the back-off are prompt lookup's
-(`DraftLength`).
+Each sequence keeps its own KV cache of the draft model, parked beside the model's own when
+the conversation ends (engines/mlx/batch.py) so that its next turn prefills only what is new.
+A proposal first brings that cache in line with the sequence (drops the positions of drafted
+tokens the target refused, feeds what the sequence emitted since), then decodes up to `limit`
+tokens by arg-max. The draft is a deterministic proposal, as a prompt look-up's is: the
+verification in engines/mlx/speculate.py keeps greedy output that of plain decoding and
+sampled output distributed as plain decoding's. The draft length and the back-off are prompt
+lookup's (`DraftLength`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,17 @@ class ModelDrafter(Drafting):
         self._history = list(prompt)
         self._cache = make_prompt_cache(model)
         self._fed: list[int] = []  # the tokens the draft model's cache holds, in order
+
+    def resume(self, cache: list, fed: list[int]) -> None:
+        """Start from a draft cache of an earlier conversation that holds `fed`, a prefix of
+        this one's prompt (a parked session's): only the rest is prefilled."""
+        self._cache, self._fed = cache, list(fed)
+
+    @property
+    def parked(self) -> tuple[list[int], list]:
+        """The tokens the draft model's cache holds, and the cache: what a finished sequence
+        parks for the next turn of its conversation."""
+        return self._fed, self._cache
 
     def extend(self, tokens: list[int]) -> None:
         self._history += tokens

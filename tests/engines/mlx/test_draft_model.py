@@ -58,7 +58,7 @@ def test_after_a_refused_draft_it_proposes_what_a_fresh_drafter_would(loaded):
 
 
 def test_a_draft_models_weights_and_caches_count_against_the_budget():
-    """The draft's weights and one draft cache per request decoded together are held beside
+    """The draft's weights and a draft cache per window (decoding or parked) are held beside
     the model's: counted in `memory_bytes`, and out of the memory the window is sized in."""
 
     def load(draft: bool, context, memory_left=None):
@@ -78,10 +78,10 @@ def test_a_draft_models_weights_and_caches_count_against_the_budget():
 
     alone, drafted = load(False, 1024), load(True, 1024)
     per_token = int(alone.detail["kv_bytes_per_token"])
-    # SmolLM2 drafting for itself: the same weights again and a cache per sequence (2).
-    # Windows: 2 decoding, 2 parked (min(session_slots, concurrency)).
+    # Windows: 2 decoding, 2 parked (min(session_slots, concurrency)). SmolLM2 drafting for
+    # itself: the same weights again, and a draft cache beside each window's.
     weights = alone.memory_bytes - per_token * 1024 * (2 + 2)
-    assert drafted.memory_bytes == alone.memory_bytes + weights + per_token * 1024 * 2
+    assert drafted.memory_bytes == 2 * alone.memory_bytes
     assert "of weights" in drafted.detail["draft"]
     assert estimate(True) > estimate(False)
     # With a budget, the window it sizes shrinks by what the draft holds.
@@ -94,3 +94,46 @@ def estimate(draft: bool) -> int:
     draft_config = msgspec.convert({"id": "d", "source": SOURCE}, ModelConfig) if draft else None
     engine = MLXEngine(msgspec.convert(config, ModelConfig), detect(), None, draft=draft_config)
     return engine.estimate_memory()
+
+
+def test_the_draft_cache_is_parked_with_its_session_and_the_next_turn_resumes_it():
+    """A conversation's next turn prefills only its new tokens through the draft model too,
+    and answers as it would from a fresh draft cache."""
+    from engines.mlx.batch import SOLO
+    from schemas.canonical import ChatRequest, Finished, TextDelta
+
+    config = {"id": "m", "source": SOURCE, "concurrency": 1, "context": {"max": 2048}}
+    config["draft"] = {"model": "d", "tokens": 3}
+    draft_config = msgspec.convert({"id": "d", "source": SOURCE}, ModelConfig)
+    engine = MLXEngine(msgspec.convert(config, ModelConfig), detect(), None, draft=draft_config)
+    engine.load(None)
+
+    def turn(batch, messages) -> tuple[str, int]:
+        body = {"messages": messages, "max_tokens": 12, "sampling": {"temperature": 0}}
+        batch.add(0, msgspec.convert(body, ChatRequest), lambda: False)
+        drafter = batch._sequences[SOLO][1].drafter
+        resumed = len(drafter.parked[0])  # what its draft cache holds before any step
+        text, finished = "", False
+        while not finished:
+            for _, output in batch.step():
+                text += output.text if isinstance(output, TextDelta) else ""
+                finished = finished or isinstance(output, Finished)
+        return text, resumed
+
+    first = [{"role": "user", "content": "List the planets of the solar system. " * 12}]
+    batch = engine.open_batch()
+    answer, resumed = turn(batch, first)
+    assert resumed == 0
+    second = [
+        *first,
+        {"role": "assistant", "content": answer},
+        {"role": "user", "content": "Now in reverse order."},
+    ]
+    following, resumed = turn(batch, second)
+    asked = {"messages": second, "max_tokens": 12}
+    prompt = engine.prepare(msgspec.convert(asked, ChatRequest)).prompt
+    assert len(prompt) // 2 < resumed < len(prompt)
+    fresh = engine.open_batch()
+    fresh._draft_cache = None  # nothing parked: the draft model prefills the whole prompt
+    assert turn(fresh, second) == (following, 0)
+    engine.unload()
