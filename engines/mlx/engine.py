@@ -139,12 +139,12 @@ class MLXEngine:
         trained = trained_context(getattr(model, "args", None))
         # The draft model first: its weights, and a draft cache beside each window (a request
         # decoded together or a parked session) come out of the memory the window is sized in.
-        draft_weights = draft_per_token = 0
+        draft, draft_weights, draft_per_token = None, 0, 0
         if self._draft_config is not None:
-            self._draft = self._load_draft(tokenizer)
-            draft_weights = weight_bytes(self._draft)
+            draft = self._load_draft(tokenizer)
+            draft_weights = weight_bytes(draft)
             draft_held = "float32" if self._platform.weights == "float32" else "as stored"
-            draft_per_token = kv_per_token(self._draft, draft_held, self._config.kv_bits)
+            draft_per_token = kv_per_token(draft, draft_held, self._config.kv_bits)
         # The KV caches counted against the budget: one window per request decoded
         # together, and the parked sessions' caches, bounded to `parked` windows in all.
         parked = self._parked_windows()
@@ -169,9 +169,10 @@ class MLXEngine:
         self._think = thinking_markers(tokenizer)
         self._grammar = Grammar(model, tokenizer, self._think, self._tool_format)
         # Drafts are verified on the batch path (speculate.py), which trims refused tokens.
-        if self._draft is not None and not self._config.kv_bits:
+        if draft is not None and not self._config.kv_bits:
             refuse_untrimmable(self._config.id, model, "draft")
-            refuse_untrimmable(self._config.id, self._draft, "draft")
+            refuse_untrimmable(self._config.id, draft, "draft")
+        self._draft = draft
         return LoadInfo(
             memory_bytes=weights
             + draft_weights
