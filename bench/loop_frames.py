@@ -1,0 +1,160 @@
+"""The event loop's cost per streamed frame with many streams, and where it goes.
+
+    .venv/bin/python bench/loop_frames.py [--streams 128] [--tokens 2000] [--rounds 5]
+        [--profile]   # with py-spy installed: the loop thread's time by function
+
+A scripted model (`concurrency: --streams`, no delay between tokens: no model work) answers
+`--streams` streamed chats at once, each read by a minimal raw-socket client (asyncio
+streams, no HTTP library: the client's own cost stays small beside the gateway's). Reported
+per round: SSE frames per second through the gateway. This is the CPU side of issue 32's
+"how 128 streams of frames leave the batch": on the H200, 128 streams had the loop busy half
+of each 9 ms step (bench/RESULTS.md, run 13's timeline). With `--profile`, py-spy samples the
+gateway meanwhile and the loop thread's inclusive and own time per function are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from common import Gateway, fmt, median, report, table
+
+CONFIG = """
+server: {{host: 127.0.0.1}}
+models:
+  - id: echo
+    engine: scripted
+    concurrency: {streams}
+    script: {{reply: "{reply}", token_delay: 0}}
+"""
+
+
+async def one_stream(port: int, request: bytes) -> int:
+    """One streamed chat on its own connection; the SSE frames it read."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request)
+    await writer.drain()
+    frames = 0
+    while data := await reader.read(65536):
+        frames += data.count(b"data: ")
+    writer.close()
+    return frames
+
+
+async def burst(port: int, streams: int, tokens: int) -> tuple[int, float]:
+    body = json.dumps(
+        {
+            "model": "echo",
+            "messages": [{"role": "user", "content": "hi"}],
+            "stream": True,
+            "max_tokens": tokens,
+        }
+    ).encode()
+    request = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+        b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+    ) + body
+    started = time.perf_counter()
+    counts = await asyncio.gather(*(one_stream(port, request) for _ in range(streams)))
+    return sum(counts), time.perf_counter() - started
+
+
+def loop_profile(raw: Path, top: int = 12) -> str:
+    """The main (event loop) thread's samples: inclusive and own share per function."""
+    inclusive, own, total = Counter(), Counter(), 0
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = stack.split(";")
+        if "MainThread" not in frames[0] or len(frames) < 2:
+            continue
+        n = int(count)
+        total += n
+        names = [f.split(" (")[0] + " (" + f.rsplit("/", 1)[-1] for f in frames[1:]]
+        for name in set(names):
+            inclusive[name] += n
+        own[names[-1]] += n
+    rows = [["own", name, fmt(100 * n / total, 1)] for name, n in own.most_common(top)]
+    roots = max(inclusive.values()) * 0.97  # the loop's own frames (run_forever, ...)
+    rows += [
+        ["inclusive", name, fmt(100 * n / total, 1)]
+        for name, n in inclusive.most_common(80)
+        if n < roots
+    ][:top]
+    return table(["time", "function", "% of the loop thread's samples"], rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--streams", type=int, default=128)
+    parser.add_argument("--tokens", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    load_before = os.getloadavg()
+    reply = " ".join(f"w{i}" for i in range(args.tokens))
+    gateway = Gateway(CONFIG.format(streams=args.streams, reply=reply), "loop-frames")
+    rates: list[float] = []
+    profile = ""
+    try:
+        gateway.wait_ready()
+        platform = gateway.platform()
+        asyncio.run(burst(gateway.port, args.streams, args.tokens))  # warm-up
+        spy = None
+        raw = Path(tempfile.mkdtemp(prefix="bench-loop-")) / "raw.txt"
+        if args.profile:
+            spy_bin = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+            if not Path(spy_bin).exists():
+                raise SystemExit("--profile needs py-spy (pip install py-spy)")
+            command = [spy_bin, "record", "-p", str(gateway.process.pid), "-r", "200"]
+            command += ["-f", "raw", "-o", str(raw), "--threads"]
+            spy = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+            time.sleep(1)
+        for round_ in range(args.rounds):
+            frames, seconds = asyncio.run(burst(gateway.port, args.streams, args.tokens))
+            rates.append(frames / seconds)
+            print(f"round {round_}: {frames} frames in {seconds:.2f} s", flush=True)
+        if spy is not None:
+            spy.send_signal(2)  # py-spy writes its samples on SIGINT
+            spy.wait(timeout=60)
+            profile = loop_profile(raw)
+    finally:
+        gateway.stop()
+    body = table(
+        ["streams", "frames/s (median)", "spread over rounds", "µs of wall time per frame"],
+        [
+            [
+                args.streams,
+                fmt(median(rates), 0),
+                f"{fmt(min(rates), 0)}-{fmt(max(rates), 0)}",
+                fmt(1e6 / median(rates), 1),
+            ]
+        ],
+    )
+    if profile:
+        body += "\n\nThe event loop thread under py-spy (200 Hz, every round):\n\n" + profile
+    notes = (
+        f"{args.rounds} rounds after a warm-up; per round {args.streams} streamed chats at once "
+        f"on their own connections, about {args.tokens // 4} words each from the scripted "
+        "engine (no delay), read by raw-socket clients in this process. "
+        "Frames: every SSE `data:` line read."
+    )
+    report(
+        "Event loop: streamed frames per second with many streams",
+        body,
+        platform_path=platform,
+        load_before=load_before,
+        notes=notes,
+    )
+
+
+if __name__ == "__main__":
+    main()
