@@ -42,11 +42,9 @@ models:
 
 
 def conversation(client, gateway, session: int, tokens: int, max_tokens: int) -> dict:
-    first = ask(client, gateway, "agent", turn(session, tokens, [], 0), max_tokens)
-    history = [
-        {"role": "user", "content": turn(session, tokens, [], 0)[-1]["content"]},
-        {"role": "assistant", "content": first["text"]},
-    ]
+    asked = turn(session, tokens, [], 0)
+    first = ask(client, gateway, "agent", asked, max_tokens)
+    history = [asked[-1], {"role": "assistant", "content": first["text"]}]
     second = ask(client, gateway, "agent", turn(session, tokens, history, 1), max_tokens)
     return {"first": first, "second": second}
 
@@ -97,14 +95,9 @@ def main() -> None:
                 fmt(statistics.median(r["second"]["prompt"] for r in seconds), 0),
             ]
         )
-    ratios = [
-        now["second"]["total"] / then["second"]["total"]
-        for now, then in zip(results[sides[0]], results[sides[1]], strict=True)
-    ]
-    ttft_ratios = [
-        now["second"]["ttft"] / then["second"]["ttft"]
-        for now, then in zip(results[sides[0]], results[sides[1]], strict=True)
-    ]
+    pairs = list(zip(results[sides[0]], results[sides[1]], strict=True))
+    ratios = [now["second"]["total"] / then["second"]["total"] for now, then in pairs]
+    ttft_ratios = [now["second"]["ttft"] / then["second"]["ttft"] for now, then in pairs]
     body = table(
         [
             "gateway",

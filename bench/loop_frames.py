@@ -109,8 +109,8 @@ def main() -> None:
         platform = gateway.platform()
         asyncio.run(burst(gateway.port, args.streams, args.tokens))  # warm-up
         spy = None
-        raw = Path(tempfile.mkdtemp(prefix="bench-loop-")) / "raw.txt"
         if args.profile:
+            raw = Path(tempfile.mkdtemp(prefix="bench-loop-")) / "raw.txt"
             spy_bin = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
             if not Path(spy_bin).exists():
                 raise SystemExit("--profile needs py-spy (pip install py-spy)")
