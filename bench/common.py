@@ -312,6 +312,61 @@ async def astream_chat(client: httpx.AsyncClient, url: str, body: dict) -> Strea
     return timing
 
 
+def _burst_part(url: str, bodies: list[dict], start_at: float) -> list[StreamTiming]:
+    """One client process's share of a burst: its streams, sent at `start_at` (the
+    machine's monotonic clock, which `time.perf_counter` reads in every process)."""
+    import asyncio
+
+    async def streams() -> list[StreamTiming]:
+        await asyncio.sleep(max(0.0, start_at - time.perf_counter()))
+        limits = httpx.Limits(max_connections=len(bodies) + 2, max_keepalive_connections=0)
+        async with httpx.AsyncClient(timeout=900, limits=limits) as client:
+            return list(await asyncio.gather(*(astream_chat(client, url, b) for b in bodies)))
+
+    return asyncio.run(streams())
+
+
+class ClientProcesses:
+    """Concurrent streaming clients spread over `n` processes of their own.
+
+    One Python process reading 128 SSE streams spends more CPU per token than the gateway
+    writing them (httpx parses every line), so its own lag ends up in the measured wall
+    time; real clients are separate processes. The processes start once (spawned, so no
+    state of the measuring process is copied) and are reused by every burst."""
+
+    def __init__(self, n: int) -> None:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        self.n = n
+        context = multiprocessing.get_context("spawn")
+        self._pool = ProcessPoolExecutor(max_workers=n, mp_context=context)
+        # Started now, outside any measured burst.
+        list(self._pool.map(time.sleep, [0.0] * n))
+
+    async def burst(self, url: str, bodies: list[dict], lead_s: float = 0.3) -> list:
+        """Every body streamed once, the processes' shares sent at the same moment; the
+        timings in the order of `bodies`."""
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        start_at = time.perf_counter() + lead_s
+        shares = [bodies[i :: self.n] for i in range(self.n)]
+        parts = await asyncio.gather(
+            *(
+                loop.run_in_executor(self._pool, _burst_part, url, share, start_at)
+                for share in shares
+            )
+        )
+        timings: list = [None] * len(bodies)
+        for i, part in enumerate(parts):
+            timings[i :: self.n] = part
+        return timings
+
+    def close(self) -> None:
+        self._pool.shutdown()
+
+
 def median(values: Sequence[float | None]) -> float | None:
     kept = [v for v in values if v is not None]
     return statistics.median(kept) if kept else None

@@ -234,9 +234,10 @@ def server_side(log: Path, since: int, model: str) -> tuple[dict, int]:
     }, since + len(text)
 
 
-def concurrency(bench, gateway, raw, args, save, results: dict) -> dict:
+def concurrency(bench, gateway, raw, args, save, results: dict, client_processes=None) -> dict:
     """Fills `results` as it measures (label -> clients -> runs), so a run cut off by its
-    time limit still saves what it measured; returns it."""
+    time limit still saves what it measured; returns it. `client_processes`: a
+    `common.ClientProcesses` the bursts' clients are spread over (else one process)."""
     common, conc = bench["common"], bench["concurrency"]
     import httpx
 
@@ -244,18 +245,18 @@ def concurrency(bench, gateway, raw, args, save, results: dict) -> dict:
         # A fresh client (and connections) per burst. Connecting first through /health was
         # tried: handing 128 idle pooled connections to 128 requests took httpx's pool seconds
         # (server-side arrivals spread over 2-3 s instead of 50 ms, 2026-11-30 run a).
-        limits = httpx.Limits(max_connections=clients + 2, max_keepalive_connections=clients + 2)
-        async with httpx.AsyncClient(timeout=900, limits=limits) as client:
-            timings = await asyncio.gather(
-                *(
-                    common.astream_chat(
-                        client,
-                        gateway.url,
-                        common.chat_body(model, conc.prompt(round_, i), max_tokens),
-                    )
-                    for i in range(clients)
+        bodies = [
+            common.chat_body(model, conc.prompt(round_, i), max_tokens) for i in range(clients)
+        ]
+        if client_processes is not None and clients > 1:
+            timings = await client_processes.burst(gateway.url, bodies)
+        else:
+            pooled = clients + 2
+            limits = httpx.Limits(max_connections=pooled, max_keepalive_connections=pooled)
+            async with httpx.AsyncClient(timeout=900, limits=limits) as client:
+                timings = await asyncio.gather(
+                    *(common.astream_chat(client, gateway.url, body) for body in bodies)
                 )
-            )
         tokens = sum(t.new_tokens or 0 for t in timings)
         wall = max(t.ended for t in timings) - min(t.started for t in timings)
         return {
@@ -406,8 +407,9 @@ def run_shape(shape: str, bench, args, events_out, save) -> dict:
         profile = Profile(gateway.process.pid, f"{shape}-single", args)
         try:
             workers = {"in-process": reference, "engine": engine}
-            out["single"] = single_stream(bench, gateway, workers, args)
-            save(out)
+            if args.repeats:  # --repeats 0: concurrency only
+                out["single"] = single_stream(bench, gateway, workers, args)
+                save(out)
         except Exception:
             out["single_error"] = traceback.format_exc()
             log(out["single_error"])
@@ -417,12 +419,19 @@ def run_shape(shape: str, bench, args, events_out, save) -> dict:
         reference = engine = None
         args.clients = [c for c in args.clients if c <= args.concurrency] or args.clients
         profile = Profile(gateway.process.pid, f"{shape}-concurrency", args)
+        procs = None
         try:
             out["concurrency"] = {}
-            concurrency(bench, gateway, raw, args, lambda: save(out), out["concurrency"])
+            if args.client_procs > 1:
+                procs = bench["common"].ClientProcesses(args.client_procs)
+            out["client_processes"] = args.client_procs
+            concurrency(bench, gateway, raw, args, lambda: save(out), out["concurrency"], procs)
         except Exception:
             out["concurrency_error"] = traceback.format_exc()
             log(out["concurrency_error"])
+        finally:
+            if procs is not None:
+                procs.close()
         profile.stop(args.profiles)
     except Exception:
         out["error"] = traceback.format_exc()
@@ -559,8 +568,9 @@ def summarize(shape_results: list[dict], bench, args) -> str:
             lines += [
                 "",
                 "Aggregate tok/s (median over rounds), max_tokens "
-                f"{args.max_tokens}, distinct prompts; best raw = the raw prefill size with "
-                "the highest median:",
+                f"{args.max_tokens}, distinct prompts, the clients in "
+                f"{res.get('client_processes', 1)} process(es); best raw = the raw prefill "
+                "size with the highest median:",
                 "",
                 "| clients | " + " | ".join(labels) + " | best raw | gateway / best raw | "
                 "per round: batched / best raw (spread) | isolated / best raw (spread) | "
@@ -663,6 +673,13 @@ def main() -> None:
         default="8,32,n",
         help="raw BatchGenerator prefill_batch_size values (n: the client count), "
         "each capped at the client count",
+    )
+    parser.add_argument(
+        "--client-procs",
+        type=int,
+        default=1,
+        help="processes the concurrent clients are spread over (1: all in this process, "
+        "whose own SSE parsing then lags behind 64-128 streams)",
     )
     parser.add_argument("--tag", default="", help="suffix of the output file names")
     parser.add_argument(
