@@ -73,27 +73,35 @@ class Redactor:
             self._ordered = tuple(sorted(self._known, key=len, reverse=True))
         return self._ordered
 
-    def redact(self, text: str) -> str:
+    def redact(self, text: str, secrets: tuple[str, ...] | None = None) -> str:
         """`text` with every known secret (and the request's presented keys) replaced, in
-        any case (a server may echo a key upper-cased), and every bearer token."""
+        any case (a server may echo a key upper-cased), and every bearer token. `secrets`:
+        the lowered secrets to look for, when the caller has them at hand (`_lowered`)."""
         lowered = text.lower()
-        for secret in (*self.secrets(), *PRESENTED.get()):
-            if secret and secret.lower() in lowered:
+        for secret in self._lowered() if secrets is None else secrets:
+            if secret in lowered:
                 text = re.sub(re.escape(secret), REDACTED, text, flags=re.IGNORECASE)
                 lowered = text.lower()
-        return BEARER.sub(rf"\1\2{REDACTED}", text)
+        # BEARER needs the word; most strings (every number, name and id) do not have it.
+        return BEARER.sub(rf"\1\2{REDACTED}", text) if "bearer" in lowered else text
 
     def __call__(self, _logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:
-        """The structlog processor: walks every value of the event."""
-        return {key: self._walk(value) for key, value in event.items()}
+        """The structlog processor: walks every value of the event. The secrets are looked
+        up once per event, not per string: every line of the log passes here, on the
+        event loop among others (36 µs an event before, half of it this walk)."""
+        secrets = self._lowered()
+        return {key: self._walk(value, secrets) for key, value in event.items()}
 
-    def _walk(self, value: Any) -> Any:
+    def _lowered(self) -> tuple[str, ...]:
+        return tuple(s.lower() for s in (*self.secrets(), *PRESENTED.get()) if s)
+
+    def _walk(self, value: Any, secrets: tuple[str, ...]) -> Any:
         if isinstance(value, str):
-            return self.redact(value)
+            return self.redact(value, secrets)
         if isinstance(value, dict):
-            return {k: self._walk(v) for k, v in value.items()}
+            return {k: self._walk(v, secrets) for k, v in value.items()}
         if isinstance(value, list | tuple):
-            return [self._walk(v) for v in value]
+            return [self._walk(v, secrets) for v in value]
         return value
 
 
