@@ -21,7 +21,7 @@ import numpy as np
 
 from engines.cache import CacheDir
 from engines.cache.store import BlockStore
-from engines.mlx.kit.disk_cache import Worth, joined, salt_of, to_host
+from engines.mlx.kit.disk_cache import Worth, joined, salt_of, to_host_all
 
 # Where a block keeps its token ids and, last, the pictures' hash.
 TOKENS = "tokens"
@@ -124,10 +124,12 @@ class APCDisk:
         if not self.store.room_for(len(blocks) * per_block):
             return  # the writer is behind or the disk is full
         keys = [self._key(b.block_hash) for b in blocks]
-        copies = {
-            key: _block_of(b, layer_keys, layer_values, block_size)
-            for key, b in zip(keys, blocks, strict=True)
-        }
+        copies = to_host_all(
+            {
+                key: _block_of(b, layer_keys, layer_values, block_size)
+                for key, b in zip(keys, blocks, strict=True)
+            }
+        )
         self.store.save(keys, copies, tokens)
 
     # -- what the batch asks ----------------------------------------------------------
@@ -163,12 +165,13 @@ class APCDisk:
 
 
 def _block_of(block, layer_keys, layer_values, block_size: int) -> dict:
-    """One block's tensors, copied out of MLX: every layer's keys and values, its tokens."""
+    """One block's tensors: every layer's keys and values as MLX slices (`to_host_all`
+    copies them out), and its tokens."""
     start = block.source_block_idx * block_size
     tensors = {}
     for name, arrays in (("keys", layer_keys), ("values", layer_values)):
         for layer, array in enumerate(arrays):
-            tensors[f"{layer}.{name}"] = to_host(array[..., start : start + block_size, :])
+            tensors[f"{layer}.{name}"] = array[..., start : start + block_size, :]
     ids = np.array([*block.token_ids, block.extra_hash], dtype=np.int64)
     tensors[TOKENS] = ("I64", ids)
     return tensors
