@@ -6,7 +6,7 @@ import json
 import uuid
 
 from litestar import Request, Response, post
-from litestar.response import ServerSentEvent
+from litestar.response import Stream
 
 from engines.chat import count_chat, serve_chat
 from engines.errors import BadRequest
@@ -16,7 +16,7 @@ from gateway.canonical.choices import refuse_set
 from gateway.canonical.images import image_part, message_with_parts, resolve_images
 from gateway.control.registry import Generation, announce
 from gateway.http.body import decode_body
-from gateway.http.streaming import Collected, collect, started, stream_body, unless_client_leaves
+from gateway.http.streaming import Collected, collect, sse_response, started, unless_client_leaves
 from schemas import anthropic as wire
 from schemas.canonical import (
     ChatAsk,
@@ -258,7 +258,7 @@ def effort(thinking: wire.ThinkingConfig | None) -> Effort | None:
 
 
 @post("/v1/messages", status_code=200)
-async def create_message(request: Request, generation: Generation) -> Response | ServerSentEvent:
+async def create_message(request: Request, generation: Generation) -> Response | Stream:
     """A Messages API answer; `stream: true` answers as Anthropic's server-sent events."""
     data = await decode_body(request, wire.MessagesRequest)
     refuse_set(data, REFUSED)
@@ -290,7 +290,7 @@ async def create_message(request: Request, generation: Generation) -> Response |
         usage=wire.Usage(input_tokens=input_tokens, output_tokens=0),
     )
     events = stream_events(start, first, outputs, chat.stop)
-    return ServerSentEvent(stream_body(request, events, error_event, outputs.aclose))
+    return sse_response(request, events, error_event, outputs.aclose)
 
 
 def _message(message_id: str, model: str, answer: Collected, stops: list[str]) -> wire.Message:

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import msgspec
 from litestar import Request, Response, post
-from litestar.response import ServerSentEvent
+from litestar.response import Stream
 from msgspec import UNSET
 
 from engines.chat import check_n, serve_chat
@@ -18,7 +18,7 @@ from gateway.canonical.images import image_part, message_with_parts, resolve_ima
 from gateway.control.registry import Generation, announce
 from gateway.http.body import decode_body
 from gateway.http.errors import error_body
-from gateway.http.streaming import Collected, started, stream_body, unless_client_leaves
+from gateway.http.streaming import Collected, sse_response, started, unless_client_leaves
 from gateway.openai.controls import (
     controls,
     logprobs_request,
@@ -147,7 +147,7 @@ def chat_controls(data: wire.ChatCompletionRequest) -> tuple[list[ToolSpec], Out
 
 
 @post("/v1/chat/completions", status_code=200)
-async def chat_completions(request: Request, generation: Generation) -> Response | ServerSentEvent:
+async def chat_completions(request: Request, generation: Generation) -> Response | Stream:
     """Chat completions; `stream: true` answers as server-sent events."""
     data = await decode_body(request, wire.ChatCompletionRequest)
     refuse_set(data, REFUSED)
@@ -187,7 +187,7 @@ async def chat_completions(request: Request, generation: Generation) -> Response
     outputs = await started(request, merged(streams))
     include_usage = bool(data.stream_options and data.stream_options.include_usage)
     chunks = _chunks(outputs, n, completion_id, created, route.served, include_usage)
-    return ServerSentEvent(stream_body(request, chunks, error_chunk, outputs.aclose))
+    return sse_response(request, chunks, error_chunk, outputs.aclose)
 
 
 def _choice(index: int, whole: Collected, logprobs: bool) -> wire.Choice:

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import msgspec
 from litestar import Request, Response, post
-from litestar.response import ServerSentEvent
+from litestar.response import Stream
 from msgspec import UNSET
 
 from engines.chat import check_n, serve_prompts
@@ -17,7 +17,7 @@ from engines.errors import BadRequest
 from engines.job import Job
 from gateway.control.registry import Generation, announce
 from gateway.http.body import decode_body
-from gateway.http.streaming import Collected, collect, started, stream_body, unless_client_leaves
+from gateway.http.streaming import Collected, collect, sse_response, started, unless_client_leaves
 from gateway.openai.chat import FINISH_REASONS, error_chunk
 from gateway.openai.controls import sampling_asked
 from schemas import openai_completions as wire
@@ -84,7 +84,7 @@ def _usage(finished: list[Finished]) -> Usage:
 
 
 @post("/v1/completions", status_code=200)
-async def completions(request: Request, generation: Generation) -> Response | ServerSentEvent:
+async def completions(request: Request, generation: Generation) -> Response | Stream:
     """Completions of one prompt or of several (a choice each, in order); SSE when streamed."""
     data = await decode_body(request, wire.CompletionRequest)
     prompts = _prompts(data.prompt)
@@ -149,7 +149,7 @@ async def completions(request: Request, generation: Generation) -> Response | Se
     async def cleanup() -> None:
         await _close_all(jobs, results)
 
-    return ServerSentEvent(stream_body(request, chunks, error_chunk, cleanup))
+    return sse_response(request, chunks, error_chunk, cleanup)
 
 
 async def _collect_all(jobs: list[Job], results: list[AsyncIterator[Output]]) -> list[Collected]:

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 from litestar import Request, Response, post
-from litestar.response import ServerSentEvent, ServerSentEventMessage
+from litestar.response import ServerSentEventMessage, Stream
 
 from engines.chat import serve_chat
 from engines.errors import BadRequest, StoredNotFound
@@ -22,7 +22,7 @@ from gateway.canonical.images import image_part, message_with_parts, resolve_ima
 from gateway.control.registry import Generation, announce
 from gateway.http.auth import presented_key
 from gateway.http.body import decode_body
-from gateway.http.streaming import started, stream_body, unless_client_leaves
+from gateway.http.streaming import sse_response, started, unless_client_leaves
 from gateway.openai import stored_responses
 from gateway.openai.chat import effort
 from gateway.openai.controls import controls, output_format, tool_choice
@@ -262,7 +262,7 @@ def _skeleton(data: wire.ResponseRequest, chat: ChatRequest, model: str) -> wire
 
 
 @post("/v1/responses", status_code=200)
-async def responses(request: Request, generation: Generation) -> Response | ServerSentEvent:
+async def responses(request: Request, generation: Generation) -> Response | Stream:
     """A response to `input`; `stream: true` answers with the Responses event stream."""
     data = await decode_body(request, wire.ResponseRequest)
     _refuse_unsupported(data)
@@ -310,7 +310,7 @@ async def responses(request: Request, generation: Generation) -> Response | Serv
         return _sse(builder.error(kind, message))
 
     events = _events(builder, outputs, keep)
-    return ServerSentEvent(stream_body(request, events, error_event, outputs.aclose))
+    return sse_response(request, events, error_event, outputs.aclose)
 
 
 async def _final(builder: EventBuilder, results: AsyncIterator[Output]) -> wire.Response:
