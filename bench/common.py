@@ -367,6 +367,13 @@ class ClientProcesses:
         self._pool.shutdown()
 
 
+def tree_at(rev: str, into: Path) -> Path:
+    """This repository's files at commit `rev`, written under `into` (no git state touched)."""
+    archive = subprocess.run(["git", "archive", rev], cwd=REPO, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into
+
+
 def median(values: Sequence[float | None]) -> float | None:
     kept = [v for v in values if v is not None]
     return statistics.median(kept) if kept else None

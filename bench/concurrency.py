@@ -44,6 +44,7 @@ from common import (
     platform_env,
     report,
     table,
+    tree_at,
 )
 
 TOPICS = [
@@ -116,13 +117,6 @@ class RawBatch:
 
     def __exit__(self, *exc) -> None:
         self._worker.stop()
-
-
-def tree_at(rev: str, into: Path) -> Path:
-    """This repository's files at commit `rev`, written under `into` (no git state touched)."""
-    archive = subprocess.run(["git", "archive", rev], cwd=REPO, capture_output=True, check=True)
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
-    return into
 
 
 def run_burst(target: Target | RawBatch, clients: int, round_: int, max_tokens: int) -> dict:

@@ -2,6 +2,10 @@
 
     .venv/bin/python bench/loop_frames.py [--streams 128] [--tokens 2000] [--rounds 5]
         [--profile]   # with py-spy installed: the loop thread's time by function
+        [--at REV]    # also commit REV's gateway, rounds interleaved: the ratio between them
+
+`--tokens 1` measures what a burst of arrivals costs (request parsed, checked, routed,
+answered) rather than the frames of long streams.
 
 A scripted model (`concurrency: --streams`, no delay between tokens: no model work) answers
 `--streams` streamed chats at once, each read by a minimal raw-socket client (asyncio
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -26,7 +31,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from common import Gateway, fmt, median, report, table
+from common import Gateway, fmt, median, report, table, tree_at
 
 CONFIG = """
 server: {{host: 127.0.0.1}}
@@ -98,54 +103,45 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument(
+        "--at", metavar="REV", help="also run the gateway of commit REV, rounds interleaved"
+    )
     args = parser.parse_args()
     load_before = os.getloadavg()
     reply = " ".join(f"w{i}" for i in range(args.tokens))
-    gateway = Gateway(CONFIG.format(streams=args.streams, reply=reply), "loop-frames")
-    rates: list[float] = []
-    profile = ""
-    try:
-        gateway.wait_ready()
-        platform = gateway.platform()
-        asyncio.run(burst(gateway.port, args.streams, args.tokens))  # warm-up
-        spy = None
-        if args.profile:
-            raw = Path(tempfile.mkdtemp(prefix="bench-loop-")) / "raw.txt"
-            spy_bin = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-            if not Path(spy_bin).exists():
-                raise SystemExit("--profile needs py-spy (pip install py-spy)")
-            command = [spy_bin, "record", "-p", str(gateway.process.pid), "-r", "200"]
-            command += ["-f", "raw", "-o", str(raw), "--threads"]
-            spy = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-            time.sleep(1)
-        for round_ in range(args.rounds):
-            frames, seconds = asyncio.run(burst(gateway.port, args.streams, args.tokens))
-            rates.append(frames / seconds)
-            print(f"round {round_}: {frames} frames in {seconds:.2f} s", flush=True)
-        if spy is not None:
-            spy.send_signal(2)  # py-spy writes its samples on SIGINT
-            spy.wait(timeout=60)
-            profile = loop_profile(raw)
-    finally:
-        gateway.stop()
-    body = table(
-        ["streams", "frames/s (median)", "spread over rounds", "µs of wall time per frame"],
+    config = CONFIG.format(streams=args.streams, reply=reply)
+    with contextlib.ExitStack() as stack:
+        sides = {"this tree": Gateway(config, "loop-frames")}
+        if args.at:
+            older = tree_at(args.at, Path(stack.enter_context(tempfile.TemporaryDirectory())))
+            sides[f"at {args.at}"] = Gateway(config, "loop-frames-at", code=older)
+        rates, profile, platform = measure(sides, args)
+    rows = [
         [
-            [
-                args.streams,
-                fmt(median(rates), 0),
-                f"{fmt(min(rates), 0)}-{fmt(max(rates), 0)}",
-                fmt(1e6 / median(rates), 1),
-            ]
-        ],
-    )
+            side,
+            args.streams,
+            fmt(median(r), 0),
+            f"{fmt(min(r), 0)}-{fmt(max(r), 0)}",
+            fmt(1e6 / median(r), 1),
+        ]
+        for side, r in rates.items()
+    ]
+    header = ["gateway", "streams", "frames/s (median)", "spread over rounds"]
+    header.append("µs of wall time per frame")
+    body = table(header, rows)
+    if args.at:
+        ratios = [a / b for a, b in zip(*rates.values(), strict=True)]
+        body += (
+            f"\n\nThis tree / {args.at}: {fmt(median(ratios), 3)} (median of per-round ratios, "
+            f"{fmt(min(ratios), 3)}-{fmt(max(ratios), 3)})"
+        )
     if profile:
         body += "\n\nThe event loop thread under py-spy (200 Hz, every round):\n\n" + profile
     notes = (
         f"{args.rounds} rounds after a warm-up; per round {args.streams} streamed chats at once "
-        f"on their own connections, about {args.tokens // 4} words each from the scripted "
-        "engine (no delay), read by raw-socket clients in this process. "
-        "Frames: every SSE `data:` line read."
+        f"on their own connections, {args.tokens} words each from the scripted engine (no "
+        "delay), read by raw-socket clients in this process; with `--at`, the two gateways "
+        "take turns, the first of each round alternating. Frames: every SSE `data:` line read."
     )
     report(
         "Event loop: streamed frames per second with many streams",
@@ -154,6 +150,47 @@ def main() -> None:
         load_before=load_before,
         notes=notes,
     )
+
+
+def measure(sides: dict[str, Gateway], args) -> tuple[dict[str, list[float]], str, dict]:
+    """Frames/s per round of each side; the profile of the first (with --profile)."""
+    rates: dict[str, list[float]] = {side: [] for side in sides}
+    profile = ""
+    try:
+        for gateway in sides.values():
+            gateway.wait_ready()
+            asyncio.run(burst(gateway.port, args.streams, args.tokens))  # warm-up
+        first = next(iter(sides.values()))
+        platform = first.platform()
+        spy = start_profile(first.process.pid) if args.profile else None
+        for round_ in range(args.rounds):
+            order = list(sides.items())
+            for side, gateway in order if round_ % 2 == 0 else order[::-1]:
+                frames, seconds = asyncio.run(burst(gateway.port, args.streams, args.tokens))
+                rates[side].append(frames / seconds)
+                print(f"round {round_} {side}: {frames} frames in {seconds:.2f} s", flush=True)
+        if spy is not None:
+            spy.send_signal(2)  # py-spy writes its samples on SIGINT
+            spy.wait(timeout=60)
+            profile = loop_profile(Path(spy.args[spy.args.index("-o") + 1]))
+    finally:
+        for gateway in sides.values():
+            gateway.stop()
+    return rates, profile, platform
+
+
+def start_profile(pid: int) -> subprocess.Popen:
+    """py-spy sampling `pid`'s threads into a raw file (its path follows `-o`)."""
+    raw = Path(tempfile.mkdtemp(prefix="bench-loop-")) / "raw.txt"
+    spy_bin = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not Path(spy_bin).exists():
+        raise SystemExit("--profile needs py-spy (pip install py-spy)")
+    command = [spy_bin, "record", "-p", str(pid), "-r", "200", "-f", "raw", "-o", str(raw)]
+    spy = subprocess.Popen(
+        [*command, "--threads"], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+    )
+    time.sleep(1)
+    return spy
 
 
 if __name__ == "__main__":
