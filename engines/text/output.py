@@ -19,7 +19,13 @@ import uuid
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from engines.text.reasoning import DEFAULT_THINK, ReasoningSplitter, ThinkMarkers, opens_thinking
+from engines.text.reasoning import (
+    DEFAULT_THINK,
+    ReasoningSplitter,
+    ThinkMarkers,
+    opens_thinking,
+    partial_suffix,
+)
 from engines.text.stops import StopMatcher
 from engines.text.tools import tool_specs
 from schemas.canonical import (
@@ -139,7 +145,7 @@ class OutputParser:
             if self._call is None:
                 at = self._text.find(start)
                 if at < 0:
-                    cut = len(self._text) - _partial_suffix(self._text, start)
+                    cut = len(self._text) - partial_suffix(self._text, start)
                     outputs += self._answer(self._text[:cut])
                     self._text = self._text[cut:]
                     break
@@ -226,11 +232,3 @@ class OutputParser:
                 ToolCallOutput(ToolCall(id=call_id, name=call["name"], arguments=arguments))
             )
         return outputs
-
-
-def _partial_suffix(text: str, marker: str) -> int:
-    """Length of the longest tail of `text` that is a proper prefix of `marker`."""
-    for n in range(min(len(marker) - 1, len(text)), 0, -1):
-        if text.endswith(marker[:n]):
-            return n
-    return 0

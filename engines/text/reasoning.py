@@ -83,7 +83,7 @@ class ReasoningSplitter:
             marker = self._markers.end if self._thinking else self._markers.start
             at = self._held.find(marker)
             if at < 0:
-                keep = _partial_suffix(self._held, marker)
+                keep = partial_suffix(self._held, marker)
                 if self._thinking:  # whitespace before the end marker is layout: hold it too
                     body = self._held[: len(self._held) - keep]
                     keep += len(body) - len(body.rstrip())
@@ -113,8 +113,12 @@ class ReasoningSplitter:
             pieces.append((self._thinking, text))
 
 
-def _partial_suffix(text: str, marker: str) -> int:
+def partial_suffix(text: str, marker: str) -> int:
     """Length of the longest tail of `text` that is a proper prefix of `marker`."""
+    # Such a tail starts with the marker's first character, in the last len(marker) - 1
+    # characters: most tokens' text has none there (every token of every stream asks).
+    if marker[:1] not in text[1 - len(marker) :] or len(marker) < 2:
+        return 0
     for n in range(min(len(marker) - 1, len(text)), 0, -1):
         if text.endswith(marker[:n]):
             return n

@@ -17,6 +17,8 @@ class StopMatcher:
 
     def feed(self, delta: str) -> str:
         """The part of `held + delta` that is safe to emit; sets `stopped` on a match."""
+        if not self._stops:  # no stop strings asked for: every token of most requests
+            return delta
         if self.stopped:
             return ""
         text = self._held + delta

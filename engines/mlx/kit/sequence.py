@@ -49,7 +49,10 @@ class Sequence:
             self.drafter.extend([token])
         if finish_reason is not None:
             self.detokenizer.finalize()
-        outputs = self.parser.feed(self.detokenizer.last_segment)
+        # A token inside a word or a character adds no text yet (the detokenizer holds it):
+        # the parser has nothing new to see.
+        segment = self.detokenizer.last_segment
+        outputs = self.parser.feed(segment) if segment else []
         return outputs, "stop_string" if self.parser.stopped else finish_reason
 
     def finish(self, reason: str) -> list[Output]:
