@@ -162,7 +162,7 @@ def measure(sides: dict[str, Gateway], args) -> tuple[dict[str, list[float]], st
             asyncio.run(burst(gateway.port, args.streams, args.tokens))  # warm-up
         first = next(iter(sides.values()))
         platform = first.platform()
-        spy = start_profile(first.process.pid) if args.profile else None
+        spy, raw = start_profile(first.process.pid) if args.profile else (None, None)
         for round_ in range(args.rounds):
             order = list(sides.items())
             for side, gateway in order if round_ % 2 == 0 else order[::-1]:
@@ -172,15 +172,15 @@ def measure(sides: dict[str, Gateway], args) -> tuple[dict[str, list[float]], st
         if spy is not None:
             spy.send_signal(2)  # py-spy writes its samples on SIGINT
             spy.wait(timeout=60)
-            profile = loop_profile(Path(spy.args[spy.args.index("-o") + 1]))
+            profile = loop_profile(raw)
     finally:
         for gateway in sides.values():
             gateway.stop()
     return rates, profile, platform
 
 
-def start_profile(pid: int) -> subprocess.Popen:
-    """py-spy sampling `pid`'s threads into a raw file (its path follows `-o`)."""
+def start_profile(pid: int) -> tuple[subprocess.Popen, Path]:
+    """py-spy sampling `pid`'s threads, and the raw file it writes on SIGINT."""
     raw = Path(tempfile.mkdtemp(prefix="bench-loop-")) / "raw.txt"
     spy_bin = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if not Path(spy_bin).exists():
@@ -190,7 +190,7 @@ def start_profile(pid: int) -> subprocess.Popen:
         [*command, "--threads"], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
     )
     time.sleep(1)
-    return spy
+    return spy, raw
 
 
 if __name__ == "__main__":

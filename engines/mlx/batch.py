@@ -341,19 +341,17 @@ class MLXBatch:
                 self._draft_cache.insert_cache(CACHE_KEY, list(fed), draft_cache)
         if cache is None:
             return
-        if self._cache is not None:
-            import mlx.core as mx
-
-            # A cache extracted from the batch is a lazy slice of the batch's whole KV buffer:
-            # parked unevaluated, it would hold that buffer (every sequence's, as it was at
-            # this step) alive for as long as it is parked, far past the bytes the cache
-            # counts. Its copy is queued now, behind the step in flight, and the buffer let
-            # go once it runs.
-            mx.async_eval([c.state for c in cache])
         if self._disk is not None:
             self._disk.save(tokens, cache)
         if self._cache is None:
             return
+        import mlx.core as mx
+
+        # A cache extracted from the batch is a lazy slice of the batch's whole KV buffer:
+        # parked unevaluated, it would hold that buffer (every sequence's, as it was at this
+        # step) alive for as long as it is parked, far past the bytes the cache counts. Its
+        # copy is queued now, behind the step in flight, and the buffer let go once it runs.
+        mx.async_eval([c.state for c in cache])
         key = tuple(tokens)
         self._cache.insert_cache(CACHE_KEY, list(key), cache)
         self._parked.pop(key, None)

@@ -19,14 +19,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from engines.text.reasoning import (
-    DEFAULT_THINK,
-    ReasoningSplitter,
-    ThinkMarkers,
-    opens_thinking,
-    partial_suffix,
-)
-from engines.text.stops import StopMatcher
+from engines.text.reasoning import DEFAULT_THINK, ReasoningSplitter, ThinkMarkers, opens_thinking
+from engines.text.stops import StopMatcher, partial_suffix
 from engines.text.tools import tool_specs
 from schemas.canonical import (
     ChatRequest,

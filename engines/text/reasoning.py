@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from engines.text.stops import partial_suffix
 from schemas.canonical import Effort
 
 
@@ -111,15 +112,3 @@ class ReasoningSplitter:
             self._trim = False
         if text:
             pieces.append((self._thinking, text))
-
-
-def partial_suffix(text: str, marker: str) -> int:
-    """Length of the longest tail of `text` that is a proper prefix of `marker`."""
-    # Such a tail starts with the marker's first character, in the last len(marker) - 1
-    # characters: most tokens' text has none there (every token of every stream asks).
-    if marker[:1] not in text[1 - len(marker) :] or len(marker) < 2:
-        return 0
-    for n in range(min(len(marker) - 1, len(text)), 0, -1):
-        if text.endswith(marker[:n]):
-            return n
-    return 0

@@ -27,7 +27,7 @@ class StopMatcher:
             self.stopped = True
             self._held = ""
             return text[:cut]
-        keep = self._longest_stop_prefix_at_end(text)
+        keep = max(partial_suffix(text, stop) for stop in self._stops)
         self._held = text[len(text) - keep :]
         return text[: len(text) - keep]
 
@@ -36,11 +36,14 @@ class StopMatcher:
         held, self._held = self._held, ""
         return "" if self.stopped else held
 
-    def _longest_stop_prefix_at_end(self, text: str) -> int:
-        longest = 0
-        for stop in self._stops:
-            for n in range(min(len(stop) - 1, len(text)), longest, -1):
-                if text.endswith(stop[:n]):
-                    longest = n
-                    break
-        return longest
+
+def partial_suffix(text: str, marker: str) -> int:
+    """Length of the longest tail of `text` that is a proper prefix of `marker`."""
+    # Such a tail starts with the marker's first character, in the last len(marker) - 1
+    # characters: most tokens' text has none there (every token of every stream asks).
+    if len(marker) < 2 or marker[0] not in text[1 - len(marker) :]:
+        return 0
+    for n in range(min(len(marker) - 1, len(text)), 0, -1):
+        if text.endswith(marker[:n]):
+            return n
+    return 0

@@ -177,7 +177,7 @@ def sse_bytes(frame: str | ServerSentEventMessage) -> bytes:
     it (CRLF line ends). Protocol frames are JSON, which holds no raw line break, and
     event names; anything else takes litestar's own encoder."""
     if isinstance(frame, str):
-        if "\n" not in frame and "\r" not in frame:
+        if not _breaks(frame):
             return b"data: " + frame.encode() + b"\r\n\r\n"
         return ServerSentEventMessage(data=frame).encode()
     data, event = frame.data, frame.event
