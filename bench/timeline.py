@@ -22,7 +22,8 @@ recording when each content chunk arrives (the same monotonic clock). Reported, 
 And per single-stream request, where the time to its first token goes: the client's send to
 the server having parsed the request (`request`), the handler reading, checking and routing
 the body (`submit`), the queue (`inbox`), the hop to the model thread (`admit`), rendering and
-tokenizing the prompt (`admitted`), the prefill step (first `stepped`), then the same hand-over,
+tokenizing the prompt (`prepared`), searching the parked caches and the disk tier (`looked up`),
+joining the batch (`admitted`), the prefill step (first `stepped`), then the same hand-over,
 loop and client parts as a token's.
 
 With `--isolation process` both models run in a process of their own: its steps are marked
@@ -182,7 +183,9 @@ TTFT_PARTS = (
     ("handler: body read, checked, routed", "submit"),
     ("queue", "inbox"),
     ("hop to the model thread", "admit"),
-    ("prompt rendered and tokenized", "admitted"),
+    ("prompt rendered and tokenized", "prepared"),
+    ("parked caches and disk tier searched", "looked up"),
+    ("joined the batch", "admitted"),
     ("prefill, until the step that hands outputs out", "handed"),
     ("hop to the loop", "loop"),
     ("loop: outputs to frame written", "written"),
@@ -197,7 +200,9 @@ def first_token(marks: list, arrivals: list[int]) -> dict[str, list[float]]:
         by.setdefault(m[1], []).append(m[0])
     sent, parts, at = arrivals[0], {}, arrivals[0]
     for name, point in TTFT_PARTS:
-        nxt = after(by.get(point, []), at)
+        if point not in by:  # marked in another process (the add of `isolation: process`)
+            continue
+        nxt = after(by[point], at)
         if nxt is None:
             return {}
         parts[name] = [(nxt - at) * 1e-6]

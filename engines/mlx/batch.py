@@ -17,6 +17,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
+from engines import timeline
 from engines.batch import Step
 from engines.mlx.kit.draft_model import ModelDrafter
 from engines.mlx.kit.sequence import Sequence, cancelled_uids
@@ -122,7 +123,11 @@ class MLXBatch:
 
     def add(self, key: Hashable, request: ChatRequest, cancelled: Callable[[], bool]) -> None:
         job = self._engine.prepare(request)  # a seeded request's sampler has its own key
+        if timeline.ON:  # the prompt is rendered and tokenized
+            timeline.mark("prepared")
         cache, rest, hit = self._nearest_cache(job.prompt)
+        if timeline.ON:  # the parked caches and the disk tier are searched
+            timeline.mark("looked up")
         reused = len(job.prompt) - len(rest)
         echoed = self._engine.prompt_logprobs(request, job.prompt)  # echo's prompt logprobs
         seq = Sequence(
