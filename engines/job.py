@@ -43,6 +43,9 @@ class Job:
         self.enqueued_at = time.perf_counter()
         self.started_at: float | None = None
         self.first_token_at: float | None = None
+        # Set by the reader once it took the first token, when the model's thread waits for
+        # that (a lone request's: engines/runner/thread.py FIRST_FRAME_WAIT_S).
+        self.taken: threading.Event | None = None
         self.outputs: asyncio.Queue[Output | BaseException] = asyncio.Queue()
         # The request's log context (request_id), for events emitted from the model's thread.
         self.context = contextvars.copy_context()

@@ -271,9 +271,14 @@ class Runner:
                 if isinstance(item, BaseException):
                     raise item
                 yield item
+                if job.taken is not None:  # back for more: the first token's frame is out
+                    job.taken.set()
+                    job.taken = None
                 if isinstance(item, Finished | Embedded):
                     return
         finally:
+            if job.taken is not None:
+                job.taken.set()
             self._withdraw(job)
 
     async def load(self, *, retry: bool = False) -> None:

@@ -13,6 +13,7 @@ import asyncio
 import contextvars
 import functools
 import queue
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -43,10 +44,22 @@ from schemas.events import BatchFailed, Generated
 # first token would wait for them all; and on CUDA a batch that grew by joins decoded 128
 # sequences 0.63x as fast as the same batch started at once (bench/gpu/batch_ab.py). While
 # requests keep arriving (each within BURST_GAP_S of the last), the thread admits them
-# before it steps, for at most BURST_MAX_S; a request reaching an idle batch waits
-# BURST_GAP_S for company too (unless the model decodes one request at a time).
+# before it steps, for at most BURST_MAX_S while others decode (they wait meanwhile), or
+# BURST_IDLE_MAX_S when the batch was idle (only the burst itself waits); a request reaching
+# an idle batch waits BURST_GAP_S for company too (unless the model decodes one at a time).
+# 128 clients' requests reached an H200 host's event loop over 149 ms (bench/RESULTS.md,
+# run 18): with 100 ms the batch began with two thirds of them and the rest joined in trickles.
 BURST_GAP_S = 0.002
 BURST_MAX_S = 0.1
+BURST_IDLE_MAX_S = 0.3
+
+# A lone request's first token: the model thread waits (the GIL free) until the request's
+# reader has taken it (and written its frame: `Runner.results`), at most this long, before it
+# builds its next step.
+# Without, the loop takes the GIL only when that step's Python is done: on an H200 the
+# hand-over took 1.2 ms and the first frame 1.1 ms more (bench/timeline.py, run 16), all of it
+# time to first token. In a batch the wait would idle the device for every sequence instead.
+FIRST_FRAME_WAIT_S = 0.005
 
 
 class ModelThread:
@@ -133,8 +146,9 @@ class ModelThread:
         batch = self._batch
         pace = Pace(self._settings().rate.max_tokens_per_sec)
         while True:
+            idle = not batch.active
             if self._admit_waiting(batch):  # perhaps the first of a burst
-                self._gather_burst(batch)
+                self._gather_burst(batch, BURST_IDLE_MAX_S if idle else BURST_MAX_S)
             if not batch.active:
                 self._trim()
                 return
@@ -146,7 +160,7 @@ class ModelThread:
                 if timeline.ON:
                     timeline.mark("stepped", len(steps))
                 if steps:
-                    self._deliver_step(steps)
+                    self._deliver_step(steps, alone=stepping == 1)
             except Exception as error:  # the batch broke: every request in it ends
                 self._fail_batch(error)
                 return
@@ -160,10 +174,10 @@ class ModelThread:
             count += 1
         return count
 
-    def _gather_burst(self, batch: Batch) -> None:
+    def _gather_burst(self, batch: Batch, longest: float) -> None:
         """Admit arrivals until none comes for BURST_GAP_S (the event loop, not held back by
-        this thread meanwhile, takes them in), the batch is full, or BURST_MAX_S passed."""
-        deadline = time.perf_counter() + BURST_MAX_S
+        this thread meanwhile, takes them in), the batch is full, or `longest` s passed."""
+        deadline = time.perf_counter() + longest
         while batch.active < self._settings().concurrency:
             wait = min(BURST_GAP_S, deadline - time.perf_counter())
             if wait <= 0:
@@ -243,20 +257,28 @@ class ModelThread:
             self._in_batch.discard(job)
             post(self._finished_one)
 
-    def _deliver_step(self, steps: list) -> None:
-        """A step's outputs, every job's, to the event loop in one hop (not one per token)."""
+    def _deliver_step(self, steps: list, *, alone: bool = False) -> None:
+        """A step's outputs, every job's, to the event loop in one hop (not one per token).
+
+        `alone`: the step was one sequence's; if it made that request's first token, this
+        thread waits until its reader has taken it (FIRST_FRAME_WAIT_S at most)."""
         now = time.perf_counter()
+        taken = None
         for job, output in steps:
             if (
                 isinstance(output, TextDelta | ReasoningDelta | ToolCallOutput)
                 and not job.first_token_at
             ):
                 job.first_token_at = now
+                if alone:
+                    taken = job.taken = threading.Event()
             if isinstance(output, Finished | Exception):
                 self._in_batch.discard(job)
         if timeline.ON:  # before the call: the loop may run it before this thread goes on
             timeline.mark("handed", len(steps))
         self._loop.call_soon_threadsafe(self._hand_out, steps, context=self._context)
+        if taken is not None:
+            taken.wait(FIRST_FRAME_WAIT_S)
 
     def _hand_out(self, steps: list) -> None:
         """On the loop: post each output to its job's channel, in the order the step made."""

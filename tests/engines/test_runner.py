@@ -221,9 +221,11 @@ async def test_a_burst_of_arrivals_joins_the_batch_together_before_its_next_step
 
 async def test_a_burst_reaching_an_idle_runner_starts_as_one_batch(monkeypatch):
     # A lone request waits BURST_GAP_S for company before its first step, so a burst is not
-    # split into one request started alone and the rest joining it.
+    # split into one request started alone and the rest joining it. Reaching an idle batch,
+    # the burst is gathered for BURST_IDLE_MAX_S, past the window kept while others decode.
     monkeypatch.setattr(thread, "BURST_GAP_S", 0.5)
-    monkeypatch.setattr(thread, "BURST_MAX_S", 10.0)
+    monkeypatch.setattr(thread, "BURST_MAX_S", 0.01)
+    monkeypatch.setattr(thread, "BURST_IDLE_MAX_S", 10.0)
     model = ModelConfig(id="m", engine="scripted", concurrency=8)
     engine = BatchSizeEngine(ScriptConfig(reply="a b c", token_delay=0.01))
     runner = Runner(model, engine)
@@ -353,3 +355,40 @@ async def test_a_hold_ends_with_its_scope_even_when_its_block_is_never_left():
         await holder.__aenter__()
     await asyncio.wait_for(runner.stop("test"), 2)  # stop waits for nothing left
     assert holder is not None
+
+
+async def test_a_lone_requests_first_token_is_taken_by_the_loop_before_the_next_step(monkeypatch):
+    # The model thread waits for the reader to take the first token (and write its frame)
+    # before it builds the next step, which would otherwise hold the GIL meanwhile.
+    monkeypatch.setattr(thread, "FIRST_FRAME_WAIT_S", 5.0)  # a loaded CI machine is slow
+    order: list[str] = []
+    hand_out = thread.ModelThread._hand_out
+
+    def noted_hand_out(self, steps):
+        order.append("loop took " + ",".join(type(o).__name__ for _, o in steps))
+        hand_out(self, steps)
+
+    monkeypatch.setattr(thread.ModelThread, "_hand_out", noted_hand_out)
+    engine = BatchSizeEngine(ScriptConfig(reply="a b c", token_delay=0))
+    open_batch = engine.open_batch
+
+    def noting_batch():
+        batch = open_batch()
+        step = batch.step
+
+        def noted_step():
+            order.append("step")
+            return step()
+
+        batch.step = noted_step
+        return batch
+
+    engine.open_batch = noting_batch
+    runner = Runner(ModelConfig(id="m", engine="scripted", concurrency=4), engine)
+    await runner.start()
+    await drain(runner, runner.submit(ask("alone")))
+    first = next(i for i, o in enumerate(order) if o.startswith("loop took") and "TextDelta" in o)
+    # The scripted batch's first step makes the first token: the loop takes it before the
+    # second step begins.
+    assert order[:first].count("step") == 1, order
+    await runner.stop("test")
