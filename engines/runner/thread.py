@@ -44,14 +44,14 @@ from schemas.events import BatchFailed, Generated
 # first token would wait for them all; and on CUDA a batch that grew by joins decoded 128
 # sequences 0.63x as fast as the same batch started at once (bench/gpu/batch_ab.py). While
 # requests keep arriving (each within BURST_GAP_S of the last), the thread admits them
-# before it steps, for at most BURST_MAX_S while others decode (they wait meanwhile), or
-# BURST_IDLE_MAX_S when the batch was idle (only the burst itself waits); a request reaching
-# an idle batch waits BURST_GAP_S for company too (unless the model decodes one at a time).
-# 128 clients' requests reached an H200 host's event loop over 149 ms (bench/RESULTS.md,
-# run 18): with 100 ms the batch began with two thirds of them and the rest joined in trickles.
+# before it steps, for at most BURST_MAX_S; a request reaching an idle batch waits
+# BURST_GAP_S for company too (unless the model decodes one request at a time). A longer
+# window for a burst reaching an idle batch (0.3 s) was tried on the H200 and dropped: each
+# admission renders and tokenizes its prompt on this thread, on the GIL the event loop needs
+# for the arrivals, so 128 arrivals spread over 219-258 ms instead of 149 and 128 clients
+# reached 0.61-0.67 of raw instead of 0.71 (bench/RESULTS.md, runs 18-20).
 BURST_GAP_S = 0.002
 BURST_MAX_S = 0.1
-BURST_IDLE_MAX_S = 0.3
 
 # A lone request's first token: the model thread waits (the GIL free) until the request's
 # reader has taken it (and written its frame: `Runner.results`), at most this long, before it
@@ -146,9 +146,8 @@ class ModelThread:
         batch = self._batch
         pace = Pace(self._settings().rate.max_tokens_per_sec)
         while True:
-            idle = not batch.active
             if self._admit_waiting(batch):  # perhaps the first of a burst
-                self._gather_burst(batch, BURST_IDLE_MAX_S if idle else BURST_MAX_S)
+                self._gather_burst(batch)
             if not batch.active:
                 self._trim()
                 return
@@ -174,10 +173,10 @@ class ModelThread:
             count += 1
         return count
 
-    def _gather_burst(self, batch: Batch, longest: float) -> None:
+    def _gather_burst(self, batch: Batch) -> None:
         """Admit arrivals until none comes for BURST_GAP_S (the event loop, not held back by
-        this thread meanwhile, takes them in), the batch is full, or `longest` s passed."""
-        deadline = time.perf_counter() + longest
+        this thread meanwhile, takes them in), the batch is full, or BURST_MAX_S passed."""
+        deadline = time.perf_counter() + BURST_MAX_S
         while batch.active < self._settings().concurrency:
             wait = min(BURST_GAP_S, deadline - time.perf_counter())
             if wait <= 0:

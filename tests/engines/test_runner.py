@@ -221,11 +221,9 @@ async def test_a_burst_of_arrivals_joins_the_batch_together_before_its_next_step
 
 async def test_a_burst_reaching_an_idle_runner_starts_as_one_batch(monkeypatch):
     # A lone request waits BURST_GAP_S for company before its first step, so a burst is not
-    # split into one request started alone and the rest joining it. Reaching an idle batch,
-    # the burst is gathered for BURST_IDLE_MAX_S, past the window kept while others decode.
+    # split into one request started alone and the rest joining it.
     monkeypatch.setattr(thread, "BURST_GAP_S", 0.5)
-    monkeypatch.setattr(thread, "BURST_MAX_S", 0.01)
-    monkeypatch.setattr(thread, "BURST_IDLE_MAX_S", 10.0)
+    monkeypatch.setattr(thread, "BURST_MAX_S", 10.0)
     model = ModelConfig(id="m", engine="scripted", concurrency=8)
     engine = BatchSizeEngine(ScriptConfig(reply="a b c", token_delay=0.01))
     runner = Runner(model, engine)
