@@ -175,22 +175,18 @@ def single_stream(bench, gateway, workers: dict, args) -> dict:
         for round_ in range(args.ttft_rounds):
             for side in ss.rotated(sides, round_):
                 first[side].append(run(side, 1, ss.PROMPT))
-        log(
-            "  ttft  "
-            + "  ".join(
-                f"{s} {common.median([r['ttft_ms'] for r in first[s]]):.1f} ms" for s in sides
-            )
-        )
+        log("  ttft  " + medians_ms(first, sides, common))
         for round_ in range(args.long_rounds):
             for side in ss.rotated(sides, round_):
                 long_first[side].append(run(side, 1, ss.LONG_PROMPT))
-        log(
-            "  long ttft  "
-            + "  ".join(
-                f"{s} {common.median([r['ttft_ms'] for r in long_first[s]]):.1f} ms" for s in sides
-            )
-        )
+        log("  long ttft  " + medians_ms(long_first, sides, common))
     return {"decode": decode, "first": first, "long_first": long_first}
+
+
+def medians_ms(timings: dict, sides: list[str], common) -> str:
+    """Each side's median TTFT, for the log line (`n/a` where no round ran: rounds 0)."""
+    medians = {s: common.median([r["ttft_ms"] for r in timings[s]]) for s in sides}
+    return "  ".join(f"{s} {common.fmt(m)} ms" for s, m in medians.items())
 
 
 def server_side(log: Path, since: int, model: str) -> tuple[dict, int]:
