@@ -183,7 +183,8 @@ TTFT_PARTS = (
     ("handler: body read, checked, routed", "submit"),
     ("queue", "inbox"),
     ("hop to the model thread", "admit"),
-    ("prompt rendered and tokenized", "prepared"),
+    ("prompt rendered and tokenized", "encoded"),
+    ("budget, sampler and output parser", "prepared"),
     ("parked caches and disk tier searched", "looked up"),
     ("joined the batch", "admitted"),
     ("prefill, until the step that hands outputs out", "handed"),
@@ -236,11 +237,14 @@ def main() -> None:
         default="thread",
         help="process: both models in a process of their own (their steps marked there too)",
     )
+    parser.add_argument("--marks", help="a folder to keep the raw marks in (marks.jsonl)")
     args = parser.parse_args()
     isolation = "\n    isolation: process" if args.isolation == "process" else ""
 
     load_before = os.getloadavg()
-    marks_file = Path(tempfile.mkdtemp(prefix="bench-timeline-")) / "marks.jsonl"
+    where = Path(args.marks) if args.marks else Path(tempfile.mkdtemp(prefix="bench-timeline-"))
+    where.mkdir(parents=True, exist_ok=True)
+    marks_file = where / "marks.jsonl"
     os.environ["GATEWAY_TIMELINE"] = str(marks_file)
     config = CONFIG.format(source=args.source, concurrency=args.concurrency, isolation=isolation)
     gateway = Gateway(config, "timeline")

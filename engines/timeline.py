@@ -46,3 +46,8 @@ def dump() -> None:
 
 
 atexit.register(dump)
+
+if ON:  # a collection holds the GIL for its whole pass: mark each, with its generation
+    import gc
+
+    gc.callbacks.append(lambda phase, info: mark(f"gc {phase}", info["generation"]))

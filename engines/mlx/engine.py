@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
+from engines import timeline
 from engines.base import Capabilities, LoadInfo
 from engines.batch import Batch, SerialBatch
 from engines.cache import CacheDir
@@ -201,6 +202,8 @@ class MLXEngine:
     def prepare(self, request: ChatRequest) -> Prepared:
         """Everything one generation needs: prompt tokens, budget, sampler, output parser."""
         prompt = self._encode(request)
+        if timeline.ON:
+            timeline.mark("encoded")
         window = request.window_of(self._context)
         begun = start(
             self._config.id,
