@@ -331,7 +331,7 @@ class IsolatedBatch:
         self._gone = gone  # the error to raise when the child is no more
         self._keys: dict[int, tuple[Hashable, Callable[[], bool]]] = {}
         self._told: set[int] = set()  # cancellations already sent
-        self._adds: list[tuple[int, ChatRequest]] = []  # admitted since the last step
+        self._adds: list[int] = []  # admitted since the last step
         self._next = 0
 
     @property
@@ -351,11 +351,13 @@ class IsolatedBatch:
         return self._receive(self._pipe)
 
     def add(self, key: Hashable, request: ChatRequest, cancelled: Callable[[], bool]) -> None:
-        """Held until the next step: the requests the runner admits between two steps (a
-        burst it gathered) reach the child in one message and join as one group."""
+        """The request goes down at once, to be prepared there while the rest of its burst
+        arrives; it joins at the next step: the requests the runner admits between two steps
+        (a burst it gathered) join the child's batch as one group."""
         self._next += 1
         self._keys[self._next] = (key, cancelled)
-        self._adds.append((self._next, request))
+        self._pipe.send(("prepare", [(self._next, request)]))
+        self._adds.append(self._next)
 
     def wake(self) -> None:
         """Nothing to wake: the runner never interrupts a step of the child's batch."""
