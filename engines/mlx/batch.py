@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from engines import timeline
 from engines.batch import Step
+from engines.mlx.engine import Prepared
 from engines.mlx.kit.draft_model import ModelDrafter
 from engines.mlx.kit.sequence import Sequence, cancelled_uids
 from engines.mlx.logprobs import logprobs_of
@@ -121,8 +122,17 @@ class MLXBatch:
     def active(self) -> int:
         return len(self._sequences)
 
-    def add(self, key: Hashable, request: ChatRequest, cancelled: Callable[[], bool]) -> None:
-        job = self._engine.prepare(request)  # a seeded request's sampler has its own key
+    def add(
+        self,
+        key: Hashable,
+        request: ChatRequest,
+        cancelled: Callable[[], bool],
+        prepared: Prepared | None = None,
+    ) -> None:
+        """`prepared`: the request's `MLXEngine.prepare`, when it was made on its arrival (a
+        model's own process prepares each request as it comes, before the burst joins)."""
+        # A seeded request's sampler has its own key.
+        job = prepared if prepared is not None else self._engine.prepare(request)
         if timeline.ON:  # the prompt is rendered and tokenized
             timeline.mark("prepared")
         cache, rest, hit = self._nearest_cache(job.prompt)

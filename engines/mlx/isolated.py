@@ -356,7 +356,8 @@ class IsolatedBatch:
         (a burst it gathered) join the child's batch as one group."""
         self._next += 1
         self._keys[self._next] = (key, cancelled)
-        self._pipe.send(("prepare", [(self._next, request)]))
+        with contextlib.suppress(OSError):  # the child is gone: the next step says so (503)
+            self._pipe.send(("prepare", [(self._next, request)]))
         self._adds.append(self._next)
 
     def wake(self) -> None:

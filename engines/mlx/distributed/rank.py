@@ -19,13 +19,13 @@ from pathlib import Path
 
 from engines.base import LoadInfo
 from engines.mlx.distributed.wire import gather, share
-from engines.mlx.isolated_child import answer, pack_error
+from engines.mlx.isolated_child import Arrivals, answer, pack_error
 from engines.mlx.kit.weights import weight_bytes
 from schemas.canonical import Finished
 
 SPEC_ENV = "GATEWAY_RANK_SPEC"  # the model, platform and base_dir every rank loads
 # Changes every rank applies; anything else the gateway asks only rank 0 answers.
-SHARED = {"load", "open", "add", "cancel", "stop"}
+SHARED = {"load", "open", "prepare", "add", "cancel", "stop"}
 HEARTBEAT_S = 1.0  # a rank that writes no byte for this long (x3) is taken as hung
 
 
@@ -37,6 +37,7 @@ class Replica:
         self.sharing = sharing[group.rank()]  # ranks on the gateway's machine (0: elsewhere)
         self.batch = None
         self.cancelled: set[int] = set()
+        self.arrivals = Arrivals()
         self.share = (1, 1)  # the part of the KV cache this rank holds, of its whole
         self.model = None  # this rank's part of the model, once loaded
 
@@ -51,17 +52,14 @@ class Replica:
             return self._load(message[1])
         if kind == "open":
             self.cancelled.clear()
+            self.arrivals.clear()
             self.batch = self.engine.open_batch()
         elif kind == "cancel":
             self.cancelled.update(message[1])
+        elif kind == "prepare":
+            self.arrivals.prepare(self.engine, message[1])
         elif kind == "add":
-            refused = []
-            for i, request in message[1]:
-                try:
-                    self.batch.add(i, request, lambda i=i: i in self.cancelled)
-                except Exception as error:  # this request's alone (a prompt past the window)
-                    refused.append((i, pack_error(error)))
-            return refused
+            return self.arrivals.join(self.batch, message[1], self.cancelled)
         return None
 
     def step(self) -> list:

@@ -12,9 +12,10 @@ import structlog
 from engines.embed.engine import EmbeddingEngine
 from engines.errors import ConfigInvalid, ContextOverflow, ModelUnavailable
 from engines.log import LISTENERS
-from engines.mlx.isolated import relay_events
-from engines.mlx.isolated_child import pack_error, relay_to, unpack_error
+from engines.mlx.isolated import IsolatedBatch, relay_events
+from engines.mlx.isolated_child import Arrivals, pack_error, relay_to, unpack_error
 from gateway.control.config import parse_config
+from schemas.canonical import ChatRequest, Message
 from schemas.config import ModelConfig
 from schemas.events import CacheCorrupt, CacheSaved
 
@@ -92,3 +93,55 @@ def test_the_childs_events_reach_the_gateways_listeners_with_their_level():
     LISTENERS.reset(listening)
     levels = {line["event"]: line["log_level"] for line in logged}
     assert levels == {"cache_corrupt": "warning", "cache_saved": "info"}
+
+
+def ask(text: str) -> ChatRequest:
+    return ChatRequest(messages=[Message(role="user", content=text)], max_tokens=4)
+
+
+def test_a_request_goes_to_the_model_process_on_arrival_and_joins_at_the_next_step():
+    # The child prepares (renders, tokenizes) each request as it arrives, while the rest of
+    # its burst is still reaching the gateway; the burst joins its batch at the next step.
+    ours, theirs = multiprocessing.Pipe()
+    batch = IsolatedBatch(ours, lambda: ModelUnavailable("m", "gone"))
+    batch.add("a", ask("one"), lambda: False)
+    batch.add("b", ask("two"), lambda: False)
+    assert theirs.poll(5) and theirs.recv() == ("prepare", [(1, ask("one"))])
+    assert theirs.poll(5) and theirs.recv() == ("prepare", [(2, ask("two"))])
+    assert not theirs.poll()  # nothing joins before the runner steps
+    theirs.send(("steps", []))
+    assert batch.step() == []
+    assert theirs.poll(5) and theirs.recv() == ("add", [1, 2])
+
+
+class PreparingEngine:
+    """`prepare` as the engine's: a result per request, or the error refusing it."""
+
+    def __init__(self) -> None:
+        self.prepared: list[str] = []
+
+    def prepare(self, request):
+        text = request.messages[-1].content
+        if text == "too long":
+            raise ContextOverflow("m", 5000, 4096)
+        self.prepared.append(text)
+        return f"prepared {text}"
+
+
+class JoiningBatch:
+    def __init__(self) -> None:
+        self.added: list[tuple] = []
+
+    def add(self, key, request, cancelled, prepared=None):
+        self.added.append((key, prepared, cancelled()))
+
+
+def test_arrivals_are_prepared_on_receipt_and_a_refusal_waits_for_the_join():
+    engine, batch, arrivals = PreparingEngine(), JoiningBatch(), Arrivals()
+    arrivals.prepare(engine, [(1, ask("one")), (2, ask("too long"))])
+    arrivals.prepare(engine, [(3, ask("three"))])
+    assert engine.prepared == ["one", "three"] and batch.added == []
+    refused = arrivals.join(batch, [1, 2, 3], cancelled={3})
+    assert batch.added == [(1, "prepared one", False), (3, "prepared three", True)]
+    ((i, packed),) = refused
+    assert i == 2 and isinstance(unpack_error(packed), ContextOverflow)
