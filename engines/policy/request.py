@@ -78,7 +78,8 @@ def build_chat_request(model: ModelConfig, ask: ChatAsk) -> ChatRequest:
 
 def check_chat(request: ChatRequest) -> None:
     """Refuse tool schemas that are not JSON Schema and output controls the grammar engine
-    cannot enforce, before the request queues. Blocking: call it off the event loop."""
+    cannot enforce, before the request queues. Blocking where the request has tools or a
+    response format (their schemas are compiled): call it off the event loop then."""
     check_tools(request.tools)
     check_request(request)
 

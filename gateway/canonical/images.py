@@ -14,11 +14,13 @@ import binascii
 import io
 from ipaddress import ip_network
 
+from litestar import Request
 from msgspec.structs import replace
 
 from engines.errors import BadRequest
 from engines.log import emit
 from gateway.canonical.fetch import FetchFailed, fetch_image
+from gateway.http.streaming import unless_client_leaves
 from schemas.canonical import IMAGE_FORMATS, ImagePart, Message, Part, TextPart
 from schemas.config import ServerConfig, seconds, size_bytes
 from schemas.events import ImageFetchFailed
@@ -48,6 +50,16 @@ def message_with_parts(role: str, parts: list[Part], **fields) -> Message:
     text = "".join(p.text for p in parts if isinstance(p, TextPart))
     has_images = any(isinstance(p, ImagePart) for p in parts)
     return Message(role=role, content=text, parts=parts if has_images else [], **fields)
+
+
+async def fetch_images(request: Request, messages: list[Message], server: ServerConfig):
+    """`resolve_images`, where a fetch over the network stops with its client. A request
+    with no image URL fetches nothing: it is resolved without the watcher's two tasks (every
+    chat request passes here, on the event loop)."""
+    work = resolve_images(messages, server)
+    if not any(isinstance(p, ImagePart) and p.url for m in messages for p in m.parts or ()):
+        return await work
+    return await unless_client_leaves(request, work)
 
 
 async def resolve_images(messages: list[Message], server: ServerConfig) -> list[Message]:

@@ -15,7 +15,7 @@ from engines.base import EngineState
 from engines.chat import serve_chat
 from engines.errors import BadRequest, ModelUnavailable
 from engines.runner import Runner
-from gateway.canonical.images import image_part, message_with_parts, resolve_images
+from gateway.canonical.images import fetch_images, image_part, message_with_parts
 from gateway.control.registry import Generation, Route
 from gateway.http.body import decode_body
 from gateway.http.streaming import collect, started, stream_body, unless_client_leaves
@@ -227,8 +227,7 @@ async def chat(request: Request, generation: Generation) -> Response | Stream:
         )
         for t in data.tools or []
     ]
-    images = resolve_images(to_messages(data.messages), generation.config.server)
-    messages = await unless_client_leaves(request, images)  # a fetch stops with its client
+    messages = await fetch_images(request, to_messages(data.messages), generation.config.server)
     chat = ChatAsk(
         messages=messages,
         tools=tools,
@@ -278,8 +277,7 @@ async def generate(request: Request, generation: Generation) -> Response | Strea
     else:
         system = [Message(role="system", content=data.system)] if data.system else []
         user = with_images("user", data.prompt, data.images, "$.images")
-        images = resolve_images([*system, user], generation.config.server)
-        prompt = await unless_client_leaves(request, images)
+        prompt = await fetch_images(request, [*system, user], generation.config.server)
         chat = ChatAsk(
             messages=prompt, reasoning=effort(data.think), controls=output, **options(data.options)
         )

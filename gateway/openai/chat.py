@@ -14,7 +14,7 @@ from msgspec import UNSET
 from engines.chat import check_n, serve_chat
 from engines.errors import BadRequest
 from gateway.canonical.choices import collect_all, merged, refuse_set
-from gateway.canonical.images import image_part, message_with_parts, resolve_images
+from gateway.canonical.images import fetch_images, image_part, message_with_parts
 from gateway.control.registry import Generation, announce
 from gateway.http.body import decode_body
 from gateway.http.errors import error_body
@@ -154,8 +154,7 @@ async def chat_completions(request: Request, generation: Generation) -> Response
     route = announce(generation.resolve(data.model), stream=data.stream, protocol="openai")
     n = check_n(route.model, data.n)
     stop = [data.stop] if isinstance(data.stop, str) else data.stop
-    images = resolve_images(to_messages(data.messages), generation.config.server)
-    messages = await unless_client_leaves(request, images)  # a fetch stops with its client
+    messages = await fetch_images(request, to_messages(data.messages), generation.config.server)
     tools, output = chat_controls(data)
     chat, streams = await serve_chat(
         route.runner,

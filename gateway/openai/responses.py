@@ -18,7 +18,7 @@ from litestar.response import ServerSentEventMessage, Stream
 from engines.chat import serve_chat
 from engines.errors import BadRequest, StoredNotFound
 from gateway.canonical.choices import refuse_set
-from gateway.canonical.images import image_part, message_with_parts, resolve_images
+from gateway.canonical.images import fetch_images, image_part, message_with_parts
 from gateway.control.registry import Generation, announce
 from gateway.http.auth import presented_key
 from gateway.http.body import decode_body
@@ -270,8 +270,7 @@ async def responses(request: Request, generation: Generation) -> Response | Stre
     own = await own_items(data, store, owner)
     earlier = await conversation(data, store, owner)
     messages = to_messages(data.instructions, [*earlier, *own])
-    images = resolve_images(messages, generation.config.server)
-    messages = await unless_client_leaves(request, images)  # a fetch stops with its client
+    messages = await fetch_images(request, messages, generation.config.server)
     route = announce(generation.resolve(data.model), stream=data.stream, protocol="openai")
     tools, output = response_controls(data)
     if data.store is not False:
