@@ -18,7 +18,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir "$S"/
 rm -rf "$S/tokenizer" && cp -r .gw2/tokenizer "$S/tokenizer"
 # The working tree is the product: a .pth file puts it on sys.path (no build step).
 echo "$PWD" > "$(python3 -c 'import site; print(site.getsitepackages()[0])')/mlx-gateway-checkout.pth"
-echo "installed in $(( $(date +%s) - t0 )) s; product at $PWD ($(git describe --always --dirty 2>/dev/null || echo no git): the device copies the working tree over the checkout its session began with, so "-dirty" marks a newer tree)"
+echo "installed in $(( $(date +%s) - t0 )) s; product at $PWD ($(git describe --always --dirty 2>/dev/null || echo no git): the device copies the working tree over the checkout its session began with, so '-dirty' marks a newer tree)"
 set +e  # what follows only reports
 python3 -m pip list 2>/dev/null | grep -iE "^(mlx|mlx-cuda-13|mlx-lm|mlx-gateway|litestar|uvicorn|msgspec|structlog|watchfiles|jsonschema) "
 python3 -c "import mlx.core as mx; print(mx.default_device())"
