@@ -26,7 +26,7 @@ from engines.base import Engine
 from engines.errors import BadRequest
 from engines.job import Job
 from engines.policy.answer import answer
-from engines.policy.request import build_chat_request, check_chat
+from engines.policy.request import build_chat_request, check_chat, compiles_schemas
 from engines.runner import Runner
 from schemas.canonical import ChatAsk, ChatRequest, Output, request_images
 from schemas.config import ModelConfig
@@ -83,12 +83,11 @@ async def count_chat(runner: Runner, ask: ChatAsk | ChatRequest) -> int:
 
 
 async def prepare(runner: Runner, ask: ChatAsk) -> ChatRequest:
-    """The canonical request, checked; client-written schemas (tools, a response format)
-    are checked on a worker thread. Without any, the checks are a few comparisons: made
-    here, without the hop to a thread and back on every request."""
+    """The canonical request, checked; client-written schemas are checked on a worker
+    thread, and a request without any here, without a hop to a thread and back."""
     request = build_chat_request(runner.model, ask)
     refuse_images(runner.engine, runner.model.id, request)
-    if request.tools or request.controls.format is not None:
+    if compiles_schemas(request):
         await asyncio.to_thread(check_chat, request)
     else:
         check_chat(request)

@@ -133,9 +133,10 @@ class Arrivals:
         refused = []
         for i in ids:
             request, prepared = self._waiting.pop(i)
+            if isinstance(prepared, Exception):  # refused when it was prepared
+                refused.append((i, pack_error(prepared)))
+                continue
             try:
-                if isinstance(prepared, Exception):
-                    raise prepared
                 batch.add(i, request, lambda i=i: i in cancelled, prepared)
             except Exception as error:  # this request's alone (a prompt past the window)
                 refused.append((i, pack_error(error)))

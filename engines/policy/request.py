@@ -78,10 +78,16 @@ def build_chat_request(model: ModelConfig, ask: ChatAsk) -> ChatRequest:
 
 def check_chat(request: ChatRequest) -> None:
     """Refuse tool schemas that are not JSON Schema and output controls the grammar engine
-    cannot enforce, before the request queues. Blocking where the request has tools or a
-    response format (their schemas are compiled): call it off the event loop then."""
+    cannot enforce, before the request queues. Blocking where `compiles_schemas`: call it off
+    the event loop then."""
     check_tools(request.tools)
     check_request(request)
+
+
+def compiles_schemas(request: ChatRequest) -> bool:
+    """Whether `check_chat` compiles client-written schemas (tools, a response format);
+    without any, its checks are a few comparisons."""
+    return bool(request.tools) or request.controls.format is not None
 
 
 def _first(*values):

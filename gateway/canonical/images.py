@@ -52,7 +52,9 @@ def message_with_parts(role: str, parts: list[Part], **fields) -> Message:
     return Message(role=role, content=text, parts=parts if has_images else [], **fields)
 
 
-async def fetch_images(request: Request, messages: list[Message], server: ServerConfig):
+async def fetch_images(
+    request: Request, messages: list[Message], server: ServerConfig
+) -> list[Message]:
     """`resolve_images`, where a fetch over the network stops with its client. A request
     with no image URL fetches nothing: it is resolved without the watcher's two tasks (every
     chat request passes here, on the event loop)."""
