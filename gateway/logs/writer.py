@@ -5,20 +5,22 @@ a terminal scrolling, a pipe whose reader lags, a full pipe nobody reads. Here t
 only queues the line; a writer thread drains the queue and writes what has gathered in one
 go, flushing once per batch. Lines still reach the file within a moment (tests and `tail
 -f` read them as they come). When the queue is full (a reader stalled for a long time),
-new lines are counted and dropped, and a `log_lines_dropped` line says how many.
+new lines are counted and dropped, and a `log_lines_dropped` line says how many
+(`Handoff`: a put costs the loop one C call, and a request's lines one wake of the thread).
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import queue
 import threading
 import time
 from collections.abc import Callable
 from typing import IO
 
 import msgspec
+
+from gateway.logs.handoff import Handoff
 
 QUEUE_LINES = 100_000  # lines held while the streams are blocked, before dropping
 _STOP = object()
@@ -30,17 +32,13 @@ class LineWriter:
     def __init__(self, streams: list[IO[str]], taps: Callable[[], list[Callable[[str], None]]]):
         self._streams = streams
         self._taps = taps
-        self._queue: queue.Queue[object] = queue.Queue(maxsize=QUEUE_LINES)
-        self._dropped = 0
+        self._queue: Handoff[object] = Handoff(QUEUE_LINES)
         self._thread = threading.Thread(target=self._write, name="log-writer", daemon=True)
         self._thread.start()
         atexit.register(self.close)
 
     def msg(self, line: str) -> None:
-        try:
-            self._queue.put_nowait(line)
-        except queue.Full:
-            self._dropped += 1
+        self._queue.offer(line)
         for tap in self._taps():  # in the emitter's context: the app the line belongs to
             tap(line)
 
@@ -48,20 +46,15 @@ class LineWriter:
 
     def close(self, timeout: float = 5) -> None:
         """Write what is queued, then stop (at exit; bounded, in case a stream is stuck)."""
-        with contextlib.suppress(queue.Full):
-            self._queue.put(_STOP, timeout=timeout)
+        self._queue.put(_STOP)
         self._thread.join(timeout)
 
     def _write(self) -> None:
         while True:
-            batch = [self._queue.get()]
-            with contextlib.suppress(queue.Empty):
-                while len(batch) < 4096:
-                    batch.append(self._queue.get_nowait())
+            batch = self._queue.take(4096)
             stop = _STOP in batch
             lines = [line for line in batch if line is not _STOP]
-            if self._dropped:
-                dropped, self._dropped = self._dropped, 0
+            if dropped := self._queue.take_dropped():
                 lines.append(_dropped_line(dropped))
             text = "".join(f"{line}\n" for line in lines)
             for stream in self._streams:

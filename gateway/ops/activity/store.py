@@ -11,9 +11,7 @@ the routes make them on a worker thread.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import queue
 import sqlite3
 import threading
 import time
@@ -21,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gateway.logs.handoff import Handoff
 from gateway.ops.activity.rows import COLUMNS, epoch, fold, new_row, rates
 from schemas.config import ActivityConfig, seconds
 
@@ -70,8 +69,7 @@ class ActivityStore:
         self._lock = threading.Lock()
         self._settings = settings
         self._key_label = key_label
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=QUEUE_ITEMS)
-        self.dropped = 0  # lines the history never got (the writer was that far behind)
+        self._queue: Handoff[Any] = Handoff(QUEUE_ITEMS)
         self._open: dict[str, dict[str, Any]] = {}  # request_id -> row, until it finishes
         self._ignored: set[str] = set()  # requests that are no row (the page's own polling)
         self._pruned = time.monotonic()
@@ -96,33 +94,28 @@ class ActivityStore:
         self._offer(("capture", request_id, request, response))
 
     def _offer(self, item: tuple) -> None:
-        try:
-            self._queue.put_nowait(item)
-        except queue.Full:
-            self.dropped += 1
+        self._queue.offer(item)
+
+    @property
+    def dropped(self) -> int:
+        """Lines the history never got (the writer was that far behind)."""
+        return self._queue.dropped
 
     def flush(self, timeout: float = 5.0) -> None:
         """Wait until what was queued before this call is written (tests, benchmarks)."""
         done = threading.Event()
-        with contextlib.suppress(queue.Full):
-            self._queue.put(("flush", done), timeout=timeout)
-            done.wait(timeout)
+        self._queue.put(("flush", done))
+        done.wait(timeout)
 
     def close(self) -> None:
-        with contextlib.suppress(queue.Full):
-            self._queue.put(_STOP, timeout=5)
+        self._queue.put(_STOP)
         self._thread.join(5)
 
     # --- the writer thread ---
 
     def _write(self) -> None:
         while True:
-            batch = [self._queue.get()]
-            while len(batch) < 2048:
-                try:
-                    batch.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
+            batch = self._queue.take(2048)
             touched: dict[str, dict[str, Any]] = {}
             events: list[tuple] = []
             samples: list[tuple] = []
