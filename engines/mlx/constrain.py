@@ -23,9 +23,13 @@ class Grammar:
     """One model's side of constrained decoding: llguidance's tokenizer (built once, at the
     first use, from the model's `tokenizers` JSON) and each request's mask processor."""
 
-    def __init__(self, model, tokenizer, think: ThinkMarkers, tool_format: ToolFormat | None):
+    def __init__(
+        self, model, tokenizer, encode, think: ThinkMarkers, tool_format: ToolFormat | None
+    ):
+        """`encode`: text to ids (the engine's `TextEncoder`)."""
         self._model = model
         self._tokenizer = tokenizer
+        self._encode = encode
         self._think = think
         self._format = tool_format
         self._built = None
@@ -57,7 +61,7 @@ class Grammar:
             return []
         may_think = None
         if request.raw_prompt is None and not opened and request.reasoning != "off":
-            start = self._tokenizer.encode(think.start, add_special_tokens=False)
+            start = self._encode(think.start, add_special_tokens=False)
             if getattr(self._tokenizer, "has_thinking", False) and len(start) == 1:
                 may_think = (start[0], think.end.encode())
         state = ConstraintState(plan, self.tokenizer, may_think)

@@ -14,6 +14,7 @@ from engines.errors import BadRequest, ContextTooLarge, ModelUnavailable, Source
 from engines.mlx.constrain import Grammar
 from engines.mlx.facts import source_chat_template
 from engines.mlx.kit.disk_cache import BLOCK_TOKENS, DiskKV, cacheable, min_tokens, why_off
+from engines.mlx.kit.encode import TextEncoder
 from engines.mlx.kit.memory import release_buffers
 from engines.mlx.kit.penalties import make_penalties
 from engines.mlx.kit.prepare import start
@@ -88,6 +89,7 @@ class MLXEngine:
         self._base_dir = base_dir
         self._model = None
         self._tokenizer = None
+        self._text_encoder: TextEncoder | None = None
         self._context = 0
         self.parked_bytes = 0  # the byte limit of the parked sessions' KV caches
         self.parked_draft_bytes = 0  # and of their draft model's caches (`draft:`)
@@ -164,11 +166,14 @@ class MLXEngine:
             refuse_speculation_on_cuda(self._config.id, self._platform)
             refuse_untrimmable(self._config.id, model)
         self._model, self._tokenizer = model, tokenizer
+        self._text_encoder = TextEncoder(tokenizer)
         self.disk, disk_detail = self._open_disk(model, path, held)
         self._eos_ids = set(tokenizer.eos_token_ids)
         self._tool_format = self._pick_tool_format(tokenizer)
         self._think = thinking_markers(tokenizer)
-        self._grammar = Grammar(model, tokenizer, self._think, self._tool_format)
+        self._grammar = Grammar(
+            model, tokenizer, self._text_encoder, self._think, self._tool_format
+        )
         # Drafts are verified on the batch path (speculate.py), which trims refused tokens.
         if draft is not None and not self._config.kv_bits:
             refuse_untrimmable(self._config.id, model, "draft")
@@ -330,7 +335,7 @@ class MLXEngine:
         if self.disk is not None:  # the writes under way finish first
             self.disk.close()
             self.disk = None
-        self._model = self._tokenizer = self._draft = None
+        self._model = self._tokenizer = self._draft = self._text_encoder = None
         release_buffers()
 
     def _open_disk(self, model, path: Path, held: str) -> tuple[DiskKV | None, str]:
@@ -464,10 +469,10 @@ class MLXEngine:
                 raise BadRequest(f"$.prompt: token ids must be in [0, {vocab})")
             return list(request.prompt_ids)
         if request.raw_prompt is not None:
-            return self._tokenizer.encode(request.raw_prompt)
+            return self._text_encoder(request.raw_prompt)
         text = render_chat(self._tokenizer, request, template_messages, fold_system_turns)
         # The template already wrote any BOS it wants; encoding must not add a second.
-        return self._tokenizer.encode(text, add_special_tokens=False)
+        return self._text_encoder(text, add_special_tokens=False)
 
 
 def load_model_dir(model_id: str, source: str, path: Path):

