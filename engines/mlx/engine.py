@@ -471,6 +471,8 @@ class MLXEngine:
         if request.raw_prompt is not None:
             return self._text_encoder(request.raw_prompt)
         text = render_chat(self._tokenizer, request, template_messages, fold_system_turns)
+        if timeline.ON:  # the chat template is rendered; the tokenizer comes next
+            timeline.mark("rendered")
         # The template already wrote any BOS it wants; encoding must not add a second.
         return self._text_encoder(text, add_special_tokens=False)
 

@@ -20,6 +20,7 @@ from typing import IO
 
 import msgspec
 
+from engines import timeline
 from gateway.logs.handoff import Handoff
 
 QUEUE_LINES = 100_000  # lines held while the streams are blocked, before dropping
@@ -52,6 +53,8 @@ class LineWriter:
     def _write(self) -> None:
         while True:
             batch = self._queue.take(4096)
+            if timeline.ON:
+                timeline.mark("log lines", len(batch))
             stop = _STOP in batch
             lines = [line for line in batch if line is not _STOP]
             if dropped := self._queue.take_dropped():
@@ -61,6 +64,8 @@ class LineWriter:
                 with contextlib.suppress(OSError, ValueError):  # a closed stream: nowhere to say
                     stream.write(text)
                     stream.flush()
+            if timeline.ON:
+                timeline.mark("log written")
             if stop:
                 return
 

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from engines import timeline
 from gateway.logs.handoff import Handoff
 from gateway.ops.activity.rows import COLUMNS, epoch, fold, new_row, rates
 from schemas.config import ActivityConfig, seconds
@@ -116,6 +117,8 @@ class ActivityStore:
     def _write(self) -> None:
         while True:
             batch = self._queue.take(2048)
+            if timeline.ON:
+                timeline.mark("activity lines", len(batch))
             touched: dict[str, dict[str, Any]] = {}
             events: list[tuple] = []
             samples: list[tuple] = []
@@ -134,6 +137,8 @@ class ActivityStore:
                 else:
                     self._take(*item, touched, events)
             self._commit(touched, events, samples, captures)
+            if timeline.ON:
+                timeline.mark("activity written")
             for done in flushes:
                 done.set()
 
