@@ -191,7 +191,11 @@ class ModelThread:
     def _trim(self) -> None:
         """The batch ran dry: let the engine give back what the burst left cached (MLX
         keeps freed buffers of every shape it met for reuse, growing after each burst)."""
+        if timeline.ON:
+            timeline.mark("trim")
         self._engine.trim()
+        if timeline.ON:
+            timeline.mark("trimmed")
 
     def _fail_batch(self, error: Exception) -> None:
         """End every request of a broken batch with `EngineFailed`, and log it once."""
