@@ -61,6 +61,15 @@ BURST_MAX_S = 0.1
 # time to first token. In a batch the wait would idle the device for every sequence instead.
 FIRST_FRAME_WAIT_S = 0.005
 
+# What a burst left in the engine's buffer cache is given back once the model has been idle
+# this long, not the moment its batch runs dry: `mx.clear_cache()` keeps the GIL while it
+# frees (2.2-2.4 ms for 27 MiB on the 2-core CPU: bench/gpu/clear_cache_gil.py), so every
+# other thread waited for it, the event loop and the request just arriving included: on an
+# H200 the batched model's single stream, right after the serial model's ran dry, spent
+# 3.4 ms more on its prompt (bench/timeline.py, run 22). A request within the delay finds
+# the cache as its predecessors left it, and nothing is freed under a steady load.
+TRIM_AFTER_S = 1.0
+
 
 class ModelThread:
     """Runs a model's admitted jobs on its one worker thread, `concurrency` at a time."""
@@ -88,6 +97,7 @@ class ModelThread:
         self._in_batch: set[Job] = set()  # touched only on the model's thread
         self._batch: Batch | None = None  # made and used only on the model's thread
         self._serving = False
+        self._trim_timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._context = contextvars.copy_context()  # replaced by `bind`'s
 
@@ -99,6 +109,9 @@ class ModelThread:
         """On the loop: take an admitted job; it starts with the thread's next step."""
         self.running += 1
         job.started_at = time.perf_counter()
+        if self._trim_timer is not None:  # busy again: what is cached serves this job
+            self._trim_timer.cancel()
+            self._trim_timer = None
         if timeline.ON:  # out of the queue, to the model's thread
             timeline.mark("inbox")
         self._inbox.put(job)
@@ -113,6 +126,12 @@ class ModelThread:
             future = self._loop.run_in_executor(self._executor, self._serve)
             future.add_done_callback(self._served)
 
+    def close(self) -> None:
+        """On the loop, as the runner stops: no trim is started after this."""
+        if self._trim_timer is not None:
+            self._trim_timer.cancel()
+            self._trim_timer = None
+
     def drop_batch(self) -> None:
         """On the model's thread, before the engine unloads: the batch goes with it."""
         self._batch = None
@@ -123,6 +142,10 @@ class ModelThread:
         if error is not None:  # a bug of the runner itself: end what it held, say so loudly
             self._fail_batch(error)
         self._stopped()
+        if not self.running and not self._serving and self._trim_timer is None:
+            self._trim_timer = self._loop.call_later(
+                TRIM_AFTER_S, self._trim_if_idle, context=self._context
+            )
 
     def _finished_one(self) -> None:
         self.running -= 1
@@ -149,7 +172,6 @@ class ModelThread:
             if self._admit_waiting(batch):  # perhaps the first of a burst
                 self._gather_burst(batch)
             if not batch.active:
-                self._trim()
                 return
             stepping = batch.active
             try:
@@ -188,8 +210,16 @@ class ModelThread:
             self._admit(batch, job)
             self._admit_waiting(batch)
 
+    def _trim_if_idle(self) -> None:
+        """On the loop, TRIM_AFTER_S after the thread ran dry: trim on the model's thread,
+        unless a job came meanwhile (it cancels the timer; this checks again)."""
+        self._trim_timer = None
+        if not self.running and not self._serving:
+            future = self._loop.run_in_executor(self._executor, self._trim)
+            future.add_done_callback(_ignore_trim_failure)
+
     def _trim(self) -> None:
-        """The batch ran dry: let the engine give back what the burst left cached (MLX
+        """The model is idle: let the engine give back what the burst left cached (MLX
         keeps freed buffers of every shape it met for reuse, growing after each burst)."""
         if timeline.ON:
             timeline.mark("trim")
@@ -337,3 +367,10 @@ class ModelThread:
 def truncated_messages(request: ChatRequest | EmbedRequest) -> int:
     """Messages an overflow policy cut from a chat; an embedding has none to cut."""
     return request.truncated_messages if isinstance(request, ChatRequest) else 0
+
+
+def _ignore_trim_failure(future: asyncio.Future[None]) -> None:
+    """A trim that failed (a model process that died meanwhile) frees nothing, and costs
+    nothing else: the next request revives or reloads the model as it would anyway."""
+    if not future.cancelled():
+        future.exception()

@@ -390,3 +390,35 @@ async def test_a_lone_requests_first_token_is_taken_by_the_loop_before_the_next_
     # second step begins.
     assert order[:first].count("step") == 1, order
     await runner.stop("test")
+
+
+class TrimCountingEngine(ScriptedEngine):
+    """The scripted engine, noting each trim (an MLX engine's `mx.clear_cache`)."""
+
+    def __init__(self, script: ScriptConfig) -> None:
+        super().__init__(script)
+        self.trims = 0
+
+    def trim(self) -> None:
+        self.trims += 1
+
+
+async def test_an_idle_model_is_trimmed_after_a_delay_and_not_while_requests_keep_coming(
+    monkeypatch,
+):
+    # The trim holds the GIL while MLX frees its buffers: it waits until the model has
+    # been idle TRIM_AFTER_S, so a request arriving meanwhile never waits behind it.
+    monkeypatch.setattr(thread, "TRIM_AFTER_S", 0.3)
+    engine = TrimCountingEngine(ScriptConfig(reply="a b", token_delay=0))
+    runner = Runner(ModelConfig(id="m", engine="scripted", concurrency=4), engine)
+    await runner.start()
+    for i in range(4):  # one request after another, each within the delay of the last
+        await drain(runner, runner.submit(ask(f"r{i}")))
+        await asyncio.sleep(0.05)
+    assert engine.trims == 0
+    await asyncio.sleep(0.6)
+    assert engine.trims == 1  # once, after the last one
+    await drain(runner, runner.submit(ask("later")))
+    await runner.stop("test")  # the timer the last request set goes with the runner
+    await asyncio.sleep(0.6)
+    assert engine.trims == 1
