@@ -318,7 +318,7 @@ class Runner:
         await self._idle.wait()
         if not await self.unload(reason):
             self._loader.discard()
-        self._thread.close()
+        self._thread.cancel_trim()
         self._executor.shutdown(wait=False)
 
     def _pump(self) -> None:

@@ -63,11 +63,10 @@ FIRST_FRAME_WAIT_S = 0.005
 
 # What a burst left in the engine's buffer cache is given back once the model has been idle
 # this long, not the moment its batch runs dry: `mx.clear_cache()` keeps the GIL while it
-# frees (2.2-2.4 ms for 27 MiB on the 2-core CPU: bench/gpu/clear_cache_gil.py), so every
-# other thread waited for it, the event loop and the request just arriving included: on an
-# H200 the batched model's single stream, right after the serial model's ran dry, spent
-# 3.4 ms more on its prompt (bench/timeline.py, run 22). A request within the delay finds
-# the cache as its predecessors left it, and nothing is freed under a steady load.
+# frees (bench/gpu/clear_cache_gil.py: 13.8-16.0 ms for the ~4 GiB a 128-stream burst of a 1B
+# model leaves on an H200, 2.2-2.4 ms for 27 MiB on the 2-core CPU), so at every burst's end
+# the event loop, every stream and every other model waited for it. A request within the
+# delay finds the cache as its predecessors left it, and nothing is freed under steady load.
 TRIM_AFTER_S = 1.0
 
 
@@ -109,9 +108,7 @@ class ModelThread:
         """On the loop: take an admitted job; it starts with the thread's next step."""
         self.running += 1
         job.started_at = time.perf_counter()
-        if self._trim_timer is not None:  # busy again: what is cached serves this job
-            self._trim_timer.cancel()
-            self._trim_timer = None
+        self.cancel_trim()  # busy again: what is cached serves this job, no trim
         if timeline.ON:  # out of the queue, to the model's thread
             timeline.mark("inbox")
         self._inbox.put(job)
@@ -126,8 +123,9 @@ class ModelThread:
             future = self._loop.run_in_executor(self._executor, self._serve)
             future.add_done_callback(self._served)
 
-    def close(self) -> None:
-        """On the loop, as the runner stops: no trim is started after this."""
+    def cancel_trim(self) -> None:
+        """On the loop: the pending trim, if any, is called off (a job came, or the runner
+        stops); the thread ending dry again sets the next."""
         if self._trim_timer is not None:
             self._trim_timer.cancel()
             self._trim_timer = None
