@@ -10,7 +10,8 @@ batched model, then a burst of `--burst` clients on the batched model, each clie
 recording when each content chunk arrives (the same monotonic clock). Reported, per token
 (medians over every token of every round after a warm-up round):
 
-- model thread: the interval between two steps, the step itself, the rest (hand-over,
+- model thread: the interval between two steps, the step itself (and the CPU time the
+  thread spent in it: the rest it waited for the GPU or the GIL), the rest (hand-over,
   admission, pacing);
 - hop: from the hand-over (`call_soon_threadsafe`) to the loop running it;
 - loop: from taking a step's outputs to the last of its frames written (protocol code,
@@ -24,7 +25,8 @@ the server having parsed the request (`request`), the handler reading, checking 
 the body (`submit`), the queue (`inbox`), the hop to the model thread (`admit`), rendering and
 tokenizing the prompt (`prepared`), searching the parked caches and the disk tier (`looked up`),
 joining the batch (`admitted`), the prefill step (first `stepped`), then the same hand-over,
-loop and client parts as a token's.
+loop and client parts as a token's; for a part between two marks of one thread, the CPU time
+that thread spent in it (a part far longer than its CPU time waited).
 
 With `--isolation process` both models run in a process of their own: its steps are marked
 there (the model thread's "in step" is then its wait for them), and the child's step, its
@@ -131,6 +133,7 @@ def breakdown(marks: list, arrivals: list[list[int]]) -> dict[str, list[float]]:
         for k in (
             "step interval",
             "in step",
+            "in step, model thread on CPU",
             "model thread, outside the step",
             *CHILD_PARTS,
             "hop to the loop",
@@ -140,6 +143,7 @@ def breakdown(marks: list, arrivals: list[list[int]]) -> dict[str, list[float]]:
             "loop busy / step interval (ratio)",
         )
     }
+    cpu = {m[0]: m[4] for m in marks if m[1] in ("step", "stepped")}  # the thread's CPU ns
     steps = by["step"]
     for i, start in enumerate(steps[:-1]):
         nxt = steps[i + 1]
@@ -148,6 +152,7 @@ def breakdown(marks: list, arrivals: list[list[int]]) -> dict[str, list[float]]:
         if done is None or done > nxt:
             continue
         parts["in step"].append((done - start) * ms)
+        parts["in step, model thread on CPU"].append((cpu[done] - cpu[start]) * ms)
         parts["model thread, outside the step"].append((nxt - done) * ms)
         sent = before(by["child sends"], done)  # isolation: process: what this step received
         if sent is not None and sent >= (before(by["stepped"], start) or 0):
@@ -194,35 +199,52 @@ TTFT_PARTS = (
 )
 
 
-def first_token(marks: list, arrivals: list[int]) -> dict[str, list[float]]:
+def first_token(marks: list, arrivals: list[int]) -> tuple[dict, dict]:
     """One single-stream request's time to first token, part by part, in ms: each part from
-    the previous mark to the first of its own after it, the last to the client's first read."""
-    by: dict[str, list[int]] = {}
+    the previous mark to the first of its own after it, the last to the client's first read.
+    Beside it, for a part whose two marks are one thread's, the CPU time that thread spent
+    in it (the rest it waited: for the GIL, a lock, the GPU)."""
+    by: dict[str, list[list]] = {}
     for m in marks:
-        by.setdefault(m[1], []).append(m[0])
-    sent, parts, at = arrivals[0], {}, arrivals[0]
+        by.setdefault(m[1], []).append(m)
+    sent = arrivals[0]
+    parts: dict[str, list[float]] = {}
+    on_cpu: dict[str, list[float]] = {}
+    at, previous = sent, None
     for name, point in TTFT_PARTS:
         if point not in by:  # marked in another process (the add of `isolation: process`)
             continue
-        nxt = after(by[point], at)
-        if nxt is None:
-            return {}
-        parts[name] = [(nxt - at) * 1e-6]
-        at = nxt
+        times = [m[0] for m in by[point]]
+        i = bisect.bisect_left(times, at)
+        if i == len(times):
+            return {}, {}
+        mark = by[point][i]
+        parts[name] = [(mark[0] - at) * 1e-6]
+        if previous is not None and previous[3] == mark[3]:
+            on_cpu[name] = [(mark[4] - previous[4]) * 1e-6]
+        at, previous = mark[0], mark
     if len(arrivals) < 2:
-        return {}
+        return {}, {}
     parts["frame written to client read"] = [(arrivals[1] - at) * 1e-6]
     parts["time to first token, as the client saw it"] = [(arrivals[1] - sent) * 1e-6]
-    return parts
+    return parts, on_cpu
 
 
-def rows(label: str, parts: dict[str, list[float]]) -> list[list[object]]:
-    return [
-        [label, name, len(values)]
-        + [fmt(v, 3) for v in (median(values), percentile(values, 10), percentile(values, 90))]
-        for name, values in parts.items()
-        if values
-    ]
+def rows(
+    label: str, parts: dict[str, list[float]], on_cpu: dict[str, list[float]] | None = None
+) -> list[list[object]]:
+    """Median, p10 and p90 of each part; with `on_cpu`, the median CPU time too ("-" for a
+    part whose ends are two threads' marks)."""
+    out = []
+    for name, values in parts.items():
+        if not values:
+            continue
+        row = [label, name, len(values)]
+        row += [fmt(v, 3) for v in (median(values), percentile(values, 10), percentile(values, 90))]
+        if on_cpu is not None:
+            row.append(fmt(median(on_cpu[name]), 3) if on_cpu.get(name) else "-")
+        out.append(row)
+    return out
 
 
 def main() -> None:
@@ -278,18 +300,22 @@ def main() -> None:
     for label, measured in windows.items():
         merged: dict[str, list[float]] = {}
         firsts: dict[str, list[float]] = {}
+        firsts_cpu: dict[str, list[float]] = {}
         for start, end, arrivals in measured:
             marked = window(marks, start, end)
             for name, values in breakdown(marked, arrivals).items():
                 merged.setdefault(name, []).extend(values)
             if len(arrivals) == 1:
-                for name, values in first_token(marked, arrivals[0]).items():
+                parts, on_cpu = first_token(marked, arrivals[0])
+                for name, values in parts.items():
                     firsts.setdefault(name, []).extend(values)
+                for name, values in on_cpu.items():
+                    firsts_cpu.setdefault(name, []).extend(values)
         body_rows += rows(label, merged)
-        ttft_rows += rows(label, firsts)
+        ttft_rows += rows(label, firsts, firsts_cpu)
     body = table(["case", "per token", "n", "median ms", "p10", "p90"], body_rows)
     body += "\n\nTime to first token of a single stream, part by part:\n\n" + table(
-        ["case", "part", "n", "median ms", "p10", "p90"], ttft_rows
+        ["case", "part", "n", "median ms", "p10", "p90", "thread on CPU, median ms"], ttft_rows
     )
     notes = (
         f"isolation: {args.isolation}. "

@@ -4,7 +4,9 @@ single `encode` (which keeps it), as the MLX engine's `TextEncoder` uses.
 
     .venv/bin/python bench/tokenizer_gil.py [--source SRC] [--repeats 200]
 
-Printed: the median ms of each, alone and beside a thread running Python without pause.
+Printed: the tokenizers and transformers versions, whether the engine's `TextEncoder` takes
+the single encode for this tokenizer (its probe gives transformers' ids), and the median ms
+of each, alone and beside a thread running Python without pause.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import time
 from common import SMOLLM2
 from mlx_lm.tokenizer_utils import load
 
+from engines.mlx.kit.encode import TextEncoder
 from engines.sources.resolve import resolve_source
 
 TEXT = (
@@ -41,6 +44,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=200)
     args = parser.parse_args()
     tokenizer = load(resolve_source("bench", args.source))
+    import tokenizers
+    import transformers
+
+    print(f"tokenizers {tokenizers.__version__}, transformers {transformers.__version__}")
+    print(f"TextEncoder keeps the GIL (uses the single encode): {TextEncoder(tokenizer).holds_gil}")
     backend = tokenizer.backend_tokenizer
     sides = {
         "transformers encode": lambda t: tokenizer.encode(t, add_special_tokens=False),

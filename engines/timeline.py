@@ -9,7 +9,9 @@ and its sends in a file of its own). `bench/timeline.py` lines them up against t
 arrival times. Off (the default), each point costs one global lookup.
 
 The clock is `time.perf_counter_ns()`: CLOCK_MONOTONIC on Linux and macOS, so marks compare
-with a client's in another process on the same machine.
+with a client's in another process on the same machine. Each mark also carries its thread's
+CPU time (`time.thread_time_ns()`): between two marks of one thread, wall time the thread
+did not spend on a CPU is time it waited (for the GIL, a lock, the GPU, the scheduler).
 """
 
 from __future__ import annotations
@@ -23,13 +25,16 @@ import time
 PATH = os.environ.get("GATEWAY_TIMELINE") or None
 ON = PATH is not None
 
-# (ns, point, count, thread id). list.append is atomic under the GIL: threads need no lock.
-_marks: list[tuple[int, str, int, int]] = []
+# (ns, point, count, thread id, thread CPU ns). list.append is atomic under the GIL: threads
+# need no lock.
+_marks: list[tuple[int, str, int, int, int]] = []
 
 
 def mark(point: str, count: int = 0) -> None:
     """Record that `count` things (sequences, outputs) passed `point` now."""
-    _marks.append((time.perf_counter_ns(), point, count, threading.get_ident()))
+    _marks.append(
+        (time.perf_counter_ns(), point, count, threading.get_ident(), time.thread_time_ns())
+    )
 
 
 def dump() -> None:
