@@ -131,8 +131,11 @@ class MLXBatch:
     ) -> None:
         """`prepared`: the request's `MLXEngine.prepare`, when it was made on its arrival (a
         model's own process prepares each request as it comes, before the burst joins)."""
-        # A seeded request's sampler has its own key.
-        job = prepared if prepared is not None else self._engine.prepare(request)
+        # A seeded request's sampler has its own key. The first of an idle batch is
+        # tokenized aside: after a burst this thread is a slow place for it
+        # (engines/mlx/kit/encode.py).
+        aside = not self._sequences
+        job = prepared if prepared is not None else self._engine.prepare(request, aside=aside)
         if timeline.ON:  # the prompt is rendered and tokenized
             timeline.mark("prepared")
         cache, rest, hit = self._nearest_cache(job.prompt)

@@ -204,9 +204,13 @@ class MLXEngine:
     def count_prompt(self, request: ChatRequest) -> int:
         return len(self._encode(request))
 
-    def prepare(self, request: ChatRequest) -> Prepared:
-        """Everything one generation needs: prompt tokens, budget, sampler, output parser."""
-        prompt = self._encode(request)
+    def prepare(self, request: ChatRequest, *, aside: bool = False) -> Prepared:
+        """Everything one generation needs: prompt tokens, budget, sampler, output parser.
+
+        `aside`: the prompt is tokenized on the encoder's own thread (`TextEncoder`): for
+        the first request of an idle batch, which the model thread's state after a burst
+        slows down."""
+        prompt = self._encode(request, aside)
         if timeline.ON:
             timeline.mark("encoded")
         window = request.window_of(self._context)
@@ -335,6 +339,8 @@ class MLXEngine:
         if self.disk is not None:  # the writes under way finish first
             self.disk.close()
             self.disk = None
+        if self._text_encoder is not None:
+            self._text_encoder.close()
         self._model = self._tokenizer = self._draft = self._text_encoder = None
         release_buffers()
 
@@ -462,19 +468,19 @@ class MLXEngine:
             )
         return load_tool_format(DEFAULT_TOOL_PARSER)
 
-    def _encode(self, request: ChatRequest) -> list[int]:
+    def _encode(self, request: ChatRequest, aside: bool = False) -> list[int]:
         if request.prompt_ids is not None:
             vocab = self._model.args.vocab_size
             if any(not 0 <= t < vocab for t in request.prompt_ids):
                 raise BadRequest(f"$.prompt: token ids must be in [0, {vocab})")
             return list(request.prompt_ids)
         if request.raw_prompt is not None:
-            return self._text_encoder(request.raw_prompt)
+            return self._text_encoder(request.raw_prompt, aside=aside)
         text = render_chat(self._tokenizer, request, template_messages, fold_system_turns)
         if timeline.ON:  # the chat template is rendered; the tokenizer comes next
             timeline.mark("rendered")
         # The template already wrote any BOS it wants; encoding must not add a second.
-        return self._text_encoder(text, add_special_tokens=False)
+        return self._text_encoder(text, add_special_tokens=False, aside=aside)
 
 
 def load_model_dir(model_id: str, source: str, path: Path):

@@ -7,11 +7,14 @@ exactly what in-process `mlx_lm.stream_generate` writes for that prompt alone.
 
 from __future__ import annotations
 
+import threading
+
 import msgspec
 import pytest
 
 from engines.mlx.batch import SOLO, reuse_min_tokens
 from engines.mlx.engine import MLXEngine
+from engines.mlx.kit.encode import TextEncoder
 from engines.mlx.platform import detect
 from schemas.canonical import ChatRequest, Finished, TextDelta
 from schemas.config import ModelConfig
@@ -126,3 +129,23 @@ def test_the_template_header_is_reused_where_it_pays_a_conversation_always(engin
     text, again, _ = serve(batch, [0], 8, questions=QUESTIONS[1:])
     assert again[0].reused_prefix_tokens > header
     assert text[0] == in_process(engine, QUESTIONS[1], 8)
+
+
+def test_the_first_prompt_of_an_idle_batch_is_tokenized_aside_those_joining_it_in_place(
+    engine, monkeypatch
+):
+    """After a burst, the model's thread tokenizes slowly (engines/mlx/kit/encode.py): the
+    first request of an idle batch is tokenized on the encoder's own thread, requests
+    joining a running batch on the model's; the answers are in-process decoding's."""
+    threads = []
+    encode = TextEncoder._encode
+
+    def recording(self, text, add_special_tokens):
+        threads.append(threading.current_thread().name)
+        return encode(self, text, add_special_tokens)
+
+    monkeypatch.setattr(TextEncoder, "_encode", recording)
+    batch = engine.open_batch()
+    texts, _, _ = serve(batch, [0, 0, 2], 8)
+    assert [name.startswith("tokenizer") for name in threads] == [True, False, False]
+    assert texts == [in_process(engine, q, 8) for q in QUESTIONS]

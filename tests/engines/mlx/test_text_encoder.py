@@ -4,6 +4,8 @@ transformers gives, on the real SmolLM2 tokenizer."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from mlx_lm.tokenizer_utils import load as load_tokenizer
 
@@ -53,3 +55,17 @@ def test_a_backend_that_disagrees_is_not_used(tokenizer):
     encode = TextEncoder(Patched())
     assert not encode.holds_gil
     assert encode("hello there") == tokenizer.encode("hello there")
+
+
+def test_aside_encodes_the_same_ids_on_a_thread_of_its_own_until_closed(tokenizer):
+    encode = TextEncoder(tokenizer)
+    before = set(threading.enumerate())
+    for text in TEXTS:
+        assert encode(text, aside=True) == encode(text)
+    (thread,) = set(threading.enumerate()) - before
+    assert thread.name.startswith("tokenizer")
+    encode.close()
+    thread.join(5)
+    assert not thread.is_alive()
+    assert encode(TEXTS[1], aside=True) == encode(TEXTS[1])  # a later call starts another
+    encode.close()
