@@ -20,6 +20,10 @@ recording when each content chunk arrives (the same monotonic clock). Reported, 
 - and, for the burst, the loop's busy time per step as a share of the step interval: the
   Python the event loop runs while the model thread would run its own (they share a GIL).
 
+And per burst, from its first request head parsed: the last head parsed, the last request
+queued, the model thread's admissions, the first step, the first step that runs the whole
+burst, and the last client's first token.
+
 And per single-stream request, where the time to its first token goes: the client's send to
 the server having parsed the request (`request`), the handler reading, checking and routing
 the body (`submit`), the queue (`inbox`), the hop to the model thread (`admit`), rendering and
@@ -230,6 +234,34 @@ def first_token(marks: list, arrivals: list[int]) -> tuple[dict, dict]:
     return parts, on_cpu
 
 
+def burst_arrival(marks: list, arrivals: list[list[int]]) -> dict[str, list[float]]:
+    """One burst, from its first request head parsed to its last client's first token, in
+    ms: how long the event loop took to take in every head and queue every request, the
+    model thread to admit them all (render, tokenize, look up, join), the first step (the
+    prefill of the first group), and the step that runs all of them."""
+    at: dict[str, list[int]] = {}
+    for m in marks:
+        at.setdefault(m[1], []).append(m[0])
+    steps = [(m[0], m[2]) for m in marks if m[1] == "step"]
+    if not all(at.get(p) for p in ("request", "inbox", "admit", "admitted")) or not steps:
+        return {}
+    first = min(at["request"])
+    everyone = next((t for t, n in steps if n >= len(arrivals)), None)
+    firsts = [a[1] for a in arrivals if len(a) > 1]
+    parts = {
+        "first to last request head parsed": max(at["request"]) - first,
+        "first head to last request queued": max(at["inbox"]) - first,
+        "model thread admitting, first admit to last joined": max(at["admitted"])
+        - min(at["admit"]),
+        "first head to the first step (first group's prefill)": steps[0][0] - first,
+    }
+    if everyone is not None:  # the whole burst ran in one step (else: never all at once)
+        parts["first head to the first step of all the burst"] = everyone - first
+    if firsts:
+        parts["first head to the last client's first token"] = max(firsts) - first
+    return {name: [ns * 1e-6] for name, ns in parts.items()}
+
+
 def rows(
     label: str, parts: dict[str, list[float]], on_cpu: dict[str, list[float]] | None = None
 ) -> list[list[object]]:
@@ -296,15 +328,19 @@ def main() -> None:
     files = [marks_file, *marks_file.parent.glob(marks_file.name + ".*")]  # children's too
     marks = [json.loads(line) for f in files for line in f.read_text().splitlines()]
     marks.sort()
-    body_rows, ttft_rows = [], []
+    body_rows, ttft_rows, burst_rows = [], [], []
     for label, measured in windows.items():
         merged: dict[str, list[float]] = {}
         firsts: dict[str, list[float]] = {}
         firsts_cpu: dict[str, list[float]] = {}
+        bursts: dict[str, list[float]] = {}
         for start, end, arrivals in measured:
             marked = window(marks, start, end)
             for name, values in breakdown(marked, arrivals).items():
                 merged.setdefault(name, []).extend(values)
+            if len(arrivals) > 1:
+                for name, values in burst_arrival(marked, arrivals).items():
+                    bursts.setdefault(name, []).extend(values)
             if len(arrivals) == 1:
                 parts, on_cpu = first_token(marked, arrivals[0])
                 for name, values in parts.items():
@@ -313,9 +349,13 @@ def main() -> None:
                     firsts_cpu.setdefault(name, []).extend(values)
         body_rows += rows(label, merged)
         ttft_rows += rows(label, firsts, firsts_cpu)
+        burst_rows += rows(label, bursts)
     body = table(["case", "per token", "n", "median ms", "p10", "p90"], body_rows)
     body += "\n\nTime to first token of a single stream, part by part:\n\n" + table(
         ["case", "part", "n", "median ms", "p10", "p90", "thread on CPU, median ms"], ttft_rows
+    )
+    body += "\n\nA burst's arrival, from its first request head parsed:\n\n" + table(
+        ["case", "part", "n", "median ms", "p10", "p90"], burst_rows
     )
     notes = (
         f"isolation: {args.isolation}. "
