@@ -1,4 +1,4 @@
-"""Text to token ids without letting go of the GIL.
+"""Text to token ids, keeping the GIL (or, asked to, on a thread of the encoder's own).
 
 transformers' `encode` runs the Rust tokenizer's `encode_batch`, which releases the GIL;
 taking it back waits for the thread holding it to let go, up to a switch interval (5 ms)
@@ -12,10 +12,10 @@ load on a probe with special tokens); otherwise transformers' `encode` is kept.
 burst, is a slow place to encode: on an H200, after 128 streams of a 1B model, its next
 prompt took 3.7-4.0 ms of that thread's CPU (0.4-0.5 ms on a model that had served no burst,
 the same tokenizer code), and 0.59 ms on a thread of its own (bench/RESULTS.md, 2026-12-02,
-the timeline's thread CPU times). What the burst left behind is that thread's own (its C
-heap: `malloc_trim` at the burst's end took back 1.7 ms of it). The hop costs a wake and the
-GIL back, so the engine asks for it only where the burst's after-effect lands: the first
-prompt of an idle batch.
+the timeline's thread CPU times). What the burst leaves behind belongs to the thread that
+ran it; its C heap is part of it (`malloc_trim` at the burst's end took back 1.7 of the 3.6
+ms). The hop costs a wake and the GIL back, so the engine asks for it only where the burst's
+after-effect lands: the first prompt of an idle batch.
 """
 
 from __future__ import annotations
