@@ -211,6 +211,7 @@ def first_token(marks: list, arrivals: list[int]) -> tuple[dict, dict]:
     by: dict[str, list[list]] = {}
     for m in marks:
         by.setdefault(m[1], []).append(m)
+    times = {point: [m[0] for m in of] for point, of in by.items()}
     sent = arrivals[0]
     parts: dict[str, list[float]] = {}
     on_cpu: dict[str, list[float]] = {}
@@ -218,9 +219,8 @@ def first_token(marks: list, arrivals: list[int]) -> tuple[dict, dict]:
     for name, point in TTFT_PARTS:
         if point not in by:  # marked in another process (the add of `isolation: process`)
             continue
-        times = [m[0] for m in by[point]]
-        i = bisect.bisect_left(times, at)
-        if i == len(times):
+        i = bisect.bisect_left(times[point], at)
+        if i == len(times[point]):
             return {}, {}
         mark = by[point][i]
         parts[name] = [(mark[0] - at) * 1e-6]

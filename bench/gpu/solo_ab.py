@@ -85,8 +85,7 @@ def main() -> None:
         )
         for i in range(args.burst)
     ]
-    encode_ms: dict[str, list[float]] = {}  # after the warm-up round
-    warm = [False]
+    encode_ms: dict[str, list[float]] = {}  # per side, one a round (round 0 warms up)
 
     def timed(tokens):
         """Decode tok/s over an iterator of tokens; the time to the first is kept aside."""
@@ -120,8 +119,7 @@ def main() -> None:
         # The lone request's encode, as the model thread does it on arrival (batch.add).
         started = time.perf_counter()
         job = engine.prepare(request)
-        if warm[0]:
-            encode_ms.setdefault(name, []).append((time.perf_counter() - started) * 1000)
+        encode_ms.setdefault(name, []).append((time.perf_counter() - started) * 1000)
         batch.add("r", request, lambda: False, job)
 
         def tokens():  # one per step (a lone request's step decodes one token), not per
@@ -154,7 +152,6 @@ def main() -> None:
     for round_ in range(args.rounds + 1):  # round 0 warms up
         names = list(sides)
         names = names[round_ % len(names) :] + names[: round_ % len(names)]
-        warm[0] = round_ > 0
         for name in names:
             rate = sides[name]()
             if round_:
@@ -169,6 +166,7 @@ def main() -> None:
     first = {name: statistics.median(t) for name, t in ttfts.items()}
     for name, m in medians.items():
         print(f"{name:18s} median {m:8.1f} tok/s  ratio {m / ref:.3f}  ttft {first[name]:.1f} ms")
+    encode_ms = {name: times[1:] for name, times in encode_ms.items()}  # after the warm-up
     for name, times in encode_ms.items():
         print(f"{name:18s} prompt encoded (prepare) in {statistics.median(times):.3f} ms, median")
     print(
