@@ -21,6 +21,7 @@ from engines import timeline
 from engines.batch import Step
 from engines.mlx.engine import Prepared
 from engines.mlx.kit.draft_model import ModelDrafter
+from engines.mlx.kit.prefix import parked_prefix
 from engines.mlx.kit.sequence import Sequence, cancelled_uids
 from engines.mlx.logprobs import logprobs_of
 from engines.mlx.single import Solo
@@ -329,9 +330,7 @@ class MLXBatch:
         from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
 
         # The trie copies the cache it returns: ask only when a prefix worth it is parked.
-        shared = parked._trie.search(CACHE_KEY, prompt)
-        longest = max(shared.common_prefix, len(shared.exact or shared.shorter or ()))
-        if longest < max(self._reuse_min, len(prompt) // 2):
+        if parked_prefix(parked, CACHE_KEY, prompt) < max(self._reuse_min, len(prompt) // 2):
             return None, prompt
         cache, rest = parked.fetch_nearest_cache(CACHE_KEY, prompt)
         if cache is not None and not rest:
