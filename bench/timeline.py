@@ -306,6 +306,7 @@ def main() -> None:
     windows: dict[str, list] = {
         "serial, 1 stream": [],
         "batched, 1 stream": [],
+        "batched, 1 stream, its prompt parked": [],
         f"batched, {args.burst} streams": [],
     }
     try:
@@ -314,6 +315,8 @@ def main() -> None:
         cases = [
             ("serial, 1 stream", "serial", 1),
             ("batched, 1 stream", "batched", 1),
+            # The same prompt again (same round, client 0): prefix reuse finds it parked.
+            ("batched, 1 stream, its prompt parked", "batched", 1),
             (f"batched, {args.burst} streams", "batched", args.burst),
         ]
         for round_ in range(args.rounds + 1):  # round 0 warms up
@@ -360,7 +363,8 @@ def main() -> None:
     notes = (
         f"isolation: {args.isolation}. "
         f"{args.rounds} rounds after a warm-up; max_tokens {args.max_tokens}, greedy; a fresh "
-        "prompt per client and round. Marks: engines/timeline.py (GATEWAY_TIMELINE). "
+        "prompt per client and round, except that the parked case repeats the batched single "
+        "stream's. Marks: engines/timeline.py (GATEWAY_TIMELINE). "
         "`loop busy / step interval` is a ratio, not ms."
     )
     report(
