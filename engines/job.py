@@ -75,11 +75,22 @@ class Job:
         return self._cancelled.is_set()
 
 
-# The withdrawals of the jobs submitted in the current scope (an HTTP request), or None
-# outside any scope. The list is shared by every task the scope's code starts.
-_SCOPE: contextvars.ContextVar[list[Callable[[], None]] | None] = contextvars.ContextVar(
-    "job_scope", default=None
-)
+class _Scope:
+    """One HTTP request's jobs: their withdrawals, and whether it is still on its way."""
+
+    __slots__ = ("owned", "on_its_way")
+
+    def __init__(self) -> None:
+        self.owned: list[Callable[[], None]] = []
+        self.on_its_way = True
+
+
+# The current scope (an HTTP request), or None outside any. Shared by every task the
+# scope's code starts.
+_SCOPE: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar("job_scope", default=None)
+# Scopes that have submitted no job yet: requests being read, checked and routed on the
+# event loop, on their way to some model's queue. Changed on the loop thread only.
+_on_their_way = 0
 
 
 @contextlib.contextmanager
@@ -88,23 +99,43 @@ def job_scope() -> Iterator[None]:
     exits is withdrawn (a queued job leaves the line, a running one stops within a token).
 
     The HTTP layer wraps each request in one, so a job lives as long as its request, not
-    as long as a result generator that the framework may never start or never close.
+    as long as a result generator that the framework may never start or never close. Until
+    its first job is submitted (`arrived`), the request counts as on its way (`on_their_way`).
     """
-    owned: list[Callable[[], None]] = []
-    token = _SCOPE.set(owned)
+    global _on_their_way
+    scope = _Scope()
+    token = _SCOPE.set(scope)
+    _on_their_way += 1
     try:
         yield
     finally:
         _SCOPE.reset(token)
-        for withdraw in owned:
+        arrived(scope)
+        for withdraw in scope.owned:
             withdraw()
 
 
 def own(withdraw: Callable[[], None]) -> None:
     """Register a job's withdrawal with the current scope, if there is one."""
-    owned = _SCOPE.get()
-    if owned is not None:
-        owned.append(withdraw)
+    scope = _SCOPE.get()
+    if scope is not None:
+        scope.owned.append(withdraw)
+
+
+def arrived(scope: _Scope | None = None) -> None:
+    """The current scope's request has reached a model's queue (or ended): no longer on its
+    way. Once a scope; nothing outside one."""
+    global _on_their_way
+    scope = scope if scope is not None else _SCOPE.get()
+    if scope is not None and scope.on_its_way:
+        scope.on_its_way = False
+        _on_their_way -= 1
+
+
+def on_their_way() -> int:
+    """How many requests are being read and routed, no job of theirs submitted yet: a
+    model thread holding a lone request waits for company only while some are."""
+    return _on_their_way
 
 
 class Pace:

@@ -14,7 +14,7 @@ from engines import timeline
 from engines.base import Engine, EngineState
 from engines.download import SourceFetch
 from engines.errors import ModelUnavailable
-from engines.job import Job, own
+from engines.job import Job, arrived, own
 from engines.residency import MemoryBudget
 from engines.runner.admission import (
     DEFAULT_RETRY_AFTER_S,
@@ -244,6 +244,7 @@ class Runner:
         if self.state in (EngineState.UNLOADED, EngineState.FAILED):
             self._loader.load_soon()
         self._pump()
+        arrived()  # queued, perhaps already in the model's inbox: no longer on its way
         return job
 
     async def count_prompt(self, request: ChatRequest) -> int:

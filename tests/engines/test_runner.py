@@ -10,7 +10,7 @@ import pytest
 
 from engines.base import EngineState
 from engines.errors import EngineFailed, ModelUnavailable, QueueFull, QueueTimeout
-from engines.job import job_scope
+from engines.job import job_scope, on_their_way
 from engines.log import LISTENERS
 from engines.policy.answer import answer
 from engines.runner import Runner, thread
@@ -220,20 +220,42 @@ async def test_a_burst_of_arrivals_joins_the_batch_together_before_its_next_step
 
 
 async def test_a_burst_reaching_an_idle_runner_starts_as_one_batch(monkeypatch):
-    # A lone request waits BURST_GAP_S for company before its first step, so a burst is not
-    # split into one request started alone and the rest joining it.
+    # A lone request waits BURST_GAP_S for company before its first step while other
+    # requests are on their way (read and routed in their own job scopes, as the HTTP layer
+    # does), so a burst is not split into one request started alone and the rest joining it.
     monkeypatch.setattr(thread, "BURST_GAP_S", 0.5)
     monkeypatch.setattr(thread, "BURST_MAX_S", 10.0)
     model = ModelConfig(id="m", engine="scripted", concurrency=8)
     engine = BatchSizeEngine(ScriptConfig(reply="a b c", token_delay=0.01))
     runner = Runner(model, engine)
     await runner.start()
-    jobs = []
-    for i in range(6):  # arrivals 20 ms apart at an idle runner
-        jobs.append(runner.submit(ask(f"r{i}")))
-        await asyncio.sleep(0.02)
-    await asyncio.gather(*(drain(runner, job) for job in jobs))
+
+    async def arrive(i: int) -> list:
+        with job_scope():  # on its way from now until submitted
+            await asyncio.sleep(0.02 * i)  # arrivals 20 ms apart at an idle runner
+            return await drain(runner, runner.submit(ask(f"r{i}")))
+
+    await asyncio.gather(*(arrive(i) for i in range(6)))
     assert engine.sizes[0] == 6, engine.sizes
+    assert on_their_way() == 0
+    await runner.stop("test")
+
+
+async def test_a_lone_request_with_nothing_on_its_way_starts_without_waiting(monkeypatch):
+    monkeypatch.setattr(thread, "BURST_GAP_S", 5.0)  # were it waited for, the test would see it
+    monkeypatch.setattr(thread, "BURST_MAX_S", 10.0)
+    model = ModelConfig(id="m", engine="scripted", concurrency=8)
+    engine = BatchSizeEngine(ScriptConfig(reply="a b c", token_delay=0.01))
+    runner = Runner(model, engine)
+    await runner.start()
+    with job_scope():
+        assert on_their_way() == 1
+        started = time.perf_counter()
+        job = runner.submit(ask("alone"))
+        assert on_their_way() == 0  # submitted: no longer on its way
+        await drain(runner, job)
+    assert time.perf_counter() - started < 2.5
+    assert engine.sizes[0] == 1
     await runner.stop("test")
 
 
