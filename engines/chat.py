@@ -24,7 +24,7 @@ from msgspec.structs import replace
 
 from engines.base import Engine
 from engines.errors import BadRequest
-from engines.job import Job
+from engines.job import Job, expect_jobs
 from engines.policy.answer import answer
 from engines.policy.request import build_chat_request, check_chat, compiles_schemas
 from engines.runner import Runner
@@ -50,6 +50,7 @@ class Prompts(NamedTuple):
 async def serve_chat(runner: Runner, ask: ChatAsk, n: int | None = 1, n_field: str = "$.n") -> Chat:
     """The request's `n` answers under its model's policy; closing an answer cancels it."""
     count = check_n(runner.model, n, n_field)
+    expect_jobs(count)  # its answers start as one group, not the first alone
     request = await prepare(runner, ask)
     return Chat(request, [answer(runner, r) for r in variants(request, count)])
 
@@ -61,6 +62,7 @@ async def serve_prompts(
     prompt `n` times, all joining the queue now and in order, so no other client's request
     slips between them. A refusal part way (queue full) withdraws the ones already queued."""
     count = check_n(runner.model, n, n_field)
+    expect_jobs(count * len(asks))
     requests = []
     for ask in asks:
         requests += variants(await prepare(runner, ask), count)

@@ -78,11 +78,12 @@ class Job:
 class _Scope:
     """One HTTP request's jobs: their withdrawals, and whether it is still on its way."""
 
-    __slots__ = ("owned", "on_its_way")
+    __slots__ = ("owned", "on_its_way", "to_submit")
 
     def __init__(self) -> None:
         self.owned: list[Callable[[], None]] = []
         self.on_its_way = True
+        self.to_submit = 1  # jobs still to come before it is no longer on its way
 
 
 # The current scope (an HTTP request), or None outside any. Shared by every task the
@@ -100,7 +101,7 @@ def job_scope() -> Iterator[None]:
 
     The HTTP layer wraps each request in one, so a job lives as long as its request, not
     as long as a result generator that the framework may never start or never close. Until
-    its first job is submitted (`arrived`), the request counts as on its way (`on_their_way`).
+    its jobs are submitted (`arrived`), the request counts as on its way (`on_their_way`).
     """
     global _on_their_way
     scope = _Scope()
@@ -110,7 +111,7 @@ def job_scope() -> Iterator[None]:
         yield
     finally:
         _SCOPE.reset(token)
-        arrived(scope)
+        _arrive(scope)  # ended, whatever it submitted
         for withdraw in scope.owned:
             withdraw()
 
@@ -122,12 +123,27 @@ def own(withdraw: Callable[[], None]) -> None:
         scope.owned.append(withdraw)
 
 
+def expect_jobs(count: int) -> None:
+    """The current scope's request will submit `count` jobs (its `n` answers, its prompts):
+    it stays on its way until the last of them is submitted."""
+    scope = _SCOPE.get()
+    if scope is not None and scope.on_its_way:
+        scope.to_submit = max(count, 1)
+
+
 def arrived(scope: _Scope | None = None) -> None:
-    """The current scope's request has reached a model's queue (or ended): no longer on its
-    way. Once a scope; nothing outside one."""
-    global _on_their_way
+    """A job of the current scope's request has reached a model's queue: after its last
+    (`expect_jobs`), the request is no longer on its way. Nothing outside a scope."""
     scope = scope if scope is not None else _SCOPE.get()
     if scope is not None and scope.on_its_way:
+        scope.to_submit -= 1
+        if scope.to_submit <= 0:
+            _arrive(scope)
+
+
+def _arrive(scope: _Scope) -> None:
+    global _on_their_way
+    if scope.on_its_way:
         scope.on_its_way = False
         _on_their_way -= 1
 

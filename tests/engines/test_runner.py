@@ -10,7 +10,7 @@ import pytest
 
 from engines.base import EngineState
 from engines.errors import EngineFailed, ModelUnavailable, QueueFull, QueueTimeout
-from engines.job import job_scope, on_their_way
+from engines.job import expect_jobs, job_scope, on_their_way
 from engines.log import LISTENERS
 from engines.policy.answer import answer
 from engines.runner import Runner, thread
@@ -256,6 +256,26 @@ async def test_a_lone_request_with_nothing_on_its_way_starts_without_waiting(mon
         await drain(runner, job)
     assert time.perf_counter() - started < 2.5
     assert engine.sizes[0] == 1
+    await runner.stop("test")
+
+
+async def test_a_request_of_several_jobs_is_on_its_way_until_its_last_is_submitted(monkeypatch):
+    # `n` answers or several prompts: each submitted when it is ready, as one group.
+    monkeypatch.setattr(thread, "BURST_GAP_S", 0.5)
+    monkeypatch.setattr(thread, "BURST_MAX_S", 10.0)
+    model = ModelConfig(id="m", engine="scripted", concurrency=8)
+    engine = BatchSizeEngine(ScriptConfig(reply="a b c", token_delay=0.01))
+    runner = Runner(model, engine)
+    await runner.start()
+    with job_scope():
+        expect_jobs(3)
+        jobs = []
+        for i in range(3):
+            jobs.append(runner.submit(ask(f"choice {i}")))
+            assert on_their_way() == (1 if i < 2 else 0)
+            await asyncio.sleep(0.02)
+        await asyncio.gather(*(drain(runner, job) for job in jobs))
+    assert engine.sizes[0] == 3, engine.sizes
     await runner.stop("test")
 
 
