@@ -198,14 +198,21 @@ class BatchSizeEngine(ScriptedEngine):
         return batch
 
 
-async def test_a_burst_of_arrivals_joins_the_batch_together_before_its_next_step(monkeypatch):
-    # Generous windows: a loaded CI machine may take many milliseconds per arrival.
-    monkeypatch.setattr(thread, "BURST_GAP_S", 0.5)
+async def gathering(monkeypatch, reply: str = "a b c", gap_s: float = 0.5):
+    """A started runner of 8 on the batch-size recording engine, waiting `gap_s` for each
+    next arrival of a burst. Generous windows: a loaded CI machine may take many
+    milliseconds per arrival."""
+    monkeypatch.setattr(thread, "BURST_GAP_S", gap_s)
     monkeypatch.setattr(thread, "BURST_MAX_S", 10.0)
     model = ModelConfig(id="m", engine="scripted", concurrency=8)
-    engine = BatchSizeEngine(ScriptConfig(reply=" ".join("w" * 30), token_delay=0.01))
+    engine = BatchSizeEngine(ScriptConfig(reply=reply, token_delay=0.01))
     runner = Runner(model, engine)
     await runner.start()
+    return runner, engine
+
+
+async def test_a_burst_of_arrivals_joins_the_batch_together_before_its_next_step(monkeypatch):
+    runner, engine = await gathering(monkeypatch, " ".join("w" * 30))
     first = runner.submit(ask("alone"))
     results = runner.results(first)
     await anext(results)  # decoding alone, at once
@@ -223,12 +230,7 @@ async def test_a_burst_reaching_an_idle_runner_starts_as_one_batch(monkeypatch):
     # A lone request waits BURST_GAP_S for company before its first step while other
     # requests are on their way (read and routed in their own job scopes, as the HTTP layer
     # does), so a burst is not split into one request started alone and the rest joining it.
-    monkeypatch.setattr(thread, "BURST_GAP_S", 0.5)
-    monkeypatch.setattr(thread, "BURST_MAX_S", 10.0)
-    model = ModelConfig(id="m", engine="scripted", concurrency=8)
-    engine = BatchSizeEngine(ScriptConfig(reply="a b c", token_delay=0.01))
-    runner = Runner(model, engine)
-    await runner.start()
+    runner, engine = await gathering(monkeypatch)
 
     async def arrive(i: int) -> list:
         with job_scope():  # on its way from now until submitted
@@ -242,12 +244,7 @@ async def test_a_burst_reaching_an_idle_runner_starts_as_one_batch(monkeypatch):
 
 
 async def test_a_lone_request_with_nothing_on_its_way_starts_without_waiting(monkeypatch):
-    monkeypatch.setattr(thread, "BURST_GAP_S", 5.0)  # were it waited for, the test would see it
-    monkeypatch.setattr(thread, "BURST_MAX_S", 10.0)
-    model = ModelConfig(id="m", engine="scripted", concurrency=8)
-    engine = BatchSizeEngine(ScriptConfig(reply="a b c", token_delay=0.01))
-    runner = Runner(model, engine)
-    await runner.start()
+    runner, engine = await gathering(monkeypatch, gap_s=5.0)  # were it waited for: seen
     with job_scope():
         assert on_their_way() == 1
         started = time.perf_counter()
@@ -261,12 +258,7 @@ async def test_a_lone_request_with_nothing_on_its_way_starts_without_waiting(mon
 
 async def test_a_request_of_several_jobs_is_on_its_way_until_its_last_is_submitted(monkeypatch):
     # `n` answers or several prompts: each submitted when it is ready, as one group.
-    monkeypatch.setattr(thread, "BURST_GAP_S", 0.5)
-    monkeypatch.setattr(thread, "BURST_MAX_S", 10.0)
-    model = ModelConfig(id="m", engine="scripted", concurrency=8)
-    engine = BatchSizeEngine(ScriptConfig(reply="a b c", token_delay=0.01))
-    runner = Runner(model, engine)
-    await runner.start()
+    runner, engine = await gathering(monkeypatch)
     with job_scope():
         expect_jobs(3)
         jobs = []
