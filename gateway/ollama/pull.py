@@ -15,6 +15,7 @@ from litestar import Request, Response, post
 from litestar.response import Stream
 
 from engines.errors import BadRequest, DownloadFailed, ModelNotFound, SourceError
+from engines.job import arrived
 from engines.pulls import PullPool, PullStopped
 from engines.sources.hub import Snapshot, fetch, is_hub_source, parse_hub_source
 from engines.sources.hub_client import FileProgress
@@ -58,6 +59,7 @@ async def pull(request: Request, generation: Generation) -> Response | Stream:
     model = generation.models[model_id]
     offline = generation.config.server.offline
     move = admin_refusal(request) is None
+    arrived()  # a download of minutes, not a request on its way to a model's queue
     lines = _start(model, offline, move, generation, request.app.state.pulls)  # 429: all busy
     if data.stream:
         return Stream(lines, media_type=NDJSON)

@@ -18,6 +18,7 @@ from litestar.response import ServerSentEvent
 from litestar.response.sse import ServerSentEventMessage
 from litestar.static_files import create_static_files_router
 
+from engines.job import arrived
 from engines.runner import Runner
 from gateway.ops.health import download_state
 from gateway.ops.metrics import STATE_NAMES
@@ -92,6 +93,7 @@ def ui_state(state: State) -> dict:
 @get("/ui/events", opt=OPS, sync_to_thread=False)
 def ui_events(state: State) -> ServerSentEvent:
     """The live event feed: every log line as an SSE `data:` message, recent ones first."""
+    arrived()  # open for as long as the page is: not a request on its way to a model
     return ServerSentEvent(_feed(state), headers={"cache-control": "no-cache"})
 
 
