@@ -76,21 +76,21 @@ class Job:
 
 
 class _Scope:
-    """One HTTP request's jobs: their withdrawals, and whether it is still on its way."""
+    """One HTTP request's jobs: their withdrawals, and how many it has still to submit (while
+    any, it is on its way)."""
 
-    __slots__ = ("owned", "on_its_way", "to_submit")
+    __slots__ = ("owned", "to_submit")
 
     def __init__(self) -> None:
         self.owned: list[Callable[[], None]] = []
-        self.on_its_way = True
-        self.to_submit = 1  # jobs still to come before it is no longer on its way
+        self.to_submit = 1
 
 
 # The current scope (an HTTP request), or None outside any. Shared by every task the
 # scope's code starts.
 _SCOPE: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar("job_scope", default=None)
-# Scopes that have submitted no job yet: requests being read, checked and routed on the
-# event loop, on their way to some model's queue. Changed on the loop thread only.
+# Scopes with jobs still to submit: requests being read, checked and routed on the event
+# loop, on their way to some model's queue. Changed on the loop thread only.
 _on_their_way = 0
 
 
@@ -111,7 +111,7 @@ def job_scope() -> Iterator[None]:
         yield
     finally:
         _SCOPE.reset(token)
-        _arrive(scope)  # ended, whatever it submitted
+        _settle(scope, scope.to_submit)  # ended, whatever it submitted
         for withdraw in scope.owned:
             withdraw()
 
@@ -127,25 +127,25 @@ def expect_jobs(count: int) -> None:
     """The current scope's request will submit `count` jobs (its `n` answers, its prompts):
     it stays on its way until the last of them is submitted."""
     scope = _SCOPE.get()
-    if scope is not None and scope.on_its_way:
+    if scope is not None and scope.to_submit:
         scope.to_submit = max(count, 1)
 
 
-def arrived(scope: _Scope | None = None) -> None:
+def arrived() -> None:
     """A job of the current scope's request has reached a model's queue: after its last
     (`expect_jobs`), the request is no longer on its way. Nothing outside a scope."""
-    scope = scope if scope is not None else _SCOPE.get()
-    if scope is not None and scope.on_its_way:
-        scope.to_submit -= 1
-        if scope.to_submit <= 0:
-            _arrive(scope)
+    scope = _SCOPE.get()
+    if scope is not None:
+        _settle(scope, 1)
 
 
-def _arrive(scope: _Scope) -> None:
+def _settle(scope: _Scope, jobs: int) -> None:
+    """`jobs` of the scope's are submitted (or never will be)."""
     global _on_their_way
-    if scope.on_its_way:
-        scope.on_its_way = False
-        _on_their_way -= 1
+    if scope.to_submit:
+        scope.to_submit = max(scope.to_submit - jobs, 0)
+        if not scope.to_submit:
+            _on_their_way -= 1
 
 
 def on_their_way() -> int:

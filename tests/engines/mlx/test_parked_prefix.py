@@ -25,9 +25,8 @@ def test_it_agrees_with_mlx_lms_trie_search_on_every_kind_of_prompt():
     assert parked_prefix(parked, "other", stem) == searched(parked, "other", stem) == 0
     cases = [*prompts]  # exact hits
     cases += [p[: rng.randrange(len(p) + 1)] for p in prompts]  # ending inside a parked prompt
-    cases += [
-        p + [rng.randrange(50) for _ in range(5)] for p in prompts
-    ]  # a parked prompt, then more
+    # a parked prompt, then more
+    cases += [p + [rng.randrange(50) for _ in range(5)] for p in prompts]
     cases += [stem[:5] + [99] + p[6:] for p in prompts]  # leaving the trie early
     cases += [[99, *p] for p in prompts]  # sharing nothing
     for tokens in cases:
