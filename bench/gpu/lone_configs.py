@@ -1,0 +1,99 @@
+"""A lone stream on five configurations of one model, through one gateway.
+
+`solo_configs.py` with everything the gateway adds around a model's thread: the runner, the
+event loop, HTTP, the disk tier. The same five models (`concurrency` 1 / 128, prefix reuse
+on / off, context 1024 / 4096) of one weights directory, one greedy 128-token streamed chat
+at a time, the sides rotating each round; per side the model thread's own decode speed
+(`generated`: (new tokens - 1) / `decode_s`), median over rounds after a warm-up round, and
+the median per-round ratio to the `serial` side.
+
+    python3 bench/gpu/lone_configs.py MODEL_DIR [--rounds 10] [--memory-budget auto]
+        [--first serial]   # the side declared (so loaded and started) first
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common import Gateway, chat_body  # noqa: E402
+
+# Each side: concurrency, prefix reuse, context.
+SIDES = {
+    "serial": (1, False, 4096),
+    "batched": (128, True, 1024),
+    "batched-noreuse": (128, False, 1024),
+    "c128-ctx4096-noreuse": (128, False, 4096),
+    "c1-reuse": (1, True, 4096),
+}
+
+
+def config(model_dir: str, budget: str, first: str) -> str:
+    """The gateway's models.yaml: the five sides, `first` declared (and loaded) first."""
+    text = f"server: {{host: 127.0.0.1, memory_budget: {budget}}}\nmodels:\n"
+    order = [first] + [name for name in SIDES if name != first]
+    for name in order:
+        concurrency, reuse, context = SIDES[name]
+        text += (
+            f"  - id: {name}\n    engine: mlx\n    source: {model_dir}\n"
+            f"    context: {{max: {context}}}\n    concurrency: {concurrency}\n"
+            f"    prefix_reuse: {str(reuse).lower()}\n"
+        )
+    return text
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("model_dir")
+    parser.add_argument("--rounds", type=int, default=10, help="measured rounds, after a warm-up")
+    parser.add_argument("--memory-budget", default="auto")
+    parser.add_argument(
+        "--first", default="serial", choices=list(SIDES), help="the model declared first"
+    )
+    args = parser.parse_args()
+    names = list(SIDES)
+    with Gateway(config(args.model_dir, args.memory_budget, args.first), "lone-configs") as gateway:
+        gateway.wait_ready()
+        with httpx.Client(timeout=600) as client:
+            for round_ in range(args.rounds + 1):
+                shift = round_ % len(names)
+                for name in names[shift:] + names[:shift]:
+                    prompt = f"Tell me story {round_} about {name}."
+                    body = chat_body(name, [{"role": "user", "content": prompt}], 128)
+                    body["temperature"] = 0
+                    with client.stream(
+                        "POST", gateway.url + "/v1/chat/completions", json=body
+                    ) as response:
+                        response.raise_for_status()
+                        for _ in response.iter_lines():
+                            pass
+        events = gateway.events("generated")
+        deadline = time.monotonic() + 10  # the log is written off the loop: the last may lag
+        while len(events) < len(names) * (args.rounds + 1) and time.monotonic() < deadline:
+            time.sleep(0.2)
+            events = gateway.events("generated")
+    rates: dict[str, list[float]] = {name: [] for name in names}
+    for event in events:
+        rates[event["model"]].append((event["new_tokens"] - 1) / event["decode_s"])
+    rates = {name: r[1:] for name, r in rates.items()}  # round 0 warms up
+    for name, rate in rates.items():
+        ratios = [a / b for a, b in zip(rate, rates["serial"], strict=False)]
+        record = {
+            "side": name,
+            "decode_tok_s": round(statistics.median(rate), 1),
+            "vs_serial": round(statistics.median(ratios), 3),
+            "spread": [round(min(ratios), 3), round(max(ratios), 3)],
+            "per_round": [round(r) for r in rate],
+        }
+        print(json.dumps(record), flush=True)
+
+
+if __name__ == "__main__":
+    main()
