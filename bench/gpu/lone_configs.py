@@ -5,10 +5,14 @@ event loop, HTTP, the disk tier. The same five models (`concurrency` 1 / 128, pr
 on / off, context 1024 / 4096) of one weights directory, one greedy 128-token streamed chat
 at a time, the sides rotating each round; per side the model thread's own decode speed
 (`generated`: (new tokens - 1) / `decode_s`), median over rounds after a warm-up round, and
-the median per-round ratio to the `serial` side.
+the median per-round ratio to the side declared first.
 
     python3 bench/gpu/lone_configs.py MODEL_DIR [--rounds 10] [--memory-budget auto]
         [--first serial]   # the side declared (so loaded and started) first
+        [--same serial]    # five models with this side's settings: only their place differs
+
+The sides are asked in the same cyclic order whatever `--first` says, so a lead that moves
+with `--first` follows the declaration, and one that stays follows the order of asking.
 """
 
 from __future__ import annotations
@@ -35,12 +39,13 @@ SIDES = {
 }
 
 
-def config(model_dir: str, budget: str, first: str) -> str:
-    """The gateway's models.yaml: the five sides, `first` declared (and loaded) first."""
+def config(model_dir: str, budget: str, first: str, same: str | None) -> str:
+    """The gateway's models.yaml: the five sides, `first` declared (and loaded) first; with
+    `same`, every side has that side's settings."""
     text = f"server: {{host: 127.0.0.1, memory_budget: {budget}}}\nmodels:\n"
     order = [first] + [name for name in SIDES if name != first]
     for name in order:
-        concurrency, reuse, context = SIDES[name]
+        concurrency, reuse, context = SIDES[same or name]
         text += (
             f"  - id: {name}\n    engine: mlx\n    source: {model_dir}\n"
             f"    context: {{max: {context}}}\n    concurrency: {concurrency}\n"
@@ -57,9 +62,11 @@ def main() -> None:
     parser.add_argument(
         "--first", default="serial", choices=list(SIDES), help="the model declared first"
     )
+    parser.add_argument("--same", choices=list(SIDES), help="every model with this side's settings")
     args = parser.parse_args()
     names = list(SIDES)
-    with Gateway(config(args.model_dir, args.memory_budget, args.first), "lone-configs") as gateway:
+    yaml = config(args.model_dir, args.memory_budget, args.first, args.same)
+    with Gateway(yaml, "lone-configs") as gateway:
         gateway.wait_ready()
         with httpx.Client(timeout=600) as client:
             for round_ in range(args.rounds + 1):
@@ -83,12 +90,13 @@ def main() -> None:
     for event in events:
         rates[event["model"]].append((event["new_tokens"] - 1) / event["decode_s"])
     rates = {name: r[1:] for name, r in rates.items()}  # round 0 warms up
+    print(json.dumps({"declared_first": args.first, "settings_of": args.same or "each side"}))
     for name, rate in rates.items():
-        ratios = [a / b for a, b in zip(rate, rates["serial"], strict=False)]
+        ratios = [a / b for a, b in zip(rate, rates[args.first], strict=False)]
         record = {
             "side": name,
             "decode_tok_s": round(statistics.median(rate), 1),
-            "vs_serial": round(statistics.median(ratios), 3),
+            "vs_first": round(statistics.median(ratios), 3),
             "spread": [round(min(ratios), 3), round(max(ratios), 3)],
             "per_round": [round(r) for r in rate],
         }
