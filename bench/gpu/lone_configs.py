@@ -10,6 +10,12 @@ the median per-round ratio to the side declared first.
     python3 bench/gpu/lone_configs.py MODEL_DIR [--rounds 10] [--memory-budget auto]
         [--first serial]   # the side declared (so loaded and started) first
         [--same serial]    # five models with this side's settings: only their place differs
+        [--name-in-prompt] # each side's prompt names it (runs 37-39): each decodes its own text
+
+Every side gets the same prompt in a round (the round's number in it), so every side decodes
+the same tokens: with the side's name in the prompt (`--name-in-prompt`, as runs 37-39 did),
+a random-weight model's greedy text follows the prompt's last words, so each side decoded a
+text of its own, round after round. Each side's median characters streamed are printed.
 
 The sides are asked in the same cyclic order whatever `--first` says, so a lead that moves
 with `--first` follows the declaration, and one that stays follows the order of asking.
@@ -54,6 +60,14 @@ def config(model_dir: str, budget: str, first: str, same: str | None) -> str:
     return text
 
 
+def content_of(line: str) -> str:
+    """The text an SSE line of a streamed chat completion carries ('' for any other line)."""
+    if not line.startswith("data: {"):
+        return ""
+    choices = json.loads(line[6:]).get("choices") or [{}]
+    return choices[0].get("delta", {}).get("content") or ""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model_dir")
@@ -63,8 +77,10 @@ def main() -> None:
         "--first", default="serial", choices=list(SIDES), help="the model declared first"
     )
     parser.add_argument("--same", choices=list(SIDES), help="every model with this side's settings")
+    parser.add_argument("--name-in-prompt", action="store_true", help="each side's prompt names it")
     args = parser.parse_args()
     names = list(SIDES)
+    chars: dict[str, list[int]] = {name: [] for name in names}
     yaml = config(args.model_dir, args.memory_budget, args.first, args.same)
     with Gateway(yaml, "lone-configs") as gateway:
         gateway.wait_ready()
@@ -72,15 +88,17 @@ def main() -> None:
             for round_ in range(args.rounds + 1):
                 shift = round_ % len(names)
                 for name in names[shift:] + names[:shift]:
-                    prompt = f"Tell me story {round_} about {name}."
+                    prompt = f"Tell me story {round_}" + (
+                        f" about {name}." if args.name_in_prompt else "."
+                    )
                     body = chat_body(name, [{"role": "user", "content": prompt}], 128)
                     body["temperature"] = 0
                     with client.stream(
                         "POST", gateway.url + "/v1/chat/completions", json=body
                     ) as response:
                         response.raise_for_status()
-                        for _ in response.iter_lines():
-                            pass
+                        text = "".join(map(content_of, response.iter_lines()))
+                    chars[name].append(len(text))
         events = gateway.events("generated")
         deadline = time.monotonic() + 10  # the log is written off the loop: the last may lag
         while len(events) < len(names) * (args.rounds + 1) and time.monotonic() < deadline:
@@ -99,6 +117,7 @@ def main() -> None:
             "vs_first": round(statistics.median(ratios), 3),
             "spread": [round(min(ratios), 3), round(max(ratios), 3)],
             "per_round": [round(r) for r in rate],
+            "median_chars": statistics.median(chars[name][1:]),
         }
         print(json.dumps(record), flush=True)
 
