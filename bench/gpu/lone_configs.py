@@ -11,6 +11,7 @@ the median per-round ratio to the side declared first.
         [--first serial]   # the side declared (so loaded and started) first
         [--same serial]    # five models with this side's settings: only their place differs
         [--name-in-prompt] # each side's prompt names it (runs 37-39): each decodes its own text
+        [--start serial]   # the side asked first (the gateway's first request, in the warm-up)
 
 Every side gets the same prompt in a round (the round's number in it), so every side decodes
 the same tokens: with the side's name in the prompt (`--name-in-prompt`, as runs 37-39 did),
@@ -77,6 +78,9 @@ def main() -> None:
         "--first", default="serial", choices=list(SIDES), help="the model declared first"
     )
     parser.add_argument("--same", choices=list(SIDES), help="every model with this side's settings")
+    parser.add_argument(
+        "--start", default="serial", choices=list(SIDES), help="the side asked first"
+    )
     parser.add_argument("--name-in-prompt", action="store_true", help="each side's prompt names it")
     args = parser.parse_args()
     names = list(SIDES)
@@ -86,7 +90,7 @@ def main() -> None:
         gateway.wait_ready()
         with httpx.Client(timeout=600) as client:
             for round_ in range(args.rounds + 1):
-                shift = round_ % len(names)
+                shift = (round_ + names.index(args.start)) % len(names)
                 for name in names[shift:] + names[:shift]:
                     prompt = f"Tell me story {round_}" + (
                         f" about {name}." if args.name_in_prompt else "."
