@@ -358,6 +358,8 @@ class Profile:
 
 
 def run_shape(shape: str, bench, args, events_out, save) -> dict:
+    import httpx
+
     common = bench["common"]
     model_dir = args.models / shape
     out: dict = {"shape": shape, "model_dir": str(model_dir)}
@@ -400,6 +402,12 @@ def run_shape(shape: str, bench, args, events_out, save) -> dict:
         for e in out["server_started"] + out["model_attached"]:
             log("  event", json.dumps(e))
         log(f"  loaded in {out['load_s']:.1f} s; reference platform {out['reference_ready']}")
+        # The gateway's first request, before any phase: on CUDA the model thread that decodes
+        # first in the process keeps a lead over every other model's (runs 38-41).
+        with httpx.Client(timeout=600) as client:
+            first = common.chat_body(args.first_served, bench["single_stream"].PROMPT, 8)
+            common.stream_chat(client, gateway.url, first)
+        out["first_served"] = args.first_served
         profile = Profile(gateway.process.pid, f"{shape}-single", args)
         try:
             workers = {"in-process": reference, "engine": engine}
@@ -461,6 +469,8 @@ def summarize(shape_results: list[dict], bench, args) -> str:
     for res in shape_results:
         shape = res["shape"]
         lines += [f"## {shape}", ""]
+        if res.get("first_served"):
+            lines.append(f"- the gateway's first request served by: `{res['first_served']}`")
         for e in res.get("server_started", [])[:1]:
             lines.append(f"- server_started platform: `{json.dumps(e.get('platform'))}`")
         for e in res.get("model_attached", []):
@@ -676,6 +686,13 @@ def main() -> None:
         default=1,
         help="processes the concurrent clients are spread over (1: all in this process, "
         "whose own SSE parsing then lags behind 64-128 streams)",
+    )
+    parser.add_argument(
+        "--first-served",
+        default="serial",
+        choices=["serial", "batched"],
+        help="the model that serves the gateway's first request (an 8-token chat before "
+        "any phase): on CUDA the first model to decode keeps a lead over the others",
     )
     parser.add_argument("--tag", default="", help="suffix of the output file names")
     parser.add_argument(
