@@ -1,11 +1,12 @@
 """structlog set-up: one JSON object per line, to stdout and optionally a file, secrets redacted.
 
-Every line passes the redactor before it is rendered, and every rendered line is offered to
+Every line passes the redactor as it is rendered, and every rendered line is offered to
 the taps (the ops page's live feed), so what a watcher sees is exactly what the log holds.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -85,12 +86,24 @@ class Redactor:
         # BEARER needs the word; most strings (every number, name and id) do not have it.
         return BEARER.sub(rf"\1\2{REDACTED}", text) if "bearer" in lowered else text
 
-    def __call__(self, _logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:
-        """The structlog processor: walks every value of the event. The secrets are looked
-        up once per event, not per string: every line of the log passes here, on the
-        event loop among others (36 µs an event before, half of it this walk)."""
+    def line(self, event: dict[str, Any]) -> str:
+        """`event` as one JSON line, every string in it redacted.
+
+        Rendered first, then looked over once: only a line holding a known secret or the
+        word "bearer" (in any case, as JSON writes them) has its strings walked and is
+        rendered again. Every line of the log passes here, most of them on the event loop,
+        and almost none holds either: the walk over every value took a third of an event's
+        cost (bench/RESULTS.md, "Log events: ...")."""
         secrets = self._lowered()
-        return {key: self._walk(value, secrets) for key, value in event.items()}
+        text = msgspec.json.encode(event).decode()
+        lowered = text.lower()
+        if "bearer" not in lowered and not any(
+            secret in lowered or json_escaped(secret) in lowered for secret in secrets
+        ):
+            return text
+        # Builtins first: a nested struct's strings are walked too.
+        walked = self._walk(msgspec.to_builtins(event), secrets)
+        return msgspec.json.encode(walked).decode()
 
     def _lowered(self) -> tuple[str, ...]:
         return tuple(s.lower() for s in (*self.secrets(), *PRESENTED.get()) if s)
@@ -164,8 +177,11 @@ def current_redactor() -> Redactor:
     return (_SCOPE.get() or _OUTSIDE).redactor
 
 
-def _redact(logger: Any, name: str, event: dict[str, Any]) -> dict[str, Any]:
-    return current_redactor()(logger, name, event)
+@functools.lru_cache(maxsize=1024)  # the config's secrets, and the keys requests present
+def json_escaped(text: str) -> str:
+    """`text` as it stands inside a JSON string (quotes, backslashes, control characters
+    escaped): how a secret holding one of those appears in a rendered line."""
+    return msgspec.json.encode(text).decode()[1:-1]
 
 
 def _taps() -> list[Callable[[str], None]]:
@@ -175,7 +191,7 @@ def _taps() -> list[Callable[[str], None]]:
 def _render(_logger: Any, _name: str, event: dict[str, Any]) -> str:
     # The fields every line has come first, so a line reads well in a terminal too.
     head = {key: event.pop(key) for key in ("event", "ts", "level", "request_id") if key in event}
-    return msgspec.json.encode(head | event).decode()
+    return current_redactor().line(head | event)
 
 
 def setup_logging(level: str = "info", log_file: str | None = None) -> None:
@@ -189,8 +205,7 @@ def setup_logging(level: str = "info", log_file: str | None = None) -> None:
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),
-            _redact,
-            _render,
+            _render,  # and redacted
         ],
         wrapper_class=structlog.make_filtering_bound_logger(LEVELS[level]),
         logger_factory=lambda *_: writer,

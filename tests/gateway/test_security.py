@@ -10,6 +10,7 @@ import sys
 
 import anthropic
 import httpx
+import msgspec
 import ollama
 import openai
 import pytest
@@ -19,6 +20,7 @@ from litestar import Router
 from gateway.control.config import parse_config
 from gateway.http.errors import protocol_of
 from gateway.http.exposure import bind_refusal, host_name, is_loopback
+from gateway.logs.setup import PRESENTED, Redactor
 
 KEY, OTHER_KEY, ADMIN = "sk-team-0123456789", "sk-echo-only-98765", "adm-secret-55555"
 KEYED = """
@@ -295,6 +297,38 @@ def test_secrets_never_reach_a_log_line_or_an_error_body(start_gateway, tmp_path
     planted = tmp_path / "planted.jsonl"
     planted.write_text(f'{{"event": "x", "k": "{KEY}"}}\n')
     assert len(leaked_secrets([(planted, (KEY,))])) == 1  # the session check would catch it
+
+
+def test_a_rendered_line_holds_no_secret_wherever_the_event_put_it():
+    """The log renders a line first and walks its strings only when it may hold a secret:
+    the look-over must see a secret however JSON wrote it, and the walk reach every string."""
+
+    class Note(msgspec.Struct):
+        text: str
+
+    odd = 'sk-we"ird\\key-9999'  # JSON escapes its quote and backslash
+    redactor = Redactor()
+    redactor.secrets = lambda: ("sk-secret-123456", odd)
+    token = PRESENTED.set(("wrong-key-presented",))
+    try:
+        lines = [
+            redactor.line({"event": "x", "msg": "key SK-SECRET-123456 here"}),
+            redactor.line({"event": "x", "deep": {"list": ["a", "sk-secret-123456"]}}),
+            redactor.line({"event": "x", "note": Note(text="the sk-secret-123456")}),
+            redactor.line({"event": "x", "quoted": f"an {odd} here"}),
+            redactor.line({"event": "x", "header": "Authorization: BEARER abcdefghijklmnop"}),
+            redactor.line({"event": "x", "echo": "it said wrong-key-presented"}),
+        ]
+    finally:
+        PRESENTED.reset(token)
+    for line in lines:
+        assert "***" in line, line
+        for secret in ("secret-123456", "key-9999", "abcdefghijklmnop", "wrong-key-presented"):
+            assert secret not in line.lower(), line
+        json.loads(line)
+    assert json.loads(lines[2]) == {"event": "x", "note": {"text": "the ***"}}
+    clean = {"event": "x", "n": 1, "text": "nothing to hide", "none": None}
+    assert json.loads(redactor.line(clean)) == clean
 
 
 def test_logs_are_json_lines_to_stdout_and_the_log_file_at_the_configured_level(
