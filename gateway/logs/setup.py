@@ -92,8 +92,8 @@ class Redactor:
         Rendered first, then looked over once: only a line holding a known secret or the
         word "bearer" (in any case, as JSON writes them) has its strings walked and is
         rendered again. Every line of the log passes here, most of them on the event loop,
-        and almost none holds either: the walk over every value took a third of an event's
-        cost (bench/RESULTS.md, "Log events: ...")."""
+        and almost none holds either: the walk over every value took about a third of an
+        event's cost (bench/RESULTS.md, "Log events: the cost of one")."""
         secrets = self._lowered()
         text = msgspec.json.encode(event).decode()
         lowered = text.lower()
