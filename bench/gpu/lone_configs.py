@@ -34,7 +34,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import Gateway, chat_body  # noqa: E402
+from common import Gateway, chat_body, stream_chat  # noqa: E402
 
 # Each side: concurrency, prefix reuse, context.
 SIDES = {
@@ -59,14 +59,6 @@ def config(model_dir: str, budget: str, first: str, same: str | None) -> str:
             f"    prefix_reuse: {str(reuse).lower()}\n"
         )
     return text
-
-
-def content_of(line: str) -> str:
-    """The text an SSE line of a streamed chat completion carries ('' for any other line)."""
-    if not line.startswith("data: {"):
-        return ""
-    choices = json.loads(line[6:]).get("choices") or [{}]
-    return choices[0].get("delta", {}).get("content") or ""
 
 
 def main() -> None:
@@ -96,13 +88,7 @@ def main() -> None:
                         f" about {name}." if args.name_in_prompt else "."
                     )
                     body = chat_body(name, [{"role": "user", "content": prompt}], 128)
-                    body["temperature"] = 0
-                    with client.stream(
-                        "POST", gateway.url + "/v1/chat/completions", json=body
-                    ) as response:
-                        response.raise_for_status()
-                        text = "".join(map(content_of, response.iter_lines()))
-                    chars[name].append(len(text))
+                    chars[name].append(len(stream_chat(client, gateway.url, body).text))
         events = gateway.events("generated")
         deadline = time.monotonic() + 10  # the log is written off the loop: the last may lag
         while len(events) < len(names) * (args.rounds + 1) and time.monotonic() < deadline:

@@ -97,9 +97,7 @@ class Redactor:
         secrets = self._lowered()
         text = msgspec.json.encode(event).decode()
         lowered = text.lower()
-        if "bearer" not in lowered and not any(
-            secret in lowered or json_escaped(secret) in lowered for secret in secrets
-        ):
+        if "bearer" not in lowered and not any(json_escaped(s) in lowered for s in secrets):
             return text
         # Builtins first: a nested struct's strings are walked too.
         walked = self._walk(msgspec.to_builtins(event), secrets)
@@ -179,8 +177,8 @@ def current_redactor() -> Redactor:
 
 @functools.lru_cache(maxsize=1024)  # the config's secrets, and the keys requests present
 def json_escaped(text: str) -> str:
-    """`text` as it stands inside a JSON string (quotes, backslashes, control characters
-    escaped): how a secret holding one of those appears in a rendered line."""
+    """`text` as it stands inside a JSON string: itself, unless it holds a quote, a
+    backslash or a control character (escaped, with lowercase hex, as the line writes it)."""
     return msgspec.json.encode(text).decode()[1:-1]
 
 
