@@ -184,8 +184,8 @@ def serve(path: Path, host: str | None, port: int | None) -> int:
         http=make_protocol(
             connection_cap(server.limits.max_connections, fd_limit),
             seconds(server.limits.header_timeout),
+            size_bytes(server.limits.max_header_bytes),
         ),
-        h11_max_incomplete_event_size=size_bytes(server.limits.max_header_bytes),
         backlog=BACKLOG,
         # The drain (server.shutdown_grace) has already waited for requests by the time
         # uvicorn closes connections; this only bounds what is left after it.

@@ -17,10 +17,9 @@ import asyncio
 import resource
 
 import msgspec
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from gateway.http.errors import error_body
-from gateway.http.limits import HeaderLimitH11
+from gateway.http.limits import HeaderLimitProtocol
 
 # The listen backlog; asyncio accepts up to this many connections in one go before the
 # over-limit ones among them are closed, so the cap leaves room for a whole burst.
@@ -80,8 +79,11 @@ def _raw_response(status: str, message: str) -> bytes:
     ).encode() + body
 
 
-def make_protocol(max_connections: int, header_timeout: float) -> type[H11Protocol]:
-    """uvicorn's h11 protocol (with the 431 of `HeaderLimitH11`), capped and timed."""
+def make_protocol(
+    max_connections: int, header_timeout: float, max_header_bytes: int
+) -> type[HeaderLimitProtocol]:
+    """uvicorn's httptools protocol (with the 431 of `HeaderLimitProtocol`), capped and
+    timed."""
     full = _raw_response(
         "503 Service Unavailable",
         f"the gateway holds {max_connections} connections already (limits.max_connections); "
@@ -92,7 +94,8 @@ def make_protocol(max_connections: int, header_timeout: float) -> type[H11Protoc
         f"the request head did not arrive within {header_timeout:g}s (limits.header_timeout)",
     )
 
-    class GatewayH11(HeaderLimitH11):
+    class GatewayHttp(HeaderLimitProtocol):
+        max_head = max_header_bytes
         _head_timer: asyncio.TimerHandle | None = None
         _waiting_cycle: object = None  # the cycle before the head we are waiting for
 
@@ -134,4 +137,4 @@ def make_protocol(max_connections: int, header_timeout: float) -> type[H11Protoc
                 self.transport.write(slow)
                 self.transport.close()
 
-    return GatewayH11
+    return GatewayHttp

@@ -19,7 +19,7 @@ import msgspec
 import numpy as np
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from PIL import Image
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from engines.errors import BadRequest, BodyTimeout, PayloadTooLarge
 from gateway.http.errors import error_body
@@ -179,16 +179,66 @@ def _dimensions(image: str, index: int) -> tuple[int, int]:
     return 0, 0
 
 
-class HeaderLimitH11(H11Protocol):
-    """uvicorn's h11 protocol, answering 431 (not 400) when the request head outgrows its
-    buffer (`h11_max_incomplete_event_size`, set from `limits.max_header_bytes`), so a
-    hostile head is cut off at the limit rather than buffered."""
+class HeadTooLarge(Exception):
+    """Raised from the parser's callbacks: the request head passed `max_header_bytes`."""
+
+
+class HeaderLimitProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, answering 431 once a request head passes `max_head`
+    bytes, so a hostile head is cut off at the limit rather than buffered.
+
+    Counted twice over: the parts the parser hands out (URL, each header) as it finishes
+    them, and the raw bytes of a head still incomplete after a read, which bounds what the
+    parser holds of a header it has not finished (one read past the limit at most).
+    """
+
+    max_head = 64 * 1024  # set by `make_protocol` from `limits.max_header_bytes`
+    _head_size = 0  # the head's parts handed out so far
+    _head_pending: int | None = 0  # raw bytes of an incomplete head; None once it is whole
+
+    def data_received(self, data: bytes) -> None:
+        if self._head_pending is not None:
+            self._head_pending += len(data)
+        super().data_received(data)
+        if (
+            self._head_pending is not None
+            and self._head_pending > self.max_head
+            and not self.transport.is_closing()
+        ):
+            self._refuse_head()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._head_size = 0
+
+    def on_url(self, url: bytes) -> None:
+        self._count(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count(len(name) + len(value) + 4)  # ": " and the line's end
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._head_pending = None
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._head_pending = 0  # what follows on this connection is the next head
 
     def send_400_response(self, msg: str) -> None:
-        limit = self.config.h11_max_incomplete_event_size
-        if limit is None or len(self.conn.trailing_data[0]) <= limit:
+        if self._head_size > self.max_head:  # the parser stopped at our callback's raise
+            self._refuse_head()
+        else:
             super().send_400_response(msg)
-            return
+
+    def _count(self, size: int) -> None:
+        self._head_size += size
+        if self._head_size > self.max_head:
+            raise HeadTooLarge
+
+    def _refuse_head(self) -> None:
         body = msgspec.json.encode(error_body("openai", 431, "request headers too large"))
         self.transport.write(
             b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"

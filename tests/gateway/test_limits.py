@@ -73,7 +73,7 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read(gateway):
 
 
 def test_headers_over_the_limit_get_431(gateway):
-    for size in (10_000, 60_000, 2_000_000):  # over the limit; past h11's buffer; far past
+    for size in (10_000, 60_000, 2_000_000):  # over the limit; past one read; far past
         head = f"GET /v1/models HTTP/1.1\r\n{JSON}x-padding: {'a' * size}\r\n\r\n"
         status, _, body = raw_http(gateway.port, head.encode())
         assert status == 431, (size, body[:200])
