@@ -115,6 +115,10 @@ models:
 # `generate_step`, both in the reference's own process.
 WORKER_SIDES = ("in-process", "in-process-step", "engine")
 REFERENCES = ("in-process", "in-process-step")
+# A TTFT-only side: the same client against a server that does nothing (bench/http_floor.py),
+# the part of every HTTP side's TTFT overhead that is the client's, the loopback's and the
+# kernel's rather than the gateway's.
+FLOOR = "http-floor"
 
 
 def reference_runs(single: dict, phase: str) -> list[dict]:
@@ -136,7 +140,11 @@ def single_stream(bench, gateway, workers: dict, args) -> dict:
     with httpx.Client(timeout=600) as client:
 
         def run(side: str, max_tokens: int, messages) -> dict:
-            if side in WORKER_SIDES:
+            if side == FLOOR:
+                t = common.stream_chat(
+                    client, workers[FLOOR], common.chat_body("serial", messages, max_tokens)
+                )
+            elif side in WORKER_SIDES:
                 job = {"messages": messages, "max_tokens": max_tokens}
                 if side == "in-process-step":
                     job["loop"] = "generate_step"
@@ -161,7 +169,8 @@ def single_stream(bench, gateway, workers: dict, args) -> dict:
             }
 
         decode = {s: [] for s in sides}
-        first = {s: [] for s in sides}
+        ttft_sides = sides + ([FLOOR] if FLOOR in workers else [])
+        first = {s: [] for s in ttft_sides}
         long_first = {s: [] for s in sides}
         for round_ in range(args.repeats + 1):  # round 0 warms every side up
             for side in ss.rotated(sides, round_):
@@ -172,10 +181,12 @@ def single_stream(bench, gateway, workers: dict, args) -> dict:
                     f"  decode round {round_} {side:10s} ttft {r['ttft_ms']:7.1f} ms decode "
                     f"{common.fmt(r['decode_tps'])} tok/s ({r['prompt_tokens']}+{r['new_tokens']})"
                 )
-        for round_ in range(args.ttft_rounds):
-            for side in ss.rotated(sides, round_):
-                first[side].append(run(side, 1, ss.PROMPT))
-        log("  ttft  " + medians_ms(first, sides, common))
+        for round_ in range(args.ttft_rounds + bool(args.ttft_rounds)):  # round 0: warm-up
+            for side in ss.rotated(ttft_sides, round_):
+                r = run(side, 1, ss.PROMPT)
+                if round_:
+                    first[side].append(r)
+        log("  ttft  " + medians_ms(first, ttft_sides, common))
         for round_ in range(args.long_rounds):
             for side in ss.rotated(sides, round_):
                 long_first[side].append(run(side, 1, ss.LONG_PROMPT))
@@ -373,7 +384,7 @@ def run_shape(shape: str, bench, args, events_out, save) -> dict:
         args.isolated_single,
     )
     gateway = common.Gateway(config, f"gpu-{shape}")
-    reference = raw = engine = None
+    reference = raw = engine = floor = None
     t0 = time.perf_counter()
     try:
         # The reference processes load while the gateway loads.
@@ -392,6 +403,8 @@ def run_shape(shape: str, bench, args, events_out, save) -> dict:
             env,
             args.product,
         )
+        if args.ttft_rounds:
+            floor = Worker([sys.executable, str(HERE.parent / "http_floor.py")], env, HERE)
         gateway.wait_ready()
         out["reference_ready"] = reference.ready()
         out["raw_ready"] = raw.ready()
@@ -411,6 +424,8 @@ def run_shape(shape: str, bench, args, events_out, save) -> dict:
         profile = Profile(gateway.process.pid, f"{shape}-single", args)
         try:
             workers = {"in-process": reference, "engine": engine}
+            if floor is not None:
+                workers[FLOOR] = f"http://127.0.0.1:{floor.ready()['port']}"
             if args.repeats:  # --repeats 0: concurrency only
                 out["single"] = single_stream(bench, gateway, workers, args)
                 save(out)
@@ -418,9 +433,10 @@ def run_shape(shape: str, bench, args, events_out, save) -> dict:
             out["single_error"] = traceback.format_exc()
             log(out["single_error"])
         profile.stop(args.profiles)
-        reference.stop()
-        engine.stop()
-        reference = engine = None
+        for w in (reference, engine, floor):
+            if w:
+                w.stop()
+        reference = engine = floor = None
         args.clients = [c for c in args.clients if c <= args.concurrency] or args.clients
         profile = Profile(gateway.process.pid, f"{shape}-concurrency", args)
         procs = None
@@ -441,7 +457,7 @@ def run_shape(shape: str, bench, args, events_out, save) -> dict:
         out["error"] = traceback.format_exc()
         log(out["error"])
     finally:
-        for w in (reference, raw, engine):
+        for w in (reference, raw, engine, floor):
             if w:
                 w.stop()
         try:
@@ -552,6 +568,16 @@ def summarize(shape_results: list[dict], bench, args) -> str:
                     )
                     + " |"
                 )
+            floor = [r["ttft_ms"] for r in single["first"].get(FLOOR, [])]
+            if floor:
+                lines += [
+                    "",
+                    f"HTTP floor (`{FLOOR}`: the same client against bench/http_floor.py, a "
+                    f"server that answers at once): TTFT {fmt(med(floor), 2)} ms median "
+                    f"({fmt(min(floor), 2)}-{fmt(max(floor), 2)}, {len(floor)} rounds); of "
+                    "each gateway side's TTFT overhead this much is the client's and the "
+                    "loopback's.",
+                ]
             lines += [
                 "",
                 "Long prompt, max_tokens 1:",
