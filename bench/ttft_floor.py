@@ -5,7 +5,7 @@ gateway's own, with no model work.
 
 Three servers, each in a process of its own, asked in turn by one httpx client (bench/common's
 `stream_chat`, as bench/gpu/bench_gateway.py asks the gateway) with the same streamed chat,
-one new token:
+timed to its first content chunk:
 
 - `raw floor`: bench/http_floor.py, a bare asyncio server answering at once (the client,
   the loopback and the kernel);
@@ -41,6 +41,8 @@ models:
     concurrency: 1
 """
 MESSAGES = [{"role": "user", "content": "Say ok."}]
+# The scripted reply is one word of two tokens, sent whole: a budget of one would send none.
+MAX_TOKENS = 8
 
 
 class Floor:
@@ -78,7 +80,9 @@ def main() -> None:
             for round_ in range(args.rounds + 1):
                 shift = round_ % len(sides)
                 for side in sides[shift:] + sides[:shift]:
-                    timing = stream_chat(client, urls[side], chat_body("ok", MESSAGES, 1))
+                    timing = stream_chat(client, urls[side], chat_body("ok", MESSAGES, MAX_TOKENS))
+                    if not timing.first_token:
+                        raise SystemExit(f"{side} streamed no content")
                     if round_:
                         ttft[side].append(timing.ttft * 1000)
     finally:
@@ -108,8 +112,8 @@ def main() -> None:
         load_before=load_before,
         notes=(
             f"{args.rounds} rounds after a warm-up, the three sides in turn (order rotating), "
-            "one httpx client, a streamed chat of one new token; the gateway's model is "
-            "scripted (no model work)."
+            "one httpx client, a streamed chat timed to its first content chunk; the "
+            "gateway's model is scripted (no model work)."
         ),
     )
 
