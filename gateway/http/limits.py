@@ -228,10 +228,15 @@ class HeaderLimitProtocol(HttpToolsProtocol):
         self._head_pending = 0  # what follows on this connection is the next head
 
     def send_400_response(self, msg: str) -> None:
+        """The parser refused the request: in the error envelope, as every other refusal."""
         if self._head_size > self.max_head:  # the parser stopped at our callback's raise
             self._refuse_head()
         else:
-            super().send_400_response(msg)
+            self._refuse(
+                b"400 Bad Request",
+                "malformed HTTP request: its request line or headers are not HTTP/1.1 "
+                "(a path must start with '/')",
+            )
 
     def _count(self, size: int) -> None:
         self._head_size += size
@@ -239,9 +244,12 @@ class HeaderLimitProtocol(HttpToolsProtocol):
             raise HeadTooLarge
 
     def _refuse_head(self) -> None:
-        body = msgspec.json.encode(error_body("openai", 431, "request headers too large"))
+        self._refuse(b"431 Request Header Fields Too Large", "request headers too large")
+
+    def _refuse(self, status: bytes, message: str) -> None:
+        body = msgspec.json.encode(error_body("openai", int(status[:3]), message))
         self.transport.write(
-            b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
+            b"HTTP/1.1 " + status + b"\r\ncontent-type: application/json\r\n"
             b"connection: close\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
         )
         self.transport.close()
