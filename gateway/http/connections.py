@@ -16,9 +16,7 @@ from __future__ import annotations
 import asyncio
 import resource
 
-import msgspec
-
-from gateway.http.errors import error_body
+from gateway.http.errors import raw_error
 from gateway.http.limits import HeaderLimitProtocol
 
 # The listen backlog; asyncio accepts up to this many connections in one go before the
@@ -70,28 +68,21 @@ def connection_cap(configured: int | None, fd_limit: int) -> int:
     return min(configured, ceiling) if configured else ceiling
 
 
-def _raw_response(status: str, message: str) -> bytes:
-    code = int(status.split()[0])
-    body = msgspec.json.encode(error_body("openai", code, message))
-    return (
-        f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\nconnection: close\r\n"
-        f"retry-after: 1\r\ncontent-length: {len(body)}\r\n\r\n"
-    ).encode() + body
-
-
 def make_protocol(
     max_connections: int, header_timeout: float, max_header_bytes: int
 ) -> type[HeaderLimitProtocol]:
     """uvicorn's httptools protocol (with the 431 of `HeaderLimitProtocol`), capped and
     timed."""
-    full = _raw_response(
+    full = raw_error(
         "503 Service Unavailable",
         f"the gateway holds {max_connections} connections already (limits.max_connections); "
         "retry shortly",
+        retry=True,
     )
-    slow = _raw_response(
+    slow = raw_error(
         "408 Request Timeout",
         f"the request head did not arrive within {header_timeout:g}s (limits.header_timeout)",
+        retry=True,
     )
 
     class GatewayHttp(HeaderLimitProtocol):

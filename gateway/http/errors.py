@@ -6,6 +6,7 @@ import math
 import traceback
 from typing import NamedTuple
 
+import msgspec
 import structlog
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
@@ -147,6 +148,19 @@ def error_body(protocol: str, status: int, message: str, kind: str | None = None
         status, "invalid_request_error" if client_error else "server_error"
     )
     return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+
+
+def raw_error(status: str, message: str, *, retry: bool = False) -> bytes:
+    """A whole HTTP/1.1 error response in OpenAI's envelope, closing the connection: for the
+    refusals made below the ASGI app (a head too large or malformed, too many connections,
+    a head too slow), where no route says which protocol the client speaks."""
+    code = int(status.split()[0])
+    body = msgspec.json.encode(error_body("openai", code, message))
+    return (
+        f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\nconnection: close\r\n"
+        + ("retry-after: 1\r\n" if retry else "")
+        + f"content-length: {len(body)}\r\n\r\n"
+    ).encode() + body
 
 
 def error_response(request: Request, error: Exception) -> Response:

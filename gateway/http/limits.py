@@ -22,7 +22,7 @@ from PIL import Image
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from engines.errors import BadRequest, BodyTimeout, PayloadTooLarge
-from gateway.http.errors import error_body
+from gateway.http.errors import raw_error
 from gateway.http.middleware import send_error
 from schemas.canonical import IMAGE_FORMATS
 from schemas.config import LimitsConfig, seconds, size_bytes
@@ -233,7 +233,7 @@ class HeaderLimitProtocol(HttpToolsProtocol):
             self._refuse_head()
         else:
             self._refuse(
-                b"400 Bad Request",
+                "400 Bad Request",
                 "malformed HTTP request: its request line or headers are not HTTP/1.1 "
                 "(a path must start with '/')",
             )
@@ -244,14 +244,10 @@ class HeaderLimitProtocol(HttpToolsProtocol):
             raise HeadTooLarge
 
     def _refuse_head(self) -> None:
-        self._refuse(b"431 Request Header Fields Too Large", "request headers too large")
+        self._refuse("431 Request Header Fields Too Large", "request headers too large")
 
-    def _refuse(self, status: bytes, message: str) -> None:
-        body = msgspec.json.encode(error_body("openai", int(status[:3]), message))
-        self.transport.write(
-            b"HTTP/1.1 " + status + b"\r\ncontent-type: application/json\r\n"
-            b"connection: close\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
-        )
+    def _refuse(self, status: str, message: str) -> None:
+        self.transport.write(raw_error(status, message))
         self.transport.close()
 
 
