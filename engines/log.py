@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
+from typing import Any
 
 import msgspec
 import structlog
@@ -11,6 +12,10 @@ import structlog
 from schemas.events import Event
 
 _logger = structlog.get_logger("gateway")
+# What `emit` logs through: the lazy proxy above until the log is set up, then one logger
+# bound to that set-up (`bind_logger`). The proxy binds a new logger on every call, a third
+# of an event's cost, most events being emitted on the event loop (bench/log_events.py).
+_bound: Any = _logger
 
 # Called with every event emitted, whatever the log level lets through (metrics count them
 # all); in the emitter's context, so `request_id` is at hand. A context variable, not a
@@ -30,6 +35,14 @@ def emit(event: Event, *, level: str = "info") -> None:
         return
     fields = msgspec.structs.asdict(event)
     name = type(event).__struct_config__.tag
-    getattr(_logger, level)(name, **fields)
+    getattr(_bound, level)(name, **fields)
     for listener in LISTENERS.get():
         listener(event)
+
+
+def bind_logger() -> None:
+    """Emit through a logger bound to structlog's configuration as it is now (after
+    `structlog.configure`). Its processors stay the configured list itself, so
+    `structlog.testing.capture_logs`, which edits that list in place, still sees events."""
+    global _bound
+    _bound = _logger.bind()

@@ -11,6 +11,7 @@ import logging
 import os
 import re
 import sys
+import time
 from collections.abc import Callable
 from contextvars import ContextVar
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import IO, Any
 import msgspec
 import structlog
 
-from engines.log import LISTENERS
+from engines.log import LISTENERS, bind_logger
 from gateway.control.yaml_source import ENV_REF
 from gateway.logs.writer import LineWriter
 from schemas.config import ApiKey, GatewayConfig
@@ -186,9 +187,32 @@ def _taps() -> list[Callable[[str], None]]:
     return (_SCOPE.get() or _OUTSIDE).taps
 
 
-def _render(_logger: Any, _name: str, event: dict[str, Any]) -> str:
+class _Clock:
+    """UTC ISO 8601 timestamps to the microsecond, "2026-12-03T13:40:35.123456Z": the date
+    and time of day formatted once a second, not on every line (structlog's TimeStamper
+    made a datetime each time, an eighth of an event's cost)."""
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._prefix = ""
+
+    def now(self) -> str:
+        now = time.time()
+        second = int(now)
+        if second != self._second:
+            self._second = second
+            self._prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        return f"{self._prefix}.{int((now - second) * 1e6):06d}Z"
+
+
+_CLOCK = _Clock()
+
+
+def _render(_logger: Any, level: str, event: dict[str, Any]) -> str:
     # The fields every line has come first, so a line reads well in a terminal too.
-    head = {key: event.pop(key) for key in ("event", "ts", "level", "request_id") if key in event}
+    head = {"event": event.pop("event"), "ts": _CLOCK.now(), "level": level}
+    if "request_id" in event:
+        head["request_id"] = event.pop("request_id")
     return current_redactor().line(head | event)
 
 
@@ -201,11 +225,10 @@ def setup_logging(level: str = "info", log_file: str | None = None) -> None:
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),
-            _render,  # and redacted
+            _render,  # with the time and level, and redacted
         ],
         wrapper_class=structlog.make_filtering_bound_logger(LEVELS[level]),
         logger_factory=lambda *_: writer,
         cache_logger_on_first_use=False,
     )
+    bind_logger()
