@@ -387,6 +387,11 @@ class ModelConfig(Strict):
     reasoning: ReasoningEffort = "off"
     tool_parser: str | None = None
     rate: RateConfig = RateConfig()
+    # While the batch holds two or more streams, each stream's new tokens go out at most this
+    # often, several to a frame: the event loop's work per frame, on the GIL the model's
+    # step needs, is then paid once per interval, not once per token. A stream's first
+    # token, its end, and anything but text are never held; "0ms" frames every token.
+    stream_interval: Duration = "20ms"
     task: Literal["chat", "embed"] | None = None
     queue: QueueConfig = QueueConfig()
     # Keep each request's and answer's body (redacted as the log is, the first 64 KiB of
@@ -449,6 +454,7 @@ MODEL_KEYS: dict[str, KeyRule] = {
     "reasoning": KeyRule(ENGINES, restart=False),
     "tool_parser": KeyRule(LOCAL, restart=True),
     "rate": KeyRule(ENGINES, restart=True),
+    "stream_interval": KeyRule(LOCAL, restart=False),
     "task": KeyRule(LOCAL, restart=True),
     "queue": KeyRule(ENGINES, restart=False),
     "capture": KeyRule(ENGINES, restart=False),

@@ -35,7 +35,7 @@ from schemas.canonical import (
     TextDelta,
     ToolCallOutput,
 )
-from schemas.config import ModelConfig
+from schemas.config import LOCAL, ModelConfig, seconds
 from schemas.events import BatchFailed, Generated
 
 # A burst of arrivals (many clients at once) joins the batch as one group. Stepping between
@@ -168,10 +168,13 @@ class ModelThread:
             return
         batch = self._batch
         pace = Pace(self._settings().rate.max_tokens_per_sec)
+        held = Held()
         while True:
             if self._admit_waiting(batch):  # perhaps the first of a burst
                 self._gather_burst(batch)
             if not batch.active:
+                if held.outputs:  # (each request ends with an output that is never held)
+                    self._deliver_step(held.take())
                 return
             stepping = batch.active
             try:
@@ -180,12 +183,21 @@ class ModelThread:
                 steps = batch.step()
                 if timeline.ON:
                     timeline.mark("stepped", len(steps))
-                if steps:
-                    self._deliver_step(steps, alone=stepping == 1)
+                if steps and held.keep(steps, stepping, self._stream_interval()):
+                    self._deliver_step(held.take(), alone=stepping == 1)
             except Exception as error:  # the batch broke: every request in it ends
+                if held.outputs:  # what it made before the break goes out first
+                    self._deliver_step(held.take())
                 self._fail_batch(error)
                 return
             pace.wait(stepping)
+
+    def _stream_interval(self) -> float:
+        """The model's `stream_interval` in force (a reload changes it between two steps).
+        0 for an engine whose step waits on I/O (a remote's): it could hold text until
+        its next output."""
+        settings = self._settings()
+        return seconds(settings.stream_interval) if settings.engine in LOCAL else 0.0
 
     def _admit_waiting(self, batch: Batch) -> int:
         """Admit every job in the inbox; how many there were."""
@@ -376,3 +388,40 @@ def _ignore_trim_failure(future: asyncio.Future[None]) -> None:
     nothing else: the next request revives or reloads the model as it would anyway."""
     if not future.cancelled():
         future.exception()
+
+
+class Held:
+    """A busy batch's outputs, kept back between hand-outs to the event loop
+    (`stream_interval`): each stream's text of those steps then goes out as one output, so
+    one frame. Handed out at once: a lone stream's, a first token, an end, anything but text,
+    and whatever has been held `interval` seconds."""
+
+    def __init__(self) -> None:
+        self.outputs: list = []
+        self._since = 0.0
+
+    def keep(self, steps: list, stepping: int, interval: float) -> bool:
+        """Add a step's outputs; whether to hand them out now."""
+        if not self.outputs:
+            self._since = time.perf_counter()
+        self.outputs += steps
+        if stepping < 2 or time.perf_counter() - self._since >= interval:
+            return True
+        return any(type(o) not in HELD_TYPES or not job.first_token_at for job, o in steps)
+
+    def take(self) -> list:
+        """The held outputs, each job's runs of text joined, in each job's own order."""
+        outputs, self.outputs = self.outputs, []
+        if len(outputs) <= 1:
+            return outputs
+        by_job: dict[Job, list] = {}
+        for job, output in outputs:
+            runs = by_job.setdefault(job, [])
+            if runs and type(output) in HELD_TYPES and type(runs[-1]) is type(output):
+                runs[-1] = type(output)(runs[-1].text + output.text)
+            else:
+                runs.append(output)
+        return [(job, output) for job, runs in by_job.items() for output in runs]
+
+
+HELD_TYPES = (TextDelta, ReasoningDelta)
