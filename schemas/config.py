@@ -390,8 +390,10 @@ class ModelConfig(Strict):
     # While the batch holds two or more streams, each stream's new tokens go out at most this
     # often, several to a frame: the event loop's work per frame, on the GIL the model's
     # step needs, is then paid once per interval, not once per token. A stream's first
-    # token, its end, and anything but text are never held; "0ms" frames every token.
-    stream_interval: Duration = "20ms"
+    # token, its end, and anything but text are never held; "0ms" (the default, as vLLM's
+    # `stream_interval` of 1) frames every token: on the H200 holding 20 ms made no
+    # difference beyond the noise (bench/RESULTS.md, runs 45 and 47).
+    stream_interval: Duration = "0ms"
     task: Literal["chat", "embed"] | None = None
     queue: QueueConfig = QueueConfig()
     # Keep each request's and answer's body (redacted as the log is, the first 64 KiB of

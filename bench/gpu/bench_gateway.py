@@ -74,13 +74,13 @@ def gateway_config(
     budget: str,
     isolated: bool,
     serial_isolated: bool,
-    every_frame: bool = False,
+    held: bool = False,
 ) -> str:
     # `serial` is the single-stream model (as the product's single_stream.py: prefix reuse off,
     # so both sides prefill the whole prompt); `batched` the concurrency model at its defaults
     # (prefix reuse on), `batched-noreuse` the same with reuse off (what a reuse miss costs),
     # `batched-isolated` (when asked for) the same as `batched` with `isolation: process`,
-    # `batched-every` (when asked for) the same with `stream_interval: 0ms` (a frame a token).
+    # `batched-held` (when asked for) the same with `stream_interval: 20ms` (tokens held).
     budget_line = f", memory_budget: {budget}" if budget else ""
     models = f"""
 server: {{host: 127.0.0.1{budget_line}}}
@@ -105,7 +105,7 @@ models:
     # two 8B models inside the memory budget.
     batched = [("batched", "true", "none", ""), ("batched-noreuse", "false", "none", "")]
     batched += [("batched-isolated", "true", "process", "")] * isolated
-    batched += [("batched-every", "true", "none", "\n    stream_interval: 0ms")] * every_frame
+    batched += [("batched-held", "true", "none", "\n    stream_interval: 20ms")] * held
     for name, reuse, isolation, extra in batched:
         models += f"""  - id: {name}
     engine: mlx
@@ -292,7 +292,7 @@ def concurrency(bench, gateway, raw, args, save, results: dict, client_processes
     def gateways(clients: int, round_: int = 0) -> list[str]:
         models = ["batched"] + (["batched-noreuse"] if clients in args.noreuse_clients else [])
         models += ["batched-isolated"] if clients in args.isolated_clients else []
-        models += ["batched-every"] if clients in args.every_frame_clients else []
+        models += ["batched-held"] if clients in args.held_clients else []
         return models[round_ % len(models) :] + models[: round_ % len(models)]
 
     # Warm-up: every batch size twice, short. MLX's CUDA backend compiles kernels for each new
@@ -391,7 +391,7 @@ def run_shape(shape: str, bench, args, events_out, save) -> dict:
         args.memory_budget,
         bool(args.isolated_clients) or args.isolated_single,
         args.isolated_single,
-        bool(args.every_frame_clients),
+        bool(args.held_clients),
     )
     gateway = common.Gateway(config, f"gpu-{shape}")
     reference = raw = engine = floor = None
@@ -616,7 +616,7 @@ def summarize(shape_results: list[dict], bench, args) -> str:
                 "",
                 "| clients | " + " | ".join(labels) + " | best raw | gateway / best raw | "
                 "per round: batched / best raw (spread) | isolated / best raw (spread) | "
-                "frame a token / best raw (spread) | "
+                "held 20ms / best raw (spread) | "
                 "reuse on / off | gateway TTFT ms median / max | gateway per-stream tok/s |",
                 "|---" * (len(labels) + 9) + "|",
             ]
@@ -635,7 +635,7 @@ def summarize(shape_results: list[dict], bench, args) -> str:
                 for label in (
                     "gateway batched",
                     "gateway batched-isolated",
-                    "gateway batched-every",
+                    "gateway batched-held",
                 ):
                     side = conc.get(label, {}).get(clients, [])
                     raw = conc.get(best, {}).get(clients, []) if best else []
@@ -711,10 +711,10 @@ def main() -> None:
         help="client counts that also run `batched-isolated` (`isolation: process`)",
     )
     parser.add_argument(
-        "--every-frame-clients",
+        "--held-clients",
         default="",
-        help="client counts that also run `batched-every` (`stream_interval: 0ms`: a frame "
-        "per token, as before the key; needs a product that has it)",
+        help="client counts that also run `batched-held` (`stream_interval: 20ms`: a busy "
+        "batch's tokens several to a frame; needs a product that has the key)",
     )
     parser.add_argument(
         "--isolated-single",
@@ -759,7 +759,7 @@ def main() -> None:
     args.clients = [int(c) for c in args.clients.split(",")]
     args.noreuse_clients = {int(c) for c in args.noreuse_clients.split(",") if c}
     args.isolated_clients = {int(c) for c in args.isolated_clients.split(",") if c}
-    args.every_frame_clients = {int(c) for c in args.every_frame_clients.split(",") if c}
+    args.held_clients = {int(c) for c in args.held_clients.split(",") if c}
     args.raw_prefill = [0 if p == "n" else int(p) for p in args.raw_prefill.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
     sys.path.insert(0, str(args.product / "bench"))

@@ -1,5 +1,5 @@
 """`stream_interval`: a busy batch's tokens go out several to a frame, a lone stream's and
-every stream's first token one by one; "0ms" frames every token. Through the real gateway
+every stream's first token one by one; by default ("0ms") every token has its frame. Through the real gateway
 on scripted models and the official `openai` client."""
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ models:
   - id: every
     engine: scripted
     concurrency: 2
-    stream_interval: 0ms
     script: {{reply: "{REPLY}", token_delay: 0.01}}
 """
 HELLO = [{"role": "user", "content": "hi"}]
@@ -58,7 +57,7 @@ def test_a_busy_batch_sends_several_tokens_a_frame_and_each_first_token_alone(ga
         assert len(stream) <= len(lone) // 3
 
 
-def test_zero_interval_and_a_lone_stream_frame_every_token(gateway):
+def test_the_default_and_a_lone_stream_frame_every_token(gateway):
     lone = frames(gateway, "held", 1)[0]
     assert len(lone) == len(WORDS)
     for stream in frames(gateway, "every", 2):
