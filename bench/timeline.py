@@ -1,7 +1,7 @@
 """Where a streamed token's time goes, per token, from the model's step to the client.
 
     .venv/bin/python bench/timeline.py [--source SRC] [--max-tokens 128] [--burst 32]
-        [--rounds 3] [--isolation thread|process]
+        [--rounds 3] [--isolation thread|process] [--stream-interval 0ms]
 
 Starts `gateway serve` with `GATEWAY_TIMELINE` set (engines/timeline.py: marks at the model
 thread's step, its hand-over to the event loop, the loop taking it, each protocol frame
@@ -68,6 +68,7 @@ models:
     source: {source}
     context: {{max: 2048}}
     concurrency: {concurrency}{isolation}
+    stream_interval: {interval}
 """
 
 STORY = "Write a long story about a lighthouse keeper. Round {round}, reader {client}."
@@ -292,6 +293,11 @@ def main() -> None:
         default="thread",
         help="process: both models in a process of their own (their steps marked there too)",
     )
+    parser.add_argument(
+        "--stream-interval",
+        default="0ms",
+        help="the batched model's stream_interval (a busy batch's tokens held, several a frame)",
+    )
     parser.add_argument("--marks", help="a folder to keep the raw marks in (marks.jsonl)")
     args = parser.parse_args()
     isolation = "\n    isolation: process" if args.isolation == "process" else ""
@@ -301,7 +307,12 @@ def main() -> None:
     where.mkdir(parents=True, exist_ok=True)
     marks_file = where / "marks.jsonl"
     os.environ["GATEWAY_TIMELINE"] = str(marks_file)
-    config = CONFIG.format(source=args.source, concurrency=args.concurrency, isolation=isolation)
+    config = CONFIG.format(
+        source=args.source,
+        concurrency=args.concurrency,
+        isolation=isolation,
+        interval=args.stream_interval,
+    )
     gateway = Gateway(config, "timeline")
     windows: dict[str, list] = {
         "serial, 1 stream": [],
