@@ -398,6 +398,7 @@ class Held:
 
     def __init__(self) -> None:
         self.outputs: list = []
+        self._steps = 0
         self._since = 0.0
 
     def keep(self, steps: list, stepping: int, interval: float) -> bool:
@@ -405,14 +406,17 @@ class Held:
         if not self.outputs:
             self._since = time.perf_counter()
         self.outputs += steps
+        self._steps += 1
         if stepping < 2 or time.perf_counter() - self._since >= interval:
             return True
         return any(type(o) not in HELD_TYPES or not job.first_token_at for job, o in steps)
 
     def take(self) -> list:
-        """The held outputs, each job's runs of text joined, in each job's own order."""
+        """The held outputs, each job's runs of text joined, in each job's own order (one
+        step's, as they came: nothing was held)."""
         outputs, self.outputs = self.outputs, []
-        if len(outputs) <= 1:
+        steps, self._steps = self._steps, 0
+        if steps <= 1:
             return outputs
         by_job: dict[Job, list] = {}
         for job, output in outputs:
