@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
+import httpx
 import openai
 import pytest
 
@@ -62,3 +63,15 @@ def test_the_default_and_a_lone_stream_frame_every_token(gateway):
     assert len(lone) == len(WORDS)
     for stream in frames(gateway, "every", 2):
         assert stream == lone
+
+
+def test_a_reload_retunes_it_in_place(gateway, tmp_path):
+    (config,) = tmp_path.glob("models-*.yaml")
+    config.write_text(
+        CONFIG.replace("  - id: every\n", "  - id: every\n    stream_interval: 150ms\n")
+    )
+    diff = httpx.post(f"{gateway.url}/admin/reload", timeout=30).json()
+    assert diff["changed"] == ["every"] and "every" not in diff["restarted"]
+    for stream in frames(gateway, "every", 2):
+        assert "".join(stream) == REPLY
+        assert len(stream) <= len(WORDS) // 3
