@@ -34,6 +34,7 @@ VALUES = {
     "reasoning": "low",
     "tool_parser": "json",
     "rate": {"max_tokens_per_sec": 5.0},
+    "stream_interval": "20ms",
     "task": "embed",
     "queue": {"max_depth": 3},
     "capture": True,
