@@ -7,6 +7,7 @@ silently ignored setting. Durations and sizes stay strings here ("120s", "12GiB"
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Annotated, Literal, NamedTuple, get_args
 
@@ -50,6 +51,7 @@ _SIZE_UNITS = {
 }
 
 
+@functools.lru_cache(maxsize=256)  # a model thread reads its `stream_interval` every step
 def seconds(duration: str) -> float:
     """Seconds in a `Duration` string."""
     number, unit = re.fullmatch(r"([\d.]+)(ms|s|m|h)", duration).groups()

@@ -172,9 +172,7 @@ class ModelThread:
         while True:
             if self._admit_waiting(batch):  # perhaps the first of a burst
                 self._gather_burst(batch)
-            if not batch.active:
-                if held.outputs:  # (each request ends with an output that is never held)
-                    self._deliver_step(held.take())
+            if not batch.active:  # (each request ends with an output never held)
                 return
             stepping = batch.active
             try:
@@ -390,6 +388,9 @@ def _ignore_trim_failure(future: asyncio.Future[None]) -> None:
         future.exception()
 
 
+HELD_TYPES = (TextDelta, ReasoningDelta)  # what a busy batch may hold back, and join
+
+
 class Held:
     """A busy batch's outputs, kept back between hand-outs to the event loop
     (`stream_interval`): each stream's text of those steps then goes out as one output, so
@@ -426,6 +427,3 @@ class Held:
             else:
                 runs.append(output)
         return [(job, output) for job, runs in by_job.items() for output in runs]
-
-
-HELD_TYPES = (TextDelta, ReasoningDelta)
