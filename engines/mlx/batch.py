@@ -100,7 +100,7 @@ class MLXBatch:
         )
         self._solo: Solo | None = None
         self._solo_start: Admitted | None = None
-        self._pending: list[Step] = []  # outputs made outside step() (a solo joining)
+        self._pending: list[Step] = []  # outputs made outside step(): echo, a solo joining
         self._eos = set(eos)
         slots = config.session_slots if engine.parked_bytes else 0
         # Bounded in bytes too: the budget counts the parked caches at this limit.
@@ -147,17 +147,18 @@ class MLXBatch:
         seq = Sequence(
             uid=SOLO,
             parser=job.parser,
-            detokenizer=self._tokenizer.detokenizer,
+            detokenizer=self._engine.detokenizer(),
             cancelled=cancelled,
             prompt_tokens=len(job.prompt),
             reused=reused,
             started=time.perf_counter(),
-            outputs=[echoed] if echoed is not None else [],
             job=job,
             drafter=self._drafter(job),
         )
         if hit is not None:
             seq.reused_disk, seq.disk_load_s = hit.tokens, hit.seconds
+        if echoed is not None:  # the prompt's logprobs, before the first token
+            self._pending.append((key, echoed))
         admitted = Admitted(rest, cache, job.prompt[:reused], job)
         # Alone: the single-sequence path (which reads no logprobs: those go to the batch).
         if not self._sequences and job.logprobs is None:
@@ -174,10 +175,6 @@ class MLXBatch:
 
     def step(self) -> list[Step]:
         out, self._pending = self._pending, []
-        for key, seq in self._sequences.values():
-            if seq.outputs:  # the prompt's logprobs (echo), before the first token
-                out += [(key, o) for o in seq.outputs]
-                seq.outputs = []
         gone = cancelled_uids(self._sequences)
         if gone:
             if SOLO in gone:
@@ -193,16 +190,16 @@ class MLXBatch:
         drafted = None
         if self._drafting is not None:
             drafted = self._drafting.next(self._generator, self._drafter_of)
+        sequences = self._sequences
         for response in self._generator.next_generated() if drafted is None else drafted:
-            if response.uid not in self._sequences:
-                continue
-            out += self._emit(
-                response.uid,
-                response.token,
-                response.finish_reason,
-                lambda r=response: (r.all_tokens, r.prompt_cache),
-                response.logprobs,
-            )
+            if response.uid in sequences:
+                out += self._emit(
+                    response.uid,
+                    response.token,
+                    response.finish_reason,
+                    lambda r=response: (r.all_tokens, r.prompt_cache),
+                    response.logprobs,
+                )
         return out
 
     def _drafter(self, job):
@@ -291,23 +288,23 @@ class MLXBatch:
         is the step's log-softmax, for a request that asked for logprobs.
         """
         key, seq = self._sequences[uid]
-        lead, job = [], seq.job
-        asked = job is not None and job.logprobs is not None and row is not None
-        if asked and token not in self._eos:
-            lead.append((key, logprobs_of(row, token, job.logprobs, job.piece)))
         outputs, reason = seq.take(token, finish_reason, self._eos)
+        out = [(key, o) for o in outputs]
+        job = seq.job
+        if job.logprobs is not None and row is not None and token not in self._eos:
+            out.insert(0, (key, logprobs_of(row, token, job.logprobs, job.piece)))
+        if not reason:  # most tokens
+            return out
         if reason == "stop_string":
             if finish_reason is None and uid != SOLO:
                 self._generator.remove([uid])
-        elif reason:
+        else:
             self._park(*parked(), seq)
-        out = lead + [(key, o) for o in outputs]
-        if reason:
-            del self._sequences[uid]
-            out += [(key, o) for o in seq.finish(reason)]
-            if self._disk is not None and seq.first_at is not None:
-                prefill_s = seq.first_at - seq.started - seq.disk_load_s
-                self._disk.worth.prefilled(seq.prompt_tokens - seq.reused, prefill_s)
+        del self._sequences[uid]
+        out += [(key, o) for o in seq.finish(reason)]
+        if self._disk is not None and seq.first_at is not None:
+            prefill_s = seq.first_at - seq.started - seq.disk_load_s
+            self._disk.worth.prefilled(seq.prompt_tokens - seq.reused, prefill_s)
         return out
 
     def _nearest_cache(self, prompt: list[int]):

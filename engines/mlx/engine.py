@@ -13,6 +13,7 @@ from engines.cache import CacheDir
 from engines.errors import BadRequest, ContextTooLarge, ModelUnavailable, SourceError
 from engines.mlx.constrain import Grammar
 from engines.mlx.facts import source_chat_template
+from engines.mlx.kit.detokenize import byte_detokenizer
 from engines.mlx.kit.disk_cache import BLOCK_TOKENS, DiskKV, cacheable, min_tokens, why_off
 from engines.mlx.kit.encode import TextEncoder
 from engines.mlx.kit.memory import release_buffers
@@ -90,6 +91,7 @@ class MLXEngine:
         self._model = None
         self._tokenizer = None
         self._text_encoder: TextEncoder | None = None
+        self._detokenizer = None  # a ByteDetokenizer to copy for each sequence, or None
         self._context = 0
         self.parked_bytes = 0  # the byte limit of the parked sessions' KV caches
         self.parked_draft_bytes = 0  # and of their draft model's caches (`draft:`)
@@ -167,6 +169,7 @@ class MLXEngine:
             refuse_untrimmable(self._config.id, model)
         self._model, self._tokenizer = model, tokenizer
         self._text_encoder = TextEncoder(tokenizer)
+        self._detokenizer = byte_detokenizer(tokenizer.detokenizer)
         self.disk, disk_detail = self._open_disk(model, path, held)
         self._eos_ids = set(tokenizer.eos_token_ids)
         self._tool_format = self._pick_tool_format(tokenizer)
@@ -252,6 +255,13 @@ class MLXEngine:
             self._model, prompt, request.controls.logprobs.top, self._grammar.piece
         )
         return Logprobs(tokens=tokens, prompt=True)
+
+    def detokenizer(self):
+        """A streaming detokenizer for one sequence: the table-driven one where the model's
+        vocabulary is byte-level BPE (kit/detokenize.py), else mlx-lm's own."""
+        if self._detokenizer is not None:
+            return self._detokenizer.fresh()
+        return self._tokenizer.detokenizer
 
     def open_batch(self) -> Batch:
         """Continuous batching through mlx-lm, unless a setting needs the single-stream path.
@@ -342,6 +352,7 @@ class MLXEngine:
         if self._text_encoder is not None:
             self._text_encoder.close()
         self._model = self._tokenizer = self._draft = self._text_encoder = None
+        self._detokenizer = None
         release_buffers()
 
     def _open_disk(self, model, path: Path, held: str) -> tuple[DiskKV | None, str]:

@@ -113,7 +113,10 @@ class OutputParser:
         """Outputs for the next piece of raw text."""
         if self._reasoning is None:
             return self._feed_answer(text)
-        return self._route(self._reasoning.feed(text))
+        pieces = self._reasoning.feed(text)
+        if len(pieces) == 1 and not pieces[0][0]:  # answer text alone: most tokens
+            return self._feed_answer(pieces[0][1])
+        return self._route(pieces)
 
     def _route(self, pieces: list[tuple[bool, str]]) -> list[Output]:
         outputs: list[Output] = []

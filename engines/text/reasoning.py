@@ -78,6 +78,17 @@ class ReasoningSplitter:
         self._trim = opened  # drop whitespace at the start of the current piece
 
     def feed(self, text: str) -> list[tuple[bool, str]]:
+        marker = self._markers.end if self._thinking else self._markers.start
+        # Most tokens: nothing held or to trim, no marker's first character, and (thinking)
+        # no whitespace at the end that the end marker could follow. The batch feeds every
+        # token of every stream through here on the model thread.
+        if (
+            not self._held
+            and not self._trim
+            and marker[0] not in text
+            and not (self._thinking and text[-1:].isspace())
+        ):
+            return [(self._thinking, text)] if text else []
         pieces: list[tuple[bool, str]] = []
         self._held += text
         while True:

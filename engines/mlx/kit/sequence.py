@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Container
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from engines.text.output import OutputParser
 from schemas.canonical import Output
@@ -30,7 +30,6 @@ class Sequence:
     image_tokens: int = 0
     first_at: float | None = None
     new_tokens: int = 0
-    outputs: list = field(default_factory=list)  # made before its first token (echo)
     job: object = None  # the engine's prepared request, where the batch needs it again
     drafter: object = None  # its drafter (kit/lookup.py, kit/draft_model.py), when it speculates
 
@@ -41,19 +40,22 @@ class Sequence:
         its outputs, and why the sequence ends (`stop_string`, the generator's reason) or None.
 
         An end-of-sequence token is neither counted nor detokenized."""
-        self.first_at = self.first_at or time.perf_counter()
-        if token is not None and token not in eos:
-            self.new_tokens += 1
-            self.detokenizer.add_token(token)
-        if token is not None and self.drafter is not None:
-            self.drafter.extend([token])
+        if self.first_at is None:
+            self.first_at = time.perf_counter()
+        detokenizer, parser = self.detokenizer, self.parser
+        if token is not None:
+            if token not in eos:
+                self.new_tokens += 1
+                detokenizer.add_token(token)
+            if self.drafter is not None:
+                self.drafter.extend([token])
         if finish_reason is not None:
-            self.detokenizer.finalize()
+            detokenizer.finalize()
         # A token inside a word or a character adds no text yet (the detokenizer holds it):
         # the parser has nothing new to see.
-        segment = self.detokenizer.last_segment
-        outputs = self.parser.feed(segment) if segment else []
-        return outputs, "stop_string" if self.parser.stopped else finish_reason
+        segment = detokenizer.last_segment
+        outputs = parser.feed(segment) if segment else []
+        return outputs, "stop_string" if parser.stopped else finish_reason
 
     def finish(self, reason: str) -> list[Output]:
         """What ends it (`OutputParser.end`), with its counts."""
