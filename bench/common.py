@@ -21,7 +21,7 @@ import sys
 import tempfile
 import textwrap
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -372,6 +372,33 @@ def tree_at(rev: str, into: Path) -> Path:
     archive = subprocess.run(["git", "archive", rev], cwd=REPO, capture_output=True, check=True)
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
     return into
+
+
+def per_tree_costs(
+    at: str | None, rounds: int, measure: Callable[[Path], float], unit: str, digits: int
+) -> str:
+    """`measure(tree)` (µs `unit`, e.g. "a token") of this tree, and of commit `at`'s when
+    given, `rounds` times, the first of each round alternating; the result table, and with
+    `at` the median of per-round ratios between the two."""
+    with tempfile.TemporaryDirectory() as older:
+        trees = {"this tree": REPO, **({f"at {at}": tree_at(at, Path(older))} if at else {})}
+        costs: dict[str, list[float]] = {name: [] for name in trees}
+        for round_ in range(rounds):
+            for name in trees if round_ % 2 == 0 else reversed(trees):
+                costs[name].append(measure(trees[name]))
+                print(f"round {round_} {name}: {costs[name][-1]:.{digits}f} µs {unit}", flush=True)
+    rows = [
+        [name, fmt(median(c), digits), f"{fmt(min(c), digits)}-{fmt(max(c), digits)}"]
+        for name, c in costs.items()
+    ]
+    body = table(["tree", f"µs {unit} (median)", "spread over rounds"], rows)
+    if at:
+        ratios = [a / b for a, b in zip(costs["this tree"], costs[f"at {at}"], strict=True)]
+        body += (
+            f"\n\nThis tree / {at}: {fmt(median(ratios), 3)} of the time {unit} "
+            f"(median of per-round ratios, {fmt(min(ratios), 3)}-{fmt(max(ratios), 3)})"
+        )
+    return body
 
 
 def median(values: Sequence[float | None]) -> float | None:

@@ -14,15 +14,13 @@ same rounds (the first of each round alternating): the ratio between the two, pe
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from common import REPO, fmt, median, report, table, tree_at
+from common import per_tree_costs, report
 
 # Run in the tree under test (its own gateway/, engines/, schemas/ first on sys.path).
 WORKER = r"""
@@ -78,28 +76,9 @@ def main() -> None:
     parser.add_argument("--at", help="also commit REV's tree, rounds interleaved")
     args = parser.parse_args()
     load_before = os.getloadavg()
-    with contextlib.ExitStack() as stack:
-        trees = {"this tree": REPO}
-        if args.at:
-            older = tree_at(args.at, Path(stack.enter_context(tempfile.TemporaryDirectory())))
-            trees[f"at {args.at}"] = older
-        costs: dict[str, list[float]] = {name: [] for name in trees}
-        for round_ in range(args.rounds):
-            names = list(trees) if round_ % 2 == 0 else list(reversed(trees))
-            for name in names:
-                costs[name].append(one_round(trees[name], args.events))
-                print(f"round {round_} {name}: {costs[name][-1]:.1f} µs an event", flush=True)
-    rows = [
-        [name, fmt(median(c), 1), f"{fmt(min(c), 1)}-{fmt(max(c), 1)}"] for name, c in costs.items()
-    ]
-    body = table(["tree", "µs an event (median)", "spread over rounds"], rows)
-    if args.at:
-        base = costs[f"at {args.at}"]
-        ratios = [a / b for a, b in zip(costs["this tree"], base, strict=True)]
-        body += (
-            f"\n\nThis tree / {args.at}: {fmt(median(ratios), 3)} of the time an event "
-            f"(median of per-round ratios, {fmt(min(ratios), 3)}-{fmt(max(ratios), 3)})"
-        )
+    body = per_tree_costs(
+        args.at, args.rounds, lambda tree: one_round(tree, args.events), "an event", 1
+    )
     notes = (
         f"{args.rounds} rounds, each tree in a fresh process per round; per round the five "
         f"events of one streamed chat completion emitted {args.events} times each, the log "

