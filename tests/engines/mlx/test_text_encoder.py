@@ -21,36 +21,38 @@ TEXTS = [
 
 
 @pytest.mark.parametrize("special", [True, False])
-def test_the_rust_tokenizer_encodes_to_transformers_ids(tokenizer, special):
-    encode = TextEncoder(tokenizer)
+def test_the_rust_tokenizer_encodes_to_transformers_ids(smollm2_tokenizer, special):
+    encode = TextEncoder(smollm2_tokenizer)
     assert encode.holds_gil
     for text in TEXTS:
-        assert encode(text, add_special_tokens=special) == tokenizer.encode(
+        assert encode(text, add_special_tokens=special) == smollm2_tokenizer.encode(
             text, add_special_tokens=special
         ), text
 
 
-def test_a_backend_that_disagrees_is_not_used(tokenizer):
+def test_a_backend_that_disagrees_is_not_used(smollm2_tokenizer):
     class Shifted:
         """A backend whose ids are not transformers' (as a slow or patched tokenizer's)."""
 
         def encode(self, text, add_special_tokens=True):
-            ids = tokenizer.backend_tokenizer.encode(text, add_special_tokens=add_special_tokens)
+            ids = smollm2_tokenizer.backend_tokenizer.encode(
+                text, add_special_tokens=add_special_tokens
+            )
             return type("Encoding", (), {"ids": [i + 1 for i in ids.ids]})()
 
     class Patched:
         backend_tokenizer = Shifted()
 
         def __getattr__(self, name):
-            return getattr(tokenizer, name)
+            return getattr(smollm2_tokenizer, name)
 
     encode = TextEncoder(Patched())
     assert not encode.holds_gil
-    assert encode("hello there") == tokenizer.encode("hello there")
+    assert encode("hello there") == smollm2_tokenizer.encode("hello there")
 
 
-def test_aside_encodes_the_same_ids_on_a_thread_of_its_own_until_closed(tokenizer):
-    encode = TextEncoder(tokenizer)
+def test_aside_encodes_the_same_ids_on_a_thread_of_its_own_until_closed(smollm2_tokenizer):
+    encode = TextEncoder(smollm2_tokenizer)
     before = set(threading.enumerate())
     for text in TEXTS:
         assert encode(text, aside=True) == encode(text)
