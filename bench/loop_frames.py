@@ -1,11 +1,14 @@
 """The event loop's cost per streamed frame with many streams, and where it goes.
 
     .venv/bin/python bench/loop_frames.py [--streams 128] [--tokens 2000] [--rounds 5]
+        [--bursts 1]  # per round
         [--profile]   # with py-spy installed: the loop thread's time by function
         [--at REV]    # also commit REV's gateway, rounds interleaved: the ratio between them
 
 `--tokens 1` measures what a burst of arrivals costs (request parsed, checked, routed,
-answered) rather than the frames of long streams.
+answered) rather than the frames of long streams: read its loop CPU a stream, the gateway's
+main thread's CPU time per request, which is what a burst's requests cost the GIL the model
+threads need before the first step (on the H200, 128 arrivals took the loop ~115 ms).
 
 A scripted model (`concurrency: --streams`, no delay between tokens: no model work) answers
 `--streams` streamed chats at once, each read by a minimal raw-socket client (asyncio
@@ -102,6 +105,9 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=128)
     parser.add_argument("--tokens", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--bursts", type=int, default=1, help="bursts per round (more: a finer CPU reading)"
+    )
     parser.add_argument("--profile", action="store_true")
     parser.add_argument(
         "--at", metavar="REV", help="also run the gateway of commit REV, rounds interleaved"
@@ -115,7 +121,7 @@ def main() -> None:
         if args.at:
             older = tree_at(args.at, Path(stack.enter_context(tempfile.TemporaryDirectory())))
             sides[f"at {args.at}"] = Gateway(config, "loop-frames-at", code=older)
-        rates, profile, platform = measure(sides, args)
+        rates, profile, platform, loop_us = measure(sides, args)
     rows = [
         [
             side,
@@ -123,25 +129,30 @@ def main() -> None:
             fmt(median(r), 0),
             f"{fmt(min(r), 0)}-{fmt(max(r), 0)}",
             fmt(1e6 / median(r), 1),
+            fmt(median(loop_us[side]), 0),
+            f"{fmt(min(loop_us[side]), 0)}-{fmt(max(loop_us[side]), 0)}",
         ]
         for side, r in rates.items()
     ]
     header = ["gateway", "streams", "frames/s (median)", "spread over rounds"]
-    header.append("µs of wall time per frame")
+    header += ["µs of wall time per frame", "loop CPU µs a stream (median)", "spread"]
     body = table(header, rows)
     if args.at:
-        ratios = [a / b for a, b in zip(*rates.values(), strict=True)]
-        body += (
-            f"\n\nThis tree / {args.at}: {fmt(median(ratios), 3)} (median of per-round ratios, "
-            f"{fmt(min(ratios), 3)}-{fmt(max(ratios), 3)})"
-        )
+        for what, values in (("frames/s", rates), ("loop CPU a stream", loop_us)):
+            ratios = [a / b for a, b in zip(*values.values(), strict=True)]
+            body += (
+                f"\n\nThis tree / {args.at}, {what}: {fmt(median(ratios), 3)} (median of "
+                f"per-round ratios, {fmt(min(ratios), 3)}-{fmt(max(ratios), 3)})"
+            )
     if profile:
         body += "\n\nThe event loop thread under py-spy (200 Hz, every round):\n\n" + profile
     notes = (
-        f"{args.rounds} rounds after a warm-up; per round {args.streams} streamed chats at once "
+        f"{args.rounds} rounds after a warm-up; per round {args.bursts} x {args.streams} streamed "
+        "chats at once "
         f"on their own connections, {args.tokens} words each from the scripted engine (no "
         "delay), read by raw-socket clients in this process; with `--at`, the two gateways "
-        "take turns, the first of each round alternating. Frames: every SSE `data:` line read."
+        "take turns, the first of each round alternating. Frames: every SSE `data:` line read. "
+        "Loop CPU: the gateway's main thread's CPU time (/proc) over the round, per stream."
     )
     report(
         "Event loop: streamed frames per second with many streams",
@@ -152,9 +163,17 @@ def main() -> None:
     )
 
 
-def measure(sides: dict[str, Gateway], args) -> tuple[dict[str, list[float]], str, dict]:
-    """Frames/s per round of each side; the profile of the first (with --profile)."""
+def loop_cpu_s(pid: int) -> float:
+    """CPU seconds the process's main thread (its event loop) has used; Linux's /proc."""
+    fields = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(sides: dict[str, Gateway], args) -> tuple[dict[str, list[float]], str, dict, dict]:
+    """Frames/s per round of each side, and its event loop's CPU µs per stream; the
+    profile of the first (with --profile)."""
     rates: dict[str, list[float]] = {side: [] for side in sides}
+    loop_us: dict[str, list[float]] = {side: [] for side in sides}
     profile = ""
     try:
         for gateway in sides.values():
@@ -166,9 +185,18 @@ def measure(sides: dict[str, Gateway], args) -> tuple[dict[str, list[float]], st
         for round_ in range(args.rounds):
             order = list(sides.items())
             for side, gateway in order if round_ % 2 == 0 else order[::-1]:
-                frames, seconds = asyncio.run(burst(gateway.port, args.streams, args.tokens))
+                cpu, frames, seconds = loop_cpu_s(gateway.process.pid), 0, 0.0
+                for _ in range(args.bursts):
+                    more, took = asyncio.run(burst(gateway.port, args.streams, args.tokens))
+                    frames, seconds = frames + more, seconds + took
+                streams = args.streams * args.bursts
+                loop_us[side].append(1e6 * (loop_cpu_s(gateway.process.pid) - cpu) / streams)
                 rates[side].append(frames / seconds)
-                print(f"round {round_} {side}: {frames} frames in {seconds:.2f} s", flush=True)
+                print(
+                    f"round {round_} {side}: {frames} frames in {seconds:.2f} s, "
+                    f"loop CPU {loop_us[side][-1]:.0f} µs a stream",
+                    flush=True,
+                )
         if spy is not None:
             spy.send_signal(2)  # py-spy writes its samples on SIGINT
             spy.wait(timeout=60)
@@ -176,7 +204,7 @@ def measure(sides: dict[str, Gateway], args) -> tuple[dict[str, list[float]], st
     finally:
         for gateway in sides.values():
             gateway.stop()
-    return rates, profile, platform
+    return rates, profile, platform, loop_us
 
 
 def start_profile(pid: int) -> tuple[subprocess.Popen, Path]:
