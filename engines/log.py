@@ -27,6 +27,14 @@ LISTENERS: ContextVar[Sequence[Callable[[Event], None]]] = ContextVar("event_lis
 # listeners, so they join its stream and its metrics as a threaded model's do.
 RELAY: ContextVar[Callable[[Event, str], None] | None] = ContextVar("event_relay", default=None)
 
+# The fields every event of the current request carries (`request_id`, `key_label`), in one
+# context variable holding a dict that is replaced, never changed in place (a task copies
+# the context it starts in, dict and all). Not structlog's contextvars: each of its keys is
+# a variable of its own, so reading them (`merge_contextvars`, `get_contextvars`) walks
+# every variable of the context, litestar's and asyncio's too, some 14 times a request on
+# the event loop the model threads share the GIL with.
+_BOUND: ContextVar[dict[str, Any]] = ContextVar("event_fields", default={})  # noqa: B039 - never mutated
+
 
 def emit(event: Event, *, level: str = "info") -> None:
     """Log `event` under its tag with its fields; context (request_id) comes from structlog."""
@@ -38,6 +46,28 @@ def emit(event: Event, *, level: str = "info") -> None:
     getattr(_bound, level)(name, **fields)
     for listener in LISTENERS.get():
         listener(event)
+
+
+def bound() -> dict[str, Any]:
+    """The current request's event fields (read only)."""
+    return _BOUND.get()
+
+
+def bind(**fields: Any) -> None:
+    """Add `fields` to every event the current context emits from now on."""
+    _BOUND.set(_BOUND.get() | fields)
+
+
+def bind_only(**fields: Any) -> None:
+    """Make `fields` the only ones every event of the current context carries."""
+    _BOUND.set(fields)
+
+
+def merge_bound(_logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    """structlog processor: the bound fields join the event, after its own (which win)."""
+    for key, value in _BOUND.get().items():
+        event_dict.setdefault(key, value)
+    return event_dict
 
 
 def bind_logger() -> None:

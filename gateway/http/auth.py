@@ -10,12 +10,12 @@ from __future__ import annotations
 import functools
 import hmac
 
-import structlog
 from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 
 from engines.errors import Forbidden, GatewayError, Unauthorized
 from engines.job import NO_TICKET, TICKET, Ticket, own
+from engines.log import bind
 from gateway.control.keys import ALLOWED_MODELS, KeyEntry, key_entries
 from gateway.control.limits import KeyLimiter
 from gateway.http.errors import protocol_of
@@ -117,7 +117,7 @@ async def require_api_key(connection: ASGIConnection, handler: BaseRouteHandler)
             "missing or invalid API key: send it as 'Authorization: Bearer <key>' or 'x-api-key'"
         )
     ALLOWED_MODELS.set(matched.models)
-    structlog.contextvars.bind_contextvars(key_label=matched.label)
+    bind(key_label=matched.label)
     priority = asked_priority(connection, matched.priority)
     limiter: KeyLimiter = connection.app.state.limiter
     own(limiter.admit(matched.label, matched.limits))  # its slot ends with the request

@@ -7,12 +7,11 @@ import traceback
 from typing import NamedTuple
 
 import msgspec
-import structlog
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 
 from engines import errors as e
-from engines.log import emit
+from engines.log import bound, emit
 from gateway.http.ratelimit import rate_limit_headers
 from gateway.logs.setup import current_redactor
 from schemas.events import InternalError
@@ -232,7 +231,7 @@ def unexpected(error: BaseException, where: str) -> str:
         ),
         level="error",
     )
-    request_id = structlog.contextvars.get_contextvars().get("request_id")
+    request_id = bound().get("request_id")
     if request_id is None:
         return "internal error"
     return f"internal error (request id {request_id}); the gateway's log has the details"

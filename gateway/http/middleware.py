@@ -6,12 +6,11 @@ import time
 import uuid
 
 import msgspec
-import structlog
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from engines import timeline
 from engines.job import job_scope
-from engines.log import emit
+from engines.log import bind_only, emit
 from gateway.http.errors import error_body, protocol_of, should_retry
 from gateway.logs.setup import MIN_ENV_SECRET, PRESENTED
 from schemas.events import RequestFinished, RequestStarted
@@ -81,8 +80,7 @@ def request_events(app: ASGIApp) -> ASGIApp:
             timeline.mark("request")
         request_id = f"req_{uuid.uuid4().hex[:16]}"
         scope["app"].state.log_scope.enter()  # this request logs to its own app's listeners
-        structlog.contextvars.clear_contextvars()
-        structlog.contextvars.bind_contextvars(request_id=request_id)
+        bind_only(request_id=request_id)
         PRESENTED.set(presented_secrets(scope))
         emit(RequestStarted(method=scope["method"], path=scope["path"]))
         started = time.perf_counter()
@@ -125,6 +123,6 @@ def request_events(app: ASGIApp) -> ASGIApp:
                     error=error,
                 )
             )
-            structlog.contextvars.clear_contextvars()
+            bind_only()
 
     return middleware

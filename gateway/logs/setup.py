@@ -20,7 +20,7 @@ from typing import IO, Any
 import msgspec
 import structlog
 
-from engines.log import LISTENERS, bind_logger
+from engines.log import LISTENERS, bind_logger, merge_bound
 from gateway.control.yaml_source import ENV_REF
 from gateway.logs.writer import LineWriter
 from schemas.config import ApiKey, GatewayConfig
@@ -224,7 +224,7 @@ def setup_logging(level: str = "info", log_file: str | None = None) -> None:
     writer = LineWriter(streams, _taps)
     structlog.configure(
         processors=[
-            structlog.contextvars.merge_contextvars,
+            merge_bound,  # request_id, key_label
             _render,  # with the time and level, and redacted
         ],
         wrapper_class=structlog.make_filtering_bound_logger(LEVELS[level]),

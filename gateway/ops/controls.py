@@ -14,12 +14,12 @@ from __future__ import annotations
 import asyncio
 import math
 
-import structlog
 from litestar import post
 from litestar.datastructures import State
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from engines.errors import BadRequest, ModelNotFound
+from engines.log import bound
 from gateway.control.registry import Generation
 from gateway.http.middleware import send_error
 from gateway.ops.admin import ADMIN, ADMIN_GUARDS, runner_of
@@ -46,7 +46,7 @@ class InFlight:
         """ASGI middleware inside `request_events` (whose request id it reads)."""
 
         async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
-            request_id = structlog.contextvars.get_contextvars().get("request_id")
+            request_id = bound().get("request_id")
             task = asyncio.current_task()
             if scope["type"] != "http" or request_id is None or task is None:
                 await app(scope, receive, send)

@@ -11,7 +11,6 @@ import time
 from collections import deque
 from collections.abc import Iterator
 
-import structlog
 from litestar import Response, get
 from litestar.datastructures import State
 from prometheus_client import (
@@ -27,6 +26,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
 from engines.base import EngineState
+from engines.log import bound
 from gateway.control.registry import Registry
 from gateway.http.shutdown import Admission
 from gateway.ops.cache_metrics import CacheMetrics
@@ -143,8 +143,8 @@ class Metrics:
 
     def observe(self, event: Event) -> None:
         """The listener on `emit`: one event in, the metrics it moves moved."""
-        bound = structlog.contextvars.get_contextvars()
-        request_id, key = bound.get("request_id"), bound.get("key_label")
+        fields = bound()
+        request_id, key = fields.get("request_id"), fields.get("key_label")
         self.kv_cache.observe(event)
         match event:
             case RequestRouted(served=model) if request_id:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import structlog
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
+from engines.log import bound
 from gateway.logs.setup import current_redactor
 from gateway.ops.activity.rows import protocol_of
 from gateway.ops.activity.store import ActivityStore
@@ -52,13 +52,13 @@ class Capture:
         """The event listener: a request routed to a capturing model starts keeping."""
         if not isinstance(event, RequestRouted):
             return
-        bodies = self._live.get(structlog.contextvars.get_contextvars().get("request_id", ""))
+        bodies = self._live.get(bound().get("request_id", ""))
         if bodies is not None:
             bodies.on = any(m.capture for m in self._config().models if m.id == event.served)
 
     def wrap(self, app: ASGIApp) -> ASGIApp:
         async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
-            request_id = structlog.contextvars.get_contextvars().get("request_id")
+            request_id = bound().get("request_id")
             if scope["type"] != "http" or not request_id or not protocol_of(scope["path"]):
                 await app(scope, receive, send)
                 return
