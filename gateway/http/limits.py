@@ -71,7 +71,8 @@ def request_limits(app: ASGIApp) -> ASGIApp:
             if body_done:  # later receives wait for the client to leave: no limit on that
                 return await receive()
             try:
-                message = await asyncio.wait_for(receive(), patience)
+                async with asyncio.timeout(patience):  # wait_for made a task a receive (3.11)
+                    message = await receive()
             except TimeoutError:
                 raise BodyTimeout(
                     f"no part of the request body came for {limits.body_timeout} "

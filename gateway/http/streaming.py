@@ -11,6 +11,8 @@ import msgspec
 from litestar import Request
 from litestar.response import Stream
 from litestar.response.sse import ServerSentEventMessage
+from litestar.response.streaming import ASGIStreamingResponse
+from litestar.types import Receive, Send
 
 from engines import timeline
 from engines.errors import ClientGone
@@ -39,22 +41,31 @@ async def unless_client_leaves(request: Request, work: Awaitable[T]) -> T:
     """Await `work`; if the client disconnects first, cancel it and raise `ClientGone`.
 
     Cancelling `work` unwinds the runner's result generator, which withdraws the job from
-    its queue (or stops its generation within a token).
+    its queue (or stops its generation within a token). `work` runs in the caller's task
+    and one watcher task cancels that task if the client leaves: not `work` in a task of
+    its own raced against the watcher (two tasks and `asyncio.wait`'s futures a request,
+    on the event loop every stream shares).
     """
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_until_disconnect(request))
+    awaiting = asyncio.current_task()
+    gone = False
+
+    async def watch() -> None:
+        nonlocal gone
+        await _until_disconnect(request)
+        gone = True
+        awaiting.cancel()
+
+    watcher = asyncio.get_running_loop().create_task(watch())
     try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:  # the request itself cancelled (the ops page's cancel)
-        task.cancel()  # `work` must end before its generator can be closed
-        await asyncio.gather(task, return_exceptions=True)
-        raise
+        result = await work
+    except asyncio.CancelledError:
+        if not gone:  # the request itself cancelled (the ops page's cancel, shutdown)
+            raise
     finally:
         watcher.cancel()
-    if task.done():
-        return task.result()
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
+    if not gone:
+        return result
+    awaiting.uncancel()
     raise ClientGone("client disconnected")
 
 
@@ -151,6 +162,51 @@ async def stream_body(
         await cleanup()
 
 
+class _WatchedBody(ASGIStreamingResponse):
+    """litestar's streaming response, with the client watched on plain asyncio.
+
+    litestar runs the body in an anyio task group beside a task that reads `receive` for the
+    client's leaving, and cancels the group then; and when every stream ends, since the
+    server then answers `receive` with a disconnect too. That is two tasks, a group and a
+    cancel scope a response, and anyio's `cancel` formats the task's repr each time: ~8% of
+    the event loop's time per streamed request, on the GIL the model threads need. Here the
+    body is sent in the response's own task, and one watcher task cancels it only if the
+    client leaves first: the stream's generator is closed (its `finally` stops the job) and
+    the response ends quietly, as litestar's did."""
+
+    __slots__ = ()
+
+    async def send_body(self, send: Send, receive: Receive) -> None:
+        streaming = asyncio.current_task()
+        gone = False
+
+        async def watch() -> None:
+            nonlocal gone
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone = True
+            streaming.cancel()
+
+        watcher = asyncio.get_running_loop().create_task(watch())
+        try:
+            await self._stream(send)
+        except asyncio.CancelledError:
+            if not gone:  # cancelled from outside (shutdown, the ops page's cancel)
+                raise
+            streaming.uncancel()
+        finally:
+            watcher.cancel()
+
+
+class Streamed(Stream):
+    """litestar's `Stream` response, sent by `_WatchedBody`: every streamed answer's."""
+
+    def to_asgi_response(self, *args, **kwargs) -> ASGIStreamingResponse:
+        response = super().to_asgi_response(*args, **kwargs)
+        response.__class__ = _WatchedBody  # the same slots; only `send_body` differs
+        return response
+
+
 # What litestar's ServerSentEvent response sends besides the media type.
 SSE_HEADERS = {"Cache-Control": "no-cache", "Connection": "keep-alive", "X-Accel-Buffering": "no"}
 
@@ -160,7 +216,7 @@ def sse_response(
     frames: AsyncIterator[str | ServerSentEventMessage],
     error_tail: Callable[[int, str, str], str | ServerSentEventMessage],
     cleanup: Callable[[], Awaitable[None]],
-) -> Stream:
+) -> Streamed:
     """A streamed answer as server-sent events: `stream_body`'s frames, each a `data:`
     text or a message with its `event:` name, framed here.
 
@@ -169,7 +225,7 @@ def sse_response(
     line-break regex: every token of every stream passes here on the event loop, which
     at 128 streams on a fast GPU is busy for a third to a half of each batch step."""
     body = stream_body(request, frames, error_tail, cleanup, sse_bytes)
-    return Stream(body, media_type="text/event-stream", headers=SSE_HEADERS)
+    return Streamed(body, media_type="text/event-stream", headers=SSE_HEADERS)
 
 
 def sse_bytes(frame: str | ServerSentEventMessage) -> bytes:

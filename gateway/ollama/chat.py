@@ -9,7 +9,6 @@ from typing import Any
 
 import msgspec
 from litestar import Request, Response, post
-from litestar.response import Stream
 
 from engines.base import EngineState
 from engines.chat import serve_chat
@@ -18,7 +17,13 @@ from engines.runner import Runner
 from gateway.canonical.images import fetch_images, image_part, message_with_parts
 from gateway.control.registry import Generation, Route
 from gateway.http.body import decode_body
-from gateway.http.streaming import collect, started, stream_body, unless_client_leaves
+from gateway.http.streaming import (
+    Streamed,
+    collect,
+    started,
+    stream_body,
+    unless_client_leaves,
+)
 from gateway.ollama.controls import controls, wire_logprobs
 from gateway.ollama.models import json_reply, now, ollama_route
 from gateway.ollama.options import keep, options
@@ -152,7 +157,7 @@ async def _load_or_unload(runner: Runner) -> bool:
 
 async def _answer(
     request: Request, route: Route, ask: ChatAsk, stream: bool, frame: Frame
-) -> Response | Stream:
+) -> Response | Streamed:
     _, (results,) = await serve_chat(route.runner, ask)
     if not stream:
         whole = await unless_client_leaves(request, collect(results))
@@ -161,7 +166,7 @@ async def _answer(
         return json_reply(reply)
     outputs = await started(request, results)
     lines = (_line(output, frame) async for output in outputs)
-    return Stream(stream_body(request, lines, _error_line, outputs.aclose), media_type=NDJSON)
+    return Streamed(stream_body(request, lines, _error_line, outputs.aclose), media_type=NDJSON)
 
 
 def _line(output: Output, frame: Frame) -> bytes:
@@ -185,7 +190,7 @@ def _error_line(_status: int, message: str, _kind: str) -> bytes:
 
 
 @post("/api/chat", status_code=200)
-async def chat(request: Request, generation: Generation) -> Response | Stream:
+async def chat(request: Request, generation: Generation) -> Response | Streamed:
     """Chat; an NDJSON stream unless `stream: false`. No messages: load the model."""
     started = time.perf_counter_ns()
     data = await decode_body(request, wire.ChatRequest)
@@ -239,7 +244,7 @@ async def chat(request: Request, generation: Generation) -> Response | Stream:
 
 
 @post("/api/generate", status_code=200)
-async def generate(request: Request, generation: Generation) -> Response | Stream:
+async def generate(request: Request, generation: Generation) -> Response | Streamed:
     """Completion of a prompt (templated unless `raw`); an empty prompt loads the model."""
     started = time.perf_counter_ns()
     data = await decode_body(request, wire.GenerateRequest)
