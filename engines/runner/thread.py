@@ -47,13 +47,27 @@ from schemas.events import BatchFailed, Generated
 # before it steps, for at most BURST_MAX_S; a request reaching an idle batch waits
 # BURST_GAP_S for company too (unless the model decodes one request at a time, or no request
 # is on its way: being read and routed by the event loop, `engines.job.on_their_way`; a
-# single stream's first token waited 2 ms for nothing before). A longer
-# window for a burst reaching an idle batch (0.3 s) was tried on the H200 and dropped: each
-# admission renders and tokenizes its prompt on this thread, on the GIL the event loop needs
-# for the arrivals, so 128 arrivals spread over 219-258 ms instead of 149 and 128 clients
-# reached 0.61-0.67 of raw instead of 0.71 (bench/RESULTS.md, runs 18-20).
+# single stream's first token waited 2 ms for nothing before). A fixed 0.3 s window for a
+# burst reaching an idle batch was tried on the H200 and dropped: each admission renders and
+# tokenizes its prompt on this thread, on the GIL the event loop needs for the arrivals, so
+# 128 arrivals spread over 219-258 ms instead of 149 and 128 clients reached 0.61-0.67 of
+# raw instead of 0.71 (bench/RESULTS.md, runs 18-20). The idle batch's rule below ends as
+# soon as the burst is in (its arrivals spread over 159 ms against 138, run 57).
 BURST_GAP_S = 0.002
 BURST_MAX_S = 0.1
+# A burst reaching an idle batch (nothing decoding, so waiting holds no stream back) is
+# gathered longer, so that it starts as one batch: once BURST_SIZE requests are in, until
+# none comes for BURST_GAP_IDLE_S and none is on its way (`on_their_way`: being read and
+# routed), for at most BURST_MAX_IDLE_S. With clients in four processes on the H200, 128
+# arrivals spread over 96-176 ms with pauses of 15-45 ms between them, and the 2 ms gap
+# split them into 2-4 groups: the last, a sixth to a half of the burst, had its first token
+# 100-300 ms after the rest (prefilled after their first decode steps). Gathered so, every
+# burst started whole, and its last first token came 320 ms after the first request, not
+# 429 (bench/RESULTS.md, run 57). A smaller burst keeps the 2 ms gap: its first token is
+# soon, and a pause costs it.
+BURST_SIZE = 8
+BURST_GAP_IDLE_S = 0.025
+BURST_MAX_IDLE_S = 0.25
 
 # A lone request's first token: the model thread waits (the GIL free) until the request's
 # reader has taken it (and written its frame: `Runner.results`), at most this long, before it
@@ -170,8 +184,9 @@ class ModelThread:
         pace = Pace(self._settings().rate.max_tokens_per_sec)
         held = Held()
         while True:
+            idle = not batch.active
             if self._admit_waiting(batch):  # perhaps the first of a burst
-                self._gather_burst(batch)
+                self._gather_burst(batch, idle)
             if not batch.active:  # (each request ends with an output never held)
                 return
             stepping = batch.active
@@ -205,19 +220,26 @@ class ModelThread:
             count += 1
         return count
 
-    def _gather_burst(self, batch: Batch) -> None:
+    def _gather_burst(self, batch: Batch, idle: bool) -> None:
         """Admit arrivals until none comes for BURST_GAP_S (the event loop, not held back by
-        this thread meanwhile, takes them in), the batch is full, or BURST_MAX_S passed."""
+        this thread meanwhile, takes them in), the batch is full, or BURST_MAX_S passed.
+        `idle`: the burst reached a batch with nothing decoding; then, once BURST_SIZE
+        requests are in, the gap is BURST_GAP_IDLE_S, and it waits for any on their way,
+        for at most BURST_MAX_IDLE_S."""
         if batch.active == 1 and not on_their_way():
             return  # alone, and no request on its way to any model: no company to wait for
-        deadline = time.perf_counter() + BURST_MAX_S
+        deadline = time.perf_counter() + (BURST_MAX_IDLE_S if idle else BURST_MAX_S)
         while batch.active < self._settings().concurrency:
-            wait = min(BURST_GAP_S, deadline - time.perf_counter())
+            large = idle and batch.active >= BURST_SIZE
+            gap = BURST_GAP_IDLE_S if large else BURST_GAP_S
+            wait = min(gap, deadline - time.perf_counter())
             if wait <= 0:
                 return
             try:
                 job = self._inbox.get(timeout=wait)
             except queue.Empty:
+                if large and on_their_way():
+                    continue  # the rest of the burst is still being read and routed
                 return
             self._admit(batch, job)
             self._admit_waiting(batch)

@@ -243,6 +243,41 @@ async def test_a_burst_reaching_an_idle_runner_starts_as_one_batch(monkeypatch):
     await runner.stop("test")
 
 
+async def test_a_large_burst_at_an_idle_runner_waits_out_a_pause_for_the_rest(monkeypatch):
+    # Once BURST_SIZE requests are in at an idle runner, a pause past BURST_GAP_S does not
+    # start the batch while more requests are on their way: the late ones would be
+    # prefilled after the first decode steps, and the whole batch decode slower.
+    runner, engine = await gathering(monkeypatch, gap_s=0.05)
+    monkeypatch.setattr(thread, "BURST_SIZE", 3)
+    monkeypatch.setattr(thread, "BURST_GAP_IDLE_S", 0.05)  # only the on-their-way rule holds
+    monkeypatch.setattr(thread, "BURST_MAX_IDLE_S", 10.0)
+
+    async def arrive(i: int) -> list:
+        with job_scope():  # on their way from now until submitted
+            await asyncio.sleep(0 if i < 3 else 0.4)  # three, then a pause, then three
+            return await drain(runner, runner.submit(ask(f"r{i}")))
+
+    await asyncio.gather(*(arrive(i) for i in range(6)))
+    assert engine.sizes[0] == 6, engine.sizes
+    await runner.stop("test")
+
+
+async def test_a_small_burst_at_an_idle_runner_starts_after_the_short_gap(monkeypatch):
+    # Below BURST_SIZE the short gap holds: two requests do not wait for a third.
+    runner, engine = await gathering(monkeypatch, gap_s=0.05)
+    monkeypatch.setattr(thread, "BURST_SIZE", 3)
+    monkeypatch.setattr(thread, "BURST_MAX_IDLE_S", 10.0)
+
+    async def arrive(i: int) -> list:
+        with job_scope():
+            await asyncio.sleep(0 if i < 2 else 0.6)
+            return await drain(runner, runner.submit(ask(f"r{i}")))
+
+    await asyncio.gather(*(arrive(i) for i in range(3)))
+    assert engine.sizes[0] == 2, engine.sizes
+    await runner.stop("test")
+
+
 async def test_a_lone_request_with_nothing_on_its_way_starts_without_waiting(monkeypatch):
     runner, engine = await gathering(monkeypatch, gap_s=5.0)  # were it waited for: seen
     with job_scope():
