@@ -243,6 +243,8 @@ class StreamTiming:
     new_tokens: int | None = None
     request_id: str | None = None
     extra: dict = field(default_factory=dict)
+    # When each content chunk was read (perf_counter), for a timeline of its frames.
+    arrivals: list[float] = field(default_factory=list)
 
     @property
     def ttft(self) -> float:
@@ -282,6 +284,7 @@ def _absorb(timing: StreamTiming, line: str, now: float) -> None:
             timing.first_token = timing.first_token or now
             timing.last_token = now
             timing.text += content
+            timing.arrivals.append(now)
     usage = chunk.get("usage")
     if usage:
         timing.prompt_tokens = usage.get("prompt_tokens")

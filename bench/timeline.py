@@ -1,7 +1,7 @@
 """Where a streamed token's time goes, per token, from the model's step to the client.
 
     .venv/bin/python bench/timeline.py [--source SRC] [--max-tokens 128] [--burst 32]
-        [--rounds 3] [--isolation thread|process] [--stream-interval 0ms]
+        [--rounds 3] [--isolation thread|process] [--stream-interval 0ms] [--client-procs 4]
 
 Starts `gateway serve` with `GATEWAY_TIMELINE` set (engines/timeline.py: marks at the model
 thread's step, its hand-over to the event loop, the loop taking it, each protocol frame
@@ -53,7 +53,17 @@ import time
 from pathlib import Path
 
 import httpx
-from common import SMOLLM2, Gateway, chat_body, fmt, median, percentile, report, table
+from common import (
+    SMOLLM2,
+    ClientProcesses,
+    Gateway,
+    chat_body,
+    fmt,
+    median,
+    percentile,
+    report,
+    table,
+)
 
 CONFIG = """
 server: {{host: 127.0.0.1}}
@@ -87,16 +97,27 @@ async def stream(client: httpx.AsyncClient, url: str, body: dict) -> list[int]:
     return arrivals
 
 
-async def run(url: str, model: str, clients: int, round_: int, max_tokens: int) -> list:
+async def run(
+    url: str,
+    model: str,
+    clients: int,
+    round_: int,
+    max_tokens: int,
+    processes: ClientProcesses | None = None,
+) -> list:
+    """Each client's `stream` arrivals; with `processes`, a burst's clients are spread over
+    them (their reading then lags less behind 128 streams than one process's)."""
+    bodies = [
+        chat_body(
+            model, [{"role": "user", "content": STORY.format(round=round_, client=i)}], max_tokens
+        )
+        for i in range(clients)
+    ]
+    if processes is not None and clients > 1:
+        timings = await processes.burst(url, bodies)
+        ns = 1e9  # perf_counter's seconds, the same monotonic clock as perf_counter_ns
+        return [[int(t.started * ns)] + [int(a * ns) for a in t.arrivals] for t in timings]
     async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=512)) as c:
-        bodies = [
-            chat_body(
-                model,
-                [{"role": "user", "content": STORY.format(round=round_, client=i)}],
-                max_tokens,
-            )
-            for i in range(clients)
-        ]
         return await asyncio.gather(*(stream(c, url, body) for body in bodies))
 
 
@@ -299,6 +320,12 @@ def main() -> None:
         help="the batched model's stream_interval (a busy batch's tokens held, several a frame)",
     )
     parser.add_argument("--marks", help="a folder to keep the raw marks in (marks.jsonl)")
+    parser.add_argument(
+        "--client-procs",
+        type=int,
+        default=0,
+        help="the burst's clients spread over this many processes (0: in this one)",
+    )
     args = parser.parse_args()
     isolation = "\n    isolation: process" if args.isolation == "process" else ""
 
@@ -314,6 +341,7 @@ def main() -> None:
         interval=args.stream_interval,
     )
     gateway = Gateway(config, "timeline")
+    processes = ClientProcesses(args.client_procs) if args.client_procs else None
     windows: dict[str, list] = {
         "serial, 1 stream": [],
         "batched, 1 stream": [],
@@ -333,12 +361,16 @@ def main() -> None:
         for round_ in range(args.rounds + 1):  # round 0 warms up
             for label, model, clients in cases:
                 start = time.perf_counter_ns()
-                arrivals = asyncio.run(run(gateway.url, model, clients, round_, args.max_tokens))
+                arrivals = asyncio.run(
+                    run(gateway.url, model, clients, round_, args.max_tokens, processes)
+                )
                 end = time.perf_counter_ns()
                 if round_:
                     windows[label].append((start, end, arrivals))
     finally:
         gateway.stop()  # the gateway writes its marks as it exits
+        if processes is not None:
+            processes.close()
     files = [marks_file, *marks_file.parent.glob(marks_file.name + ".*")]  # children's too
     marks = [json.loads(line) for f in files for line in f.read_text().splitlines()]
     marks.sort()
@@ -372,7 +404,8 @@ def main() -> None:
         ["case", "part", "n", "median ms", "p10", "p90"], burst_rows
     )
     notes = (
-        f"isolation: {args.isolation}. "
+        f"isolation: {args.isolation}; the burst's clients in "
+        f"{args.client_procs or 'this'} process{'es' if args.client_procs > 1 else ''}. "
         f"{args.rounds} rounds after a warm-up; max_tokens {args.max_tokens}, greedy; a fresh "
         "prompt per client and round, except that the parked case repeats the batched single "
         "stream's. Marks: engines/timeline.py (GATEWAY_TIMELINE). "

@@ -6,6 +6,8 @@
 #
 #   bash bench/gpu/ab.sh N timeline   # bench/timeline.py --burst 128, 5 rounds of each tree
 #   bash bench/gpu/ab.sh N bench      # bench_gateway.py at 32 and 128 clients, 3 of each
+#   bash bench/gpu/ab.sh N clients    # this tree only: timeline.py's burst read by one client
+#                                     # process (old) against four (new), 5 rounds of each
 #
 # N numbers the run: results in $OUT/runN.tar.xz (read them with timeline_ab.py, or the
 # summaries and events of each bench_gateway.py side).
@@ -19,8 +21,10 @@ rm -rf /tmp/old && cp -r .gw2/old /tmp/old
 log setup
 tree() { [ "$1" = old ] && echo /tmp/old || echo "$P"; }
 timeline() {  # side rounds limit tag
-    (cd "$(tree "$1")/bench" && BENCH_NO_RECORD=1 timeout "$3" python3 timeline.py --source "$S/models/1b" \
-        --burst 128 --concurrency 128 --rounds "$2" > "$R/timeline-$4-$1.txt" 2>&1)
+    dir=$(tree "$1"); procs=0
+    [ "$WHAT" = clients ] && { dir=$P; [ "$1" = new ] && procs=4; }
+    (cd "$dir/bench" && BENCH_NO_RECORD=1 timeout "$3" python3 timeline.py --source "$S/models/1b" \
+        --burst 128 --concurrency 128 --rounds "$2" --client-procs $procs > "$R/timeline-$4-$1.txt" 2>&1)
     log "timeline $4 $1 rc=$?"
 }
 bench() {  # side tag
@@ -31,7 +35,7 @@ bench() {  # side tag
     log "bench $2 $1 rc=$?"
     rm -f "$R/bg-$2-$1/profiles.txt"
 }
-if [ "$WHAT" = timeline ]; then
+if [ "$WHAT" = timeline ] || [ "$WHAT" = clients ]; then
     timeline new 1 150 warm  # the first process on a machine pays MLX's kernel compiles
     for i in 1 2 3 4 5; do
         if [ $((i % 2)) = 1 ]; then timeline new 3 95 "r$i"; timeline old 3 95 "r$i"
