@@ -247,9 +247,11 @@ async def test_a_large_burst_at_an_idle_runner_waits_out_a_pause_for_the_rest(mo
     # Once BURST_SIZE requests are in at an idle runner, a pause past BURST_GAP_S does not
     # start the batch while more requests are on their way: the late ones would be
     # prefilled after the first decode steps, and the whole batch decode slower.
+    # Both gaps short, so that only the on-their-way rule can hold the pause; BURST_SIZE 1
+    # so that the first three need no timing of theirs to gather (a loaded machine).
     runner, engine = await gathering(monkeypatch, gap_s=0.05)
-    monkeypatch.setattr(thread, "BURST_SIZE", 3)
-    monkeypatch.setattr(thread, "BURST_GAP_IDLE_S", 0.05)  # only the on-their-way rule holds
+    monkeypatch.setattr(thread, "BURST_SIZE", 1)
+    monkeypatch.setattr(thread, "BURST_GAP_IDLE_S", 0.05)
     monkeypatch.setattr(thread, "BURST_MAX_IDLE_S", 10.0)
 
     async def arrive(i: int) -> list:
@@ -264,13 +266,13 @@ async def test_a_large_burst_at_an_idle_runner_waits_out_a_pause_for_the_rest(mo
 
 async def test_a_small_burst_at_an_idle_runner_starts_after_the_short_gap(monkeypatch):
     # Below BURST_SIZE the short gap holds: two requests do not wait for a third.
-    runner, engine = await gathering(monkeypatch, gap_s=0.05)
+    runner, engine = await gathering(monkeypatch, gap_s=0.3)  # generous for the first two
     monkeypatch.setattr(thread, "BURST_SIZE", 3)
     monkeypatch.setattr(thread, "BURST_MAX_IDLE_S", 10.0)
 
     async def arrive(i: int) -> list:
         with job_scope():
-            await asyncio.sleep(0 if i < 2 else 0.6)
+            await asyncio.sleep(0 if i < 2 else 1.2)
             return await drain(runner, runner.submit(ask(f"r{i}")))
 
     await asyncio.gather(*(arrive(i) for i in range(3)))
