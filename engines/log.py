@@ -37,7 +37,7 @@ _BOUND: ContextVar[dict[str, Any]] = ContextVar("event_fields", default={})  # n
 
 
 def emit(event: Event, *, level: str = "info") -> None:
-    """Log `event` under its tag with its fields; context (request_id) comes from structlog."""
+    """Log `event` under its tag with its fields; the request's (`bind`) join it as it renders."""
     if (relay := RELAY.get()) is not None:
         relay(event, level)
         return

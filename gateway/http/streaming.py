@@ -4,6 +4,7 @@ the one stream helper every protocol's streamed answer goes through."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
@@ -32,26 +33,20 @@ T = TypeVar("T")
 F = TypeVar("F")  # one frame of a stream: an SSE message, a JSON line
 
 
-async def _until_disconnect(request: Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
+async def _watched(receive: Receive, work: Awaitable[T]) -> T:
+    """Await `work` in the caller's task while one watcher task reads `receive`; if the
+    client disconnects first, the caller's task is cancelled (so `work` unwinds there) and
+    `ClientGone` raised. A cancellation from elsewhere (the ops page's cancel, shutdown) passes.
 
-
-async def unless_client_leaves(request: Request, work: Awaitable[T]) -> T:
-    """Await `work`; if the client disconnects first, cancel it and raise `ClientGone`.
-
-    Cancelling `work` unwinds the runner's result generator, which withdraws the job from
-    its queue (or stops its generation within a token). `work` runs in the caller's task
-    and one watcher task cancels that task if the client leaves: not `work` in a task of
-    its own raced against the watcher (two tasks and `asyncio.wait`'s futures a request,
-    on the event loop every stream shares).
-    """
+    Not `work` in a task of its own raced against the watcher, nor an anyio task group:
+    every request passes here on the event loop the model threads share the GIL with."""
     awaiting = asyncio.current_task()
     gone = False
 
     async def watch() -> None:
         nonlocal gone
-        await _until_disconnect(request)
+        while (await receive())["type"] != "http.disconnect":
+            pass
         gone = True
         awaiting.cancel()
 
@@ -59,7 +54,7 @@ async def unless_client_leaves(request: Request, work: Awaitable[T]) -> T:
     try:
         result = await work
     except asyncio.CancelledError:
-        if not gone:  # the request itself cancelled (the ops page's cancel, shutdown)
+        if not gone:
             raise
     finally:
         watcher.cancel()
@@ -67,6 +62,15 @@ async def unless_client_leaves(request: Request, work: Awaitable[T]) -> T:
         return result
     awaiting.uncancel()
     raise ClientGone("client disconnected")
+
+
+async def unless_client_leaves(request: Request, work: Awaitable[T]) -> T:
+    """Await `work`; if the client disconnects first, cancel it and raise `ClientGone`.
+
+    Cancelling `work` unwinds the runner's result generator, which withdraws the job from
+    its queue (or stops its generation within a token).
+    """
+    return await _watched(request.receive, work)
 
 
 class Collected(msgspec.Struct, frozen=True, kw_only=True):
@@ -169,33 +173,16 @@ class _WatchedBody(ASGIStreamingResponse):
     client's leaving, and cancels the group then; and when every stream ends, since the
     server then answers `receive` with a disconnect too. That is two tasks, a group and a
     cancel scope a response, and anyio's `cancel` formats the task's repr each time: ~8% of
-    the event loop's time per streamed request, on the GIL the model threads need. Here the
-    body is sent in the response's own task, and one watcher task cancels it only if the
-    client leaves first: the stream's generator is closed (its `finally` stops the job) and
-    the response ends quietly, as litestar's did."""
+    the event loop's time per streamed request. Here `_watched` sends the body in the
+    response's own task and cancels it only if the client leaves first: the stream's
+    generator is closed (its `finally` stops the job) and the response ends quietly, as
+    litestar's did."""
 
     __slots__ = ()
 
     async def send_body(self, send: Send, receive: Receive) -> None:
-        streaming = asyncio.current_task()
-        gone = False
-
-        async def watch() -> None:
-            nonlocal gone
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            gone = True
-            streaming.cancel()
-
-        watcher = asyncio.get_running_loop().create_task(watch())
-        try:
-            await self._stream(send)
-        except asyncio.CancelledError:
-            if not gone:  # cancelled from outside (shutdown, the ops page's cancel)
-                raise
-            streaming.uncancel()
-        finally:
-            watcher.cancel()
+        with contextlib.suppress(ClientGone):  # ended quietly: nobody to tell
+            await _watched(receive, self._stream(send))
 
 
 class Streamed(Stream):
