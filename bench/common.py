@@ -370,6 +370,15 @@ class ClientProcesses:
         self._pool.shutdown()
 
 
+def cpu_seconds(pid: int, thread: int | None = None) -> float:
+    """User + system CPU seconds used so far by process `pid` (every thread counted), or
+    by its thread `thread` alone (its main thread, the event loop: `thread=pid`); Linux's
+    /proc."""
+    path = f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat"
+    fields = Path(path).read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def tree_at(rev: str, into: Path) -> Path:
     """This repository's files at commit `rev`, written under `into` (no git state touched)."""
     archive = subprocess.run(["git", "archive", rev], cwd=REPO, capture_output=True, check=True)

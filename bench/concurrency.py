@@ -39,6 +39,7 @@ from common import (
     Worker,
     astream_chat,
     chat_body,
+    cpu_seconds,
     fmt,
     median,
     platform_env,
@@ -81,13 +82,12 @@ class Target:
         self.label, self.url, self.model, self.pid = label, url, model, pid
 
 
-def cpu_seconds(pid: int | None) -> float | None:
-    """User + system CPU time of a process so far (Linux /proc), every thread counted."""
+def process_cpu(pid: int | None) -> float | None:
+    """`common.cpu_seconds` of a process, None where there is none to read."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return cpu_seconds(pid)
     except (OSError, TypeError):
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class RawBatch:
@@ -123,12 +123,12 @@ def run_burst(target: Target | RawBatch, clients: int, round_: int, max_tokens: 
     """One burst on `target`, with the CPU its process spent on it per new token: the work
     it did, which the other processes of a shared machine do not change as they change the
     wall clock."""
-    before = cpu_seconds(target.pid)
+    before = process_cpu(target.pid)
     if isinstance(target, RawBatch):
         result = target.burst(clients, round_, max_tokens)
     else:
         result = asyncio.run(burst(target, clients, round_, max_tokens))
-    after = cpu_seconds(target.pid)
+    after = process_cpu(target.pid)
     spent = None if before is None or after is None else after - before
     result["cpu_ms_per_token"] = 1000 * spent / result["tokens"] if spent is not None else None
     return result

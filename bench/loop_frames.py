@@ -34,7 +34,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from common import Gateway, fmt, median, report, table, tree_at
+from common import Gateway, cpu_seconds, fmt, median, report, table, tree_at
 
 CONFIG = """
 server: {{host: 127.0.0.1}}
@@ -163,12 +163,6 @@ def main() -> None:
     )
 
 
-def loop_cpu_s(pid: int) -> float:
-    """CPU seconds the process's main thread (its event loop) has used; Linux's /proc."""
-    fields = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def measure(sides: dict[str, Gateway], args) -> tuple[dict[str, list[float]], str, dict, dict]:
     """Frames/s per round of each side, and its event loop's CPU µs per stream; the
     profile of the first (with --profile)."""
@@ -185,12 +179,13 @@ def measure(sides: dict[str, Gateway], args) -> tuple[dict[str, list[float]], st
         for round_ in range(args.rounds):
             order = list(sides.items())
             for side, gateway in order if round_ % 2 == 0 else order[::-1]:
-                cpu, frames, seconds = loop_cpu_s(gateway.process.pid), 0, 0.0
+                pid = gateway.process.pid
+                cpu, frames, seconds = cpu_seconds(pid, pid), 0, 0.0
                 for _ in range(args.bursts):
                     more, took = asyncio.run(burst(gateway.port, args.streams, args.tokens))
                     frames, seconds = frames + more, seconds + took
                 streams = args.streams * args.bursts
-                loop_us[side].append(1e6 * (loop_cpu_s(gateway.process.pid) - cpu) / streams)
+                loop_us[side].append(1e6 * (cpu_seconds(pid, pid) - cpu) / streams)
                 rates[side].append(frames / seconds)
                 print(
                     f"round {round_} {side}: {frames} frames in {seconds:.2f} s, "

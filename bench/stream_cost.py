@@ -23,16 +23,7 @@ import os
 import time
 
 import httpx
-from common import Gateway, chat_body, median, report, table
-
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(stat_path: str) -> float:
-    """utime + stime of a /proc stat file."""
-    with open(stat_path) as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+from common import Gateway, chat_body, cpu_seconds, median, report, table
 
 
 async def stream_one(client: httpx.AsyncClient, url: str, i: int) -> int:
@@ -71,12 +62,11 @@ models:
     rows, process_us, loop_us = [], [], []
     with Gateway(config) as gateway:
         pid = gateway.process.pid
-        whole, loop = f"/proc/{pid}/stat", f"/proc/{pid}/task/{pid}/stat"
         asyncio.run(burst(gateway.url, args.clients))  # warm-up
         for round_ in range(args.rounds):
-            before = cpu_seconds(whole), cpu_seconds(loop), time.perf_counter()
+            before = cpu_seconds(pid), cpu_seconds(pid, pid), time.perf_counter()
             chunks = asyncio.run(burst(gateway.url, args.clients))
-            after = cpu_seconds(whole), cpu_seconds(loop), time.perf_counter()
+            after = cpu_seconds(pid), cpu_seconds(pid, pid), time.perf_counter()
             process_us.append(1e6 * (after[0] - before[0]) / chunks)
             loop_us.append(1e6 * (after[1] - before[1]) / chunks)
             rows.append(
