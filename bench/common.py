@@ -42,6 +42,26 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def cpus(variable: str) -> set[int] | None:
+    """The cores an environment variable names (`0-7,12`), for pinning the gateway
+    (`BENCH_GATEWAY_CPUS`) or the client processes (`BENCH_CLIENT_CPUS`) apart: whether
+    sharing the host's cores with the benchmark's own clients is what a step loses."""
+    spec = os.environ.get(variable)
+    if not spec:
+        return None
+    found: set[int] = set()
+    for part in spec.split(","):
+        low, _, high = part.partition("-")
+        found.update(range(int(low), int(high or low) + 1))
+    return found
+
+
+def pin(variable: str) -> None:
+    """This process onto the cores `variable` names, if it is set."""
+    if (found := cpus(variable)) is not None:
+        os.sched_setaffinity(0, found)
+
+
 def platform_env() -> dict[str, str]:
     """The environment of a process on the gateway's platform path (OpenBLAS preloaded)."""
     env = dict(os.environ)
@@ -111,6 +131,7 @@ class Gateway:
             stderr=subprocess.STDOUT,
             cwd=code,
             env=env,
+            preexec_fn=lambda: pin("BENCH_GATEWAY_CPUS"),
         )
 
     def wait_ready(self, timeout: float = LOAD_TIMEOUT_S) -> None:
@@ -343,7 +364,9 @@ class ClientProcesses:
 
         self.n = n
         context = multiprocessing.get_context("spawn")
-        self._pool = ProcessPoolExecutor(max_workers=n, mp_context=context)
+        self._pool = ProcessPoolExecutor(
+            max_workers=n, mp_context=context, initializer=pin, initargs=("BENCH_CLIENT_CPUS",)
+        )
         # Started now, outside any measured burst.
         list(self._pool.map(time.sleep, [0.0] * n))
 

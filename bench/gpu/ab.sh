@@ -6,8 +6,10 @@
 #
 #   bash bench/gpu/ab.sh N timeline   # bench/timeline.py --burst 128, 5 rounds of each tree
 #   bash bench/gpu/ab.sh N bench      # bench_gateway.py at 32 and 128 clients, 3 of each
-#   bash bench/gpu/ab.sh N clients    # this tree only: timeline.py's burst read by one client
-#                                     # process (old) against four (new), 5 rounds of each
+#   bash bench/gpu/ab.sh N clients    # this tree only: contention.py (raw BatchGenerator alone
+#                                     # and beside busy processes), then timeline.py's burst read
+#                                     # by one client process, four, and four on cores of their
+#                                     # own (the gateway on the others), 3 rounds of each
 #
 # N numbers the run: results in $OUT/runN.tar.xz (read them with timeline_ab.py, or the
 # summaries and events of each bench_gateway.py side).
@@ -21,10 +23,15 @@ rm -rf /tmp/old && cp -r .gw2/old /tmp/old
 log setup
 tree() { [ "$1" = old ] && echo /tmp/old || echo "$P"; }
 timeline() {  # side rounds limit tag
-    dir=$(tree "$1"); procs=0
-    [ "$WHAT" = clients ] && { dir=$P; [ "$1" = new ] && procs=4; }
-    (cd "$dir/bench" && BENCH_NO_RECORD=1 timeout "$3" python3 timeline.py --source "$S/models/1b" \
-        --burst 128 --concurrency 128 --rounds "$2" --client-procs $procs > "$R/timeline-$4-$1.txt" 2>&1)
+    dir=$(tree "$1"); procs=0; pins=()
+    case $1 in
+        one) dir=$P; procs=1;;
+        four) dir=$P; procs=4;;
+        pinned) dir=$P; procs=4; pins=(BENCH_GATEWAY_CPUS=0-7 BENCH_CLIENT_CPUS=8-15);;
+    esac
+    (cd "$dir/bench" && env BENCH_NO_RECORD=1 "${pins[@]}" timeout "$3" python3 timeline.py \
+        --source "$S/models/1b" --burst 128 --concurrency 128 --rounds "$2" --client-procs $procs \
+        > "$R/timeline-$4-$1.txt" 2>&1)
     log "timeline $4 $1 rc=$?"
 }
 bench() {  # side tag
@@ -35,7 +42,17 @@ bench() {  # side tag
     log "bench $2 $1 rc=$?"
     rm -f "$R/bg-$2-$1/profiles.txt"
 }
-if [ "$WHAT" = timeline ] || [ "$WHAT" = clients ]; then
+if [ "$WHAT" = clients ]; then
+    timeout 120 python3 bench/gpu/contention.py "$S/models/1b" --rounds 5 > "$R/contention.txt" 2>&1
+    log "contention rc=$?"
+    timeline four 1 120 warm
+    for i in 1 2 3; do
+        case $i in
+            1) order="one four pinned";; 2) order="four pinned one";; 3) order="pinned one four";;
+        esac
+        for side in $order; do timeline "$side" 2 70 "r$i"; done
+    done
+elif [ "$WHAT" = timeline ]; then
     timeline new 1 150 warm  # the first process on a machine pays MLX's kernel compiles
     for i in 1 2 3 4 5; do
         if [ $((i % 2)) = 1 ]; then timeline new 3 95 "r$i"; timeline old 3 95 "r$i"
