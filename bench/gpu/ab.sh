@@ -14,7 +14,7 @@
 # N numbers the run: results in $OUT/runN.tar.xz (read them with timeline_ab.py, or the
 # summaries and events of each bench_gateway.py side).
 N=$1; WHAT=$2; S=$HOME/gwstage; R=/tmp/r$N; P=$PWD; T0=$(date +%s)
-mkdir -p "$R"; uptime > "$R/uptime"; nproc >> "$R/uptime"
+mkdir -p "$R"; uptime > "$R/uptime"; nproc >> "$R/uptime"; lscpu >> "$R/uptime" 2>&1
 pack() { tar cJf "$OUT/run$N.tar.xz" -C "$R" . ; }
 log() { echo "$* at $(( $(date +%s) - T0 )) s" >> "$R/uptime"; pack; }
 bash bench/gpu/stage2.sh > "$R/install.log" 2>&1 &&
