@@ -1,11 +1,12 @@
-"""Two trees' `bench/timeline.py` outputs side by side: per-pair ratios of a 128-stream
-burst's parts and of the handler's CPU time.
+"""Sides of `bench/timeline.py` runs side by side: per-round ratios of a 128-stream burst's
+parts and of the handler's CPU time.
 
-    python3 bench/gpu/timeline_ab.py DIR [DIR ...]
+    python3 bench/gpu/timeline_ab.py [--sides new,old] DIR [DIR ...]
 
-Each DIR holds `timeline-rK-new.txt` and `timeline-rK-old.txt` for rounds K (the two trees'
-`timeline.py --burst 128 --concurrency 128` outputs, run alternately). Printed per DIR, for
-each part: the median and spread of each side and of the per-round new / old ratios.
+Each DIR holds `timeline-rK-SIDE.txt` for rounds K and each side (`timeline.py --burst 128
+--concurrency 128` outputs, run alternately: `ab.sh`'s two trees `new,old`, or its `clients`
+run's `one,four,pinned`). Printed per DIR, for each part: the median and spread of each side
+and of the per-round ratios of every side to the first.
 """
 
 from __future__ import annotations
@@ -42,21 +43,34 @@ def parts(path: Path) -> dict[str, float]:
     return found
 
 
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.3f} ({min(values):.3f}-{max(values):.3f})"
+
+
 def main() -> None:
-    for folder in map(Path, sys.argv[1:]):
-        pairs = [
-            (parts(new), parts(new.with_name(new.name.replace("-new", "-old"))))
-            for new in sorted(folder.glob("timeline-r*-new.txt"))
+    args = sys.argv[1:]
+    sides = ["new", "old"]
+    if args[:1] == ["--sides"]:
+        sides, args = args[1].split(","), args[2:]
+    first = sides[0]
+    for folder in map(Path, args):
+        rounds = [
+            {
+                side: parts(path.with_name(path.name.replace(f"-{first}.", f"-{side}.")))
+                for side in sides
+            }
+            for path in sorted(folder.glob(f"timeline-r*-{first}.txt"))
         ]
-        print(f"{folder}: {len(pairs)} rounds, ms (median, spread) and new / old per round")
-        for part in pairs[0][0]:
-            new, old = ([p[side][part] for p in pairs] for side in (0, 1))
-            ratios = [a / b for a, b in zip(new, old, strict=True)]
-            print(
-                f"  {part:30s} new {statistics.median(new):8.3f} ({min(new):.3f}-{max(new):.3f})"
-                f"  old {statistics.median(old):8.3f} ({min(old):.3f}-{max(old):.3f})"
-                f"  ratio {statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})"
-            )
+        print(f"{folder}: {len(rounds)} rounds, ms (median, spread) and per-round / {first}")
+        for part in rounds[0][first]:
+            values = {side: [r[side][part] for r in rounds] for side in sides}
+            cells = [f"{side} {spread(values[side])}" for side in sides]
+            cells += [
+                f"{side}/{first} "
+                + spread([a / b for a, b in zip(values[side], values[first], strict=True)])
+                for side in sides[1:]
+            ]
+            print(f"  {part:30s} " + "  ".join(cells))
 
 
 if __name__ == "__main__":
