@@ -54,17 +54,10 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=128)
     args = parser.parse_args()
 
-    import mlx.core as mx
     from concurrency import prompt
-    from mlx_lm import load
-    from raw_batch import decode_batch, encoder
+    from raw_batch import decode_batch, encoder, load_held
 
-    from engines.mlx.kit.weights import expand_as_platform
-    from engines.mlx.platform import detect
-
-    model, tokenizer = load(args.model_dir)
-    held = expand_as_platform(model, detect())
-    mx.eval(model.parameters())
+    model, tokenizer, held = load_held(args.model_dir)
     eos = sorted(tokenizer.eos_token_ids)
     encode = encoder(tokenizer)
     everything = sorted(os.sched_getaffinity(0))

@@ -63,23 +63,32 @@ def decode_batch(model, eos: list[int], prompts: list[list[int]], max_tokens: in
     }
 
 
-def main() -> None:
+def load_held(model_dir: str, stored: bool = False):
+    """The model and tokenizer, and how the weights are held: raw at its best, as the
+    gateway's platform path holds them (on CUDA, bfloat16: MLX's 4-bit kernels do not
+    batch), unless `stored` asks for them as the file holds them. Needs the product on
+    sys.path."""
     import mlx.core as mx
     from mlx_lm import load
+
+    from engines.mlx.kit.weights import expand_as_platform
+    from engines.mlx.platform import detect
+
+    model, tokenizer = load(model_dir)
+    held = "as stored" if stored else expand_as_platform(model, detect())
+    mx.eval(model.parameters())
+    return model, tokenizer, held
+
+
+def main() -> None:
+    import mlx.core as mx
 
     model_dir, product = sys.argv[1], sys.argv[2]
     sys.path.insert(0, f"{product}/bench")
     sys.path.insert(0, product)
     from concurrency import prompt  # the product's own prompts
 
-    from engines.mlx.kit.weights import expand_as_platform
-    from engines.mlx.platform import detect
-
-    model, tokenizer = load(model_dir)
-    # Raw at its best: the weights as the gateway's platform path holds them (on CUDA,
-    # bfloat16: MLX's 4-bit kernels do not batch), unless the bench asks for them as stored.
-    held = "as stored" if "--stored" in sys.argv else expand_as_platform(model, detect())
-    mx.eval(model.parameters())
+    model, tokenizer, held = load_held(model_dir, stored="--stored" in sys.argv)
     eos = sorted(tokenizer.eos_token_ids)
     ready = {"ready": True, "eos": eos, "device": str(mx.default_device()), "weights": held}
     print(json.dumps(ready), flush=True)
