@@ -121,8 +121,8 @@ def mask_share_child(rounds: int, tokens: int) -> None:
     from mlx_lm.generate import BatchGenerator
     from mlx_lm.sample_utils import make_sampler
 
-    from engines.mlx.constrain import Grammar, MaskProcessor
-    from engines.mlx.kit.weights import expand_as_platform
+    from engines.mlx.grammar import Grammar, MaskProcessor
+    from engines.mlx.weights import expand_as_platform
     from engines.mlx.platform import detect
     from engines.sources.resolve import resolve_source
     from engines.text.output import load_tool_format

@@ -30,7 +30,7 @@ def main() -> None:
     load_before = os.getloadavg()
     sys.path.insert(0, str(REPO))  # this checkout's engines, not an installed copy's
     from engines.cache import CacheDir
-    from engines.mlx.kit.disk_cache import DiskKV
+    from engines.mlx.cache.disk import DiskKV
     from engines.mlx.platform import detect, reexec_with_openblas
     from engines.sources.resolve import resolve_source
 
@@ -39,7 +39,7 @@ def main() -> None:
     import mlx_lm
     from mlx_lm.models.cache import make_prompt_cache
 
-    from engines.mlx.kit.weights import expand_quantized
+    from engines.mlx.weights import expand_quantized
 
     path = resolve_source("smollm2", SMOLLM2, base_dir=None)
     model, _ = mlx_lm.load(str(path))

@@ -23,7 +23,7 @@ def write_float32_copy(source: str, out: Path) -> Path:
     import mlx_lm
     from mlx_lm.utils import save_model
 
-    from engines.mlx.kit.weights import expand_quantized
+    from engines.mlx.weights import expand_quantized
     from engines.sources.resolve import resolve_source
 
     if (out / "config.json").exists():

@@ -22,7 +22,7 @@ def main() -> None:
     from mlx_lm.generate import generate_step
     from mlx_lm.sample_utils import make_sampler
 
-    from engines.mlx.kit.weights import expand_as_platform
+    from engines.mlx.weights import expand_as_platform
     from engines.mlx.platform import detect
     from engines.sources.resolve import resolve_source
 

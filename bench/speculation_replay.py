@@ -6,7 +6,7 @@ and the bench's greedy answers replayed through the real drafter under each leng
 In-process, the real SmolLM2 as the gateway holds it (float32 on the CPU). For each task of
 bench/speculation.py the single-stream prompts of its first rounds are decoded greedily
 (plain, batched: the texts are plain decoding's); then each answer is replayed through
-`Drafter` (engines/mlx/kit/lookup.py) as `Solo.advance_run` drives it: a step drafts what
+`Drafter` (engines/mlx/lookup.py) as `Solo.advance_run` drives it: a step drafts what
 the look-up proposes, the answer says how much of it the model keeps (greedy: exactly). The
 replay counts the forward passes and their widths; the measured CPU seconds of a pass of
 each width (process time, median: a shared CPU's other work is not counted) turn them into
@@ -32,8 +32,8 @@ if os.environ.get("PYTHONPATH") != str(REPO):  # this checkout's engines, as the
 import msgspec  # noqa: E402
 from speculation import TASKS, messages  # noqa: E402
 
-from engines.mlx.engine import MLXEngine  # noqa: E402
-from engines.mlx.kit import lookup  # noqa: E402
+from engines.llm.engine import MLXEngine  # noqa: E402
+from engines.mlx import lookup  # noqa: E402
 from engines.mlx.platform import detect  # noqa: E402
 from schemas.canonical import ChatRequest  # noqa: E402
 from schemas.config import ModelConfig  # noqa: E402

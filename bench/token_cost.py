@@ -34,7 +34,7 @@ WORKER = r"""
 import json, os, sys, time
 import msgspec
 from mlx_lm.generate import GenerationBatch
-from engines.mlx.engine import MLXEngine
+from engines.llm.engine import MLXEngine
 from engines.mlx.platform import detect
 from schemas.canonical import ChatRequest
 from schemas.config import ModelConfig

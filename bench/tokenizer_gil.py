@@ -19,7 +19,7 @@ import time
 from common import SMOLLM2
 from mlx_lm.tokenizer_utils import load
 
-from engines.mlx.kit.encode import TextEncoder
+from engines.mlx.encode import TextEncoder
 from engines.sources.resolve import resolve_source
 
 TEXT = (

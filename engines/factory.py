@@ -44,16 +44,16 @@ def make_engine(
 
         return VisionEngine(model, platform, base_dir, disk)
     if model.distributed is not None:  # rank 0 in a process of its own, like isolation's
-        from engines.mlx.distributed.group import RankGroup
-        from engines.mlx.isolated import IsolatedEngine
+        from engines.llm.distributed.group import RankGroup
+        from engines.llm.isolated import IsolatedEngine
 
         group = RankGroup(model, platform, base_dir)
         return IsolatedEngine(model, platform, base_dir, group=group)
     if model.isolation == "process":
-        from engines.mlx.isolated import IsolatedEngine
+        from engines.llm.isolated import IsolatedEngine
 
         return IsolatedEngine(model, platform, base_dir, draft, disk)
-    from engines.mlx.engine import MLXEngine
+    from engines.llm.engine import MLXEngine
 
     return MLXEngine(model, platform, base_dir, draft, disk)
 

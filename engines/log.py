@@ -23,7 +23,7 @@ _bound: Any = _logger
 # so two apps in one process never hear each other's events.
 LISTENERS: ContextVar[Sequence[Callable[[Event], None]]] = ContextVar("event_listeners", default=())
 # In a model's own process (`isolation: process`) events are not logged there: they go to
-# the gateway with their level (engines/mlx/isolated.py), which logs them and tells its
+# the gateway with their level (engines/llm/isolated.py), which logs them and tells its
 # listeners, so they join its stream and its metrics as a threaded model's do.
 RELAY: ContextVar[Callable[[Event, str], None] | None] = ContextVar("event_relay", default=None)
 

@@ -277,7 +277,7 @@ class Finished(msgspec.Struct, frozen=True, kw_only=True, tag="finished"):
     images: int = 0  # images the prompt carried (vision models)
     image_tokens: int = 0  # prompt tokens that stand for those images (in prompt_tokens)
     replica: str | None = None  # the upstream replica that served it (engine upstream/process)
-    drafted_tokens: int = 0  # tokens speculation proposed (engines/mlx/speculate.py)
+    drafted_tokens: int = 0  # tokens speculation proposed (engines/llm/speculate.py)
     accepted_tokens: int = 0  # of those, the ones the model's own decoding kept
 
 

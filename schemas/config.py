@@ -337,7 +337,7 @@ class ProcessConfig(Strict):
 
 class DistributedConfig(Strict):
     """`distributed:` an MLX model sharded over `ranks` processes on MLX's own collectives
-    (engines/mlx/distributed). Rank 0 runs on the gateway's machine."""
+    (engines/llm/distributed). Rank 0 runs on the gateway's machine."""
 
     ranks: Annotated[int, Meta(ge=1, le=64)]
     # One address per rank, rank 0's first (this machine as the others reach it); remote
@@ -358,7 +358,7 @@ ReasoningEffort = Literal["off", "low", "medium", "high"] | bool
 # on the CPU; bfloat16 on CUDA where it costs no context), `stored` as the file holds them.
 WeightsHeld = Literal["auto", "stored"]
 # Where an MLX text model's engine runs: `none` on a thread of the gateway's process, `process`
-# in a child process with a GIL of its own (engines/mlx/isolated.py).
+# in a child process with a GIL of its own (engines/llm/isolated.py).
 Isolation = Literal["none", "process"]
 
 

@@ -42,7 +42,7 @@ def load_engine(model_dir: str, concurrency: int, **settings):
     `settings`: more model keys."""
     import msgspec
 
-    from engines.mlx.engine import MLXEngine
+    from engines.llm.engine import MLXEngine
     from engines.mlx.platform import detect
     from schemas.config import ModelConfig
 

@@ -22,7 +22,7 @@ def main() -> None:
     sys.path.insert(0, product)
     import msgspec
 
-    from engines.mlx.engine import MLXEngine
+    from engines.llm.engine import MLXEngine
     from engines.mlx.platform import detect
     from schemas.canonical import ChatRequest, Finished, TextDelta
     from schemas.config import ModelConfig

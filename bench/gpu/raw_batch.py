@@ -71,7 +71,7 @@ def load_held(model_dir: str, stored: bool = False):
     import mlx.core as mx
     from mlx_lm import load
 
-    from engines.mlx.kit.weights import expand_as_platform
+    from engines.mlx.weights import expand_as_platform
     from engines.mlx.platform import detect
 
     model, tokenizer = load(model_dir)

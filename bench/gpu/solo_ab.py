@@ -8,7 +8,7 @@ model object decodes the same prompt, greedy, through, in turn,
 
 - `stream_generate`: the reference (detokenizer, GenerationResponse per token);
 - `generate_step`: mlx-lm's bare loop, no detokenizer;
-- `Solo`: the gateway's single-sequence loop (engines/mlx/single.py), tokens only;
+- `Solo`: the gateway's single-sequence loop (engines/llm/single.py), tokens only;
 - `MLXBatch`: the engine's batch stepping a lone request (Solo + detokenizer + parser);
 - `MLXBatch c128`: the same, the batch made as for `concurrency: 128` with prefix reuse on
   (the GPU kit's `batched` model, which decoded a lone stream ~10% slower than `serial`);
@@ -51,10 +51,10 @@ def main() -> None:
     from mlx_lm.sample_utils import make_sampler
     from single_stream import PROMPT
 
-    from engines.mlx.batch import MLXBatch
-    from engines.mlx.engine import MLXEngine
+    from engines.llm.batch import MLXBatch
+    from engines.llm.engine import MLXEngine
     from engines.mlx.platform import detect
-    from engines.mlx.single import Solo
+    from engines.llm.single import Solo
     from schemas.canonical import ChatRequest, Finished
     from schemas.config import ModelConfig
 

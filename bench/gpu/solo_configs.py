@@ -45,7 +45,7 @@ def main() -> None:
     sys.path.insert(0, args.product)
     import msgspec
 
-    from engines.mlx.engine import MLXEngine
+    from engines.llm.engine import MLXEngine
     from engines.mlx.platform import detect
     from schemas.config import ModelConfig
 

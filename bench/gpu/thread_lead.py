@@ -78,7 +78,7 @@ def main() -> None:
     from mlx_lm.generate import generate_step
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the product checkout
-    from engines.mlx.kit.weights import expand_as_platform
+    from engines.mlx.weights import expand_as_platform
     from engines.mlx.platform import detect
 
     def load():

@@ -2,7 +2,7 @@
 
 `blockfile` writes and checks one block; `store` keeps a directory of them under its byte
 limit and writes off the model's thread. What a block holds (MLX arrays) is the engine's
-business (engines/mlx/kit/disk_cache.py).
+business (engines/mlx/cache/disk.py).
 """
 
 from __future__ import annotations

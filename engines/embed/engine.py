@@ -26,10 +26,10 @@ from engines.embed.bert import (
     read_pooling,
 )
 from engines.errors import BadRequest, DimensionsUnavailable, GatewayError, SourceError
-from engines.mlx.isolated import refuse_isolation
-from engines.mlx.kit.memory import release_buffers
-from engines.mlx.kit.weights import weight_bytes
-from engines.mlx.speculate import refuse_speculation
+from engines.llm.isolated import refuse_isolation
+from engines.mlx.memory import release_buffers
+from engines.mlx.weights import weight_bytes
+from engines.llm.speculate import refuse_speculation
 from engines.sources.resolve import check_source, resolve_source
 from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Output
 from schemas.config import ModelConfig

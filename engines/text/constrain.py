@@ -3,7 +3,7 @@
 A request's `format` (JSON, maybe with a schema), a forced tool call (`tool_choice`
 required or named) and `strict` tools become one grammar (`plan_for`). llguidance
 (`LLMatcher`) tracks each sequence through it token by token and says which tokens may come
-next; the engines apply that mask (the MLX engine with `engines/mlx/constrain.py`, the
+next; the engines apply that mask (the MLX engine with `engines/mlx/grammar.py`, the
 scripted engine by checking its reply token by token). The grammar applies to the answer
 only: a reasoning model thinks freely until its think block closes.
 

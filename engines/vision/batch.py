@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Hashable
 
 from engines.batch import Step
-from engines.mlx.kit.sequence import Sequence, cancelled_uids
+from engines.mlx.sequence import Sequence, cancelled_uids
 from engines.vision.disk import block_cache
 from schemas.canonical import ChatRequest
 

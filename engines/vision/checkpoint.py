@@ -9,7 +9,7 @@ import struct
 from pathlib import Path
 
 from engines.errors import SourceError
-from engines.mlx.kit.weights import expand_quantized
+from engines.mlx.weights import expand_quantized
 
 
 def float32_bytes(file: Path, group_size: int) -> int:

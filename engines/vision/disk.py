@@ -21,7 +21,7 @@ import numpy as np
 
 from engines.cache import CacheDir
 from engines.cache.store import BlockStore
-from engines.mlx.kit.disk_cache import Worth, joined, salt_of, to_host_all
+from engines.mlx.cache.disk import Worth, joined, salt_of, to_host_all
 
 # Where a block keeps its token ids and, last, the pictures' hash.
 TOKENS = "tokens"

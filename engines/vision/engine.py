@@ -23,14 +23,14 @@ from engines.base import Capabilities, LoadInfo
 from engines.batch import Batch, SerialBatch
 from engines.cache import CacheDir
 from engines.errors import BadRequest, SourceError
-from engines.mlx.isolated import refuse_isolation
-from engines.mlx.kit.disk_cache import min_tokens, why_off
-from engines.mlx.kit.memory import release_buffers
-from engines.mlx.kit.prepare import start
-from engines.mlx.kit.sizing import kv_bytes_per_token, size_context, trained_context
-from engines.mlx.kit.template import render_chat
-from engines.mlx.kit.weights import FLOAT32_EXPANSION, weight_bytes
-from engines.mlx.speculate import refuse_speculation
+from engines.llm.isolated import refuse_isolation
+from engines.mlx.cache.disk import min_tokens, why_off
+from engines.mlx.memory import release_buffers
+from engines.mlx.prepare import start
+from engines.mlx.sizing import kv_bytes_per_token, size_context, trained_context
+from engines.mlx.template import render_chat
+from engines.mlx.weights import FLOAT32_EXPANSION, weight_bytes
+from engines.llm.speculate import refuse_speculation
 from engines.platform import PlatformPath
 from engines.sources.resolve import check_source, resolve_source
 from engines.text.constrain import plan_needed

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from engines.mlx.kit.prefix import shared_prefix
+from engines.mlx.cache.prefix import shared_prefix
 
 
 class Sessions:

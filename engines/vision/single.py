@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from engines.mlx.kit.stream import StreamRun
+from engines.mlx.stream import StreamRun
 from engines.vision.sessions import Sessions
 from schemas.canonical import ChatRequest, Output
 

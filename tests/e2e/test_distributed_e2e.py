@@ -33,7 +33,7 @@ MAX_TOKENS = 16
 
 def rank_pids(gateway, model: str) -> list[int]:
     """Rank 0 (the model's process, from `model_attached`) and the ranks the gateway
-    started (its children running engines.mlx.distributed.rank), in rank order."""
+    started (its children running engines.llm.distributed.rank), in rank order."""
     detail = gateway.events("model_attached", model=model)[-1]["detail"]
     pids = [int(detail["isolation"].split()[1])]
     for entry in os.listdir("/proc"):
@@ -44,7 +44,7 @@ def rank_pids(gateway, model: str) -> list[int]:
             command = Path(f"/proc/{entry}/cmdline").read_bytes()
         except OSError:
             continue
-        if int(stat[1]) == gateway.process.pid and b"engines.mlx.distributed.rank" in command:
+        if int(stat[1]) == gateway.process.pid and b"engines.llm.distributed.rank" in command:
             pids.append(int(entry))
     return pids
 

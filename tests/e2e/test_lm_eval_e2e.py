@@ -35,7 +35,7 @@ def in_process_loglikelihoods(pairs: list[tuple[str, str]], path: str) -> list[f
     import mlx.core as mx
     import mlx_lm
 
-    from engines.mlx.kit.weights import expand_quantized
+    from engines.mlx.weights import expand_quantized
 
     model, tokenizer = mlx_lm.load(path)
     expand_quantized(model)  # the weights the gateway's CPU path decodes with

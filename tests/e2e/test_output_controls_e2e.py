@@ -155,7 +155,7 @@ def test_echoed_prompt_logprobs_equal_mlx_lms_log_softmax(gateway):
     import mlx.core as mx
     import mlx_lm
 
-    from engines.mlx.kit.weights import expand_quantized
+    from engines.mlx.weights import expand_quantized
     from engines.sources.resolve import resolve_source
 
     prompt = "The capital of France is Paris. The capital of Italy is"

@@ -7,8 +7,8 @@ import pytest
 
 from engines.base import Capabilities
 from engines.embed.engine import EmbeddingEngine
-from engines.mlx.engine import MLXEngine
-from engines.mlx.isolated import IsolatedEngine
+from engines.llm.engine import MLXEngine
+from engines.llm.isolated import IsolatedEngine
 from engines.process.engine import ProcessEngine
 from engines.scripted import ScriptedEngine
 from engines.upstream.engine import UpstreamEngine

@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from engines.errors import ConfigInvalid, SourceError
-from engines.mlx.distributed.shard import check_split
+from engines.llm.distributed.shard import check_split
 from gateway.control.config import parse_config, summarize
 
 MODEL = """

@@ -16,7 +16,7 @@ from engines.embed import engine as embedding
 from engines.embed.engine import EmbeddingEngine
 from engines.errors import BadRequest, GatewayError, SourceError
 from engines.factory import make_engine
-from engines.mlx.engine import MLXEngine
+from engines.llm.engine import MLXEngine
 from engines.platform import PlatformPath
 from engines.runner import Runner, thread
 from engines.sources.resolve import resolve_source

@@ -10,7 +10,7 @@ import random
 import pytest
 from mlx_lm.tokenizer_utils import BPEStreamingDetokenizer
 
-from engines.mlx.kit.detokenize import ByteDetokenizer, byte_detokenizer
+from engines.mlx.detokenize import ByteDetokenizer, byte_detokenizer
 
 TEXTS = [
     " The capital of France is Paris.",

@@ -11,7 +11,7 @@ import numpy as np
 from mlx_lm.models.cache import KVCache, QuantizedKVCache
 
 from engines.cache import CacheDir
-from engines.mlx.kit.disk_cache import BLOCK_TOKENS, DiskKV
+from engines.mlx.cache.disk import BLOCK_TOKENS, DiskKV
 from engines.vision.disk import APCDisk
 
 LAYERS, HEADS, DIMS = 2, 2, 64
@@ -129,8 +129,8 @@ def test_on_cuda_only_conversations_of_min_tokens_are_saved(tmp_path):
     must keep the threshold it reports, on the real SmolLM2 decoding a 200-token prompt."""
     import msgspec
 
-    from engines.mlx.engine import MLXEngine
-    from engines.mlx.kit.disk_cache import min_tokens
+    from engines.llm.engine import MLXEngine
+    from engines.mlx.cache.disk import min_tokens
     from engines.mlx.platform import detect
     from schemas.canonical import ChatRequest, Finished
     from schemas.config import ModelConfig

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from engines.cache import CacheDir
-from engines.mlx.kit.disk_cache import BLOCK_TOKENS, DiskKV
-from engines.mlx.kit.disk_rates import PREFIX
+from engines.mlx.cache.disk import BLOCK_TOKENS, DiskKV
+from engines.mlx.cache.rates import PREFIX
 
 MEANING = "float32|None|cpu"
 

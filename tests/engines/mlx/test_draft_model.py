@@ -7,8 +7,8 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from engines.mlx.engine import MLXEngine
-from engines.mlx.kit.draft_model import ModelDrafter
+from engines.llm.engine import MLXEngine
+from engines.mlx.draft_model import ModelDrafter
 from engines.mlx.platform import detect
 from schemas.config import ModelConfig
 
@@ -99,7 +99,7 @@ def estimate(draft: bool) -> int:
 def test_the_draft_cache_is_parked_with_its_session_and_the_next_turn_resumes_it():
     """A conversation's next turn prefills only its new tokens through the draft model too,
     and answers as it would from a fresh draft cache."""
-    from engines.mlx.batch import SOLO
+    from engines.llm.batch import SOLO
     from schemas.canonical import ChatRequest, Finished, TextDelta
 
     config = {"id": "m", "source": SOURCE, "concurrency": 1, "context": {"max": 2048}}

@@ -10,7 +10,7 @@ import msgspec
 import pytest
 from conftest import with_controls
 
-from engines.mlx.engine import MLXEngine
+from engines.llm.engine import MLXEngine
 from engines.platform import PlatformPath
 from schemas.canonical import (
     ChatRequest,

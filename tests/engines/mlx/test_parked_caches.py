@@ -52,7 +52,7 @@ def test_a_cache_parked_from_a_batch_holds_its_own_bytes_not_the_batchs_buffer()
     import mlx.core as mx
     import msgspec
 
-    from engines.mlx.engine import MLXEngine
+    from engines.llm.engine import MLXEngine
     from engines.mlx.platform import detect
     from schemas.canonical import ChatRequest, Finished
     from schemas.config import ModelConfig

@@ -6,7 +6,7 @@ import random
 
 from mlx_lm.models.cache import LRUPromptCache
 
-from engines.mlx.kit.prefix import parked_prefix
+from engines.mlx.cache.prefix import parked_prefix
 
 
 def searched(parked: LRUPromptCache, key: str, tokens: list[int]) -> int:

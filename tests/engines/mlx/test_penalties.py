@@ -1,4 +1,4 @@
-"""The penalties and bias of engines/mlx/kit/penalties.py on a tiny logits vector."""
+"""The penalties and bias of engines/mlx/penalties.py on a tiny logits vector."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import mlx.core as mx
 import pytest
 
 from engines.errors import BadRequest
-from engines.mlx.kit.penalties import make_penalties
+from engines.mlx.penalties import make_penalties
 from schemas.canonical import Sampling
 
 PROMPT = [3, 3, 3]  # the prompt's tokens are never penalised

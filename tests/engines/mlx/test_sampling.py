@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from engines.mlx.kit.sampling import KeyedSampler, make_request_sampler
+from engines.mlx.sampling import KeyedSampler, make_request_sampler
 
 
 def test_unseeded_requests_with_the_same_settings_share_one_sampler():

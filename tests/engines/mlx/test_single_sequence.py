@@ -12,9 +12,9 @@ import threading
 import msgspec
 import pytest
 
-from engines.mlx.batch import SOLO, reuse_min_tokens
-from engines.mlx.engine import MLXEngine
-from engines.mlx.kit.encode import TextEncoder
+from engines.llm.batch import SOLO, reuse_min_tokens
+from engines.llm.engine import MLXEngine
+from engines.mlx.encode import TextEncoder
 from engines.mlx.platform import detect
 from schemas.canonical import ChatRequest, Finished, TextDelta
 from schemas.config import ModelConfig
@@ -134,7 +134,7 @@ def test_the_template_header_is_reused_where_it_pays_a_conversation_always(engin
 def test_the_first_prompt_of_an_idle_batch_is_tokenized_aside_those_joining_it_in_place(
     engine, monkeypatch
 ):
-    """After a burst, the model's thread tokenizes slowly (engines/mlx/kit/encode.py): the
+    """After a burst, the model's thread tokenizes slowly (engines/mlx/encode.py): the
     first request of an idle batch is tokenized on the encoder's own thread, requests
     joining a running batch on the model's; the answers are in-process decoding's."""
     threads = []

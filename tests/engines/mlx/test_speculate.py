@@ -10,9 +10,9 @@ from mlx_lm.models.cache import KVCache
 
 from engines.embed.engine import EmbeddingEngine
 from engines.errors import ModelUnavailable
-from engines.mlx.kit.lookup import MISSES_BEFORE_REST, Drafter, DraftLength, PromptLookup
-from engines.mlx.kit.sampling import make_request_sampler
-from engines.mlx.speculate import verify_alone
+from engines.mlx.lookup import MISSES_BEFORE_REST, Drafter, DraftLength, PromptLookup
+from engines.mlx.sampling import make_request_sampler
+from engines.llm.speculate import verify_alone
 from schemas.config import ModelConfig
 
 
@@ -155,7 +155,7 @@ def test_a_sequence_whose_drafts_miss_stops_waiting_for_them_then_tries_again():
 
 
 def test_speculation_is_refused_on_cuda_where_it_measured_slower():
-    from engines.mlx.engine import refuse_speculation_on_cuda
+    from engines.llm.engine import refuse_speculation_on_cuda
     from engines.platform import PlatformPath
 
     cuda = PlatformPath(device="gpu (cuda)", blas="n/a", weights="bfloat16", why="")

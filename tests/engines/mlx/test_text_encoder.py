@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from engines.mlx.kit.encode import TextEncoder
+from engines.mlx.encode import TextEncoder
 
 TEXTS = [
     "",

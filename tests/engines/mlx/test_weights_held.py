@@ -10,8 +10,8 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from engines.mlx.engine import MLXEngine
-from engines.mlx.kit.weights import quantized_layers
+from engines.llm.engine import MLXEngine
+from engines.mlx.weights import quantized_layers
 from engines.platform import PlatformPath
 from schemas.canonical import ChatRequest
 from schemas.config import ModelConfig

@@ -16,7 +16,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from engines.errors import SourceError
-from engines.mlx.engine import MLXEngine
+from engines.llm.engine import MLXEngine
 from engines.platform import PlatformPath
 from engines.sources.gguf import LOCK, MARKER, convert_gguf
 from engines.sources.resolve import check_source, resolve_source

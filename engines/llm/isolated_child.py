@@ -1,5 +1,5 @@
 """The model's own process under `isolation: process`: an `MLXEngine` that answers the
-gateway's calls on one pipe and steps its batch from the other (engines/mlx/isolated.py is
+gateway's calls on one pipe and steps its batch from the other (engines/llm/isolated.py is
 the gateway's side). Errors cross the pipes packed, so gateway errors arrive whole.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 from engines import timeline
 from engines.cache import CacheDir
 from engines.log import RELAY
-from engines.mlx.engine import MLXEngine
+from engines.llm.engine import MLXEngine
 from engines.platform import PlatformPath
 from schemas.canonical import Finished
 from schemas.config import ModelConfig

@@ -11,18 +11,18 @@ from engines.base import Capabilities, LoadInfo
 from engines.batch import Batch, SerialBatch
 from engines.cache import CacheDir
 from engines.errors import BadRequest, ContextTooLarge, ModelUnavailable, SourceError
-from engines.mlx.constrain import Grammar
+from engines.mlx.grammar import Grammar
 from engines.mlx.facts import source_chat_template
-from engines.mlx.kit.detokenize import byte_detokenizer
-from engines.mlx.kit.disk_cache import BLOCK_TOKENS, DiskKV, cacheable, min_tokens, why_off
-from engines.mlx.kit.encode import TextEncoder
-from engines.mlx.kit.memory import release_buffers
-from engines.mlx.kit.penalties import make_penalties
-from engines.mlx.kit.prepare import start
-from engines.mlx.kit.sizing import kv_bytes_per_token, size_context, trained_context
-from engines.mlx.kit.stream import StreamRun
-from engines.mlx.kit.template import render_chat
-from engines.mlx.kit.weights import (
+from engines.mlx.detokenize import byte_detokenizer
+from engines.mlx.cache.disk import BLOCK_TOKENS, DiskKV, cacheable, min_tokens, why_off
+from engines.mlx.encode import TextEncoder
+from engines.mlx.memory import release_buffers
+from engines.mlx.penalties import make_penalties
+from engines.mlx.prepare import start
+from engines.mlx.sizing import kv_bytes_per_token, size_context, trained_context
+from engines.mlx.stream import StreamRun
+from engines.mlx.template import render_chat
+from engines.mlx.weights import (
     EXPANDED,
     FLOAT32_EXPANSION,
     expand_quantized,
@@ -82,7 +82,7 @@ class MLXEngine:
         self._config = model
         self._disk_dir = disk
         self.disk: DiskKV | None = None  # the KV cache's disk tier, while loaded
-        # How the weights load from the resolved path (a rank's shard: engines/mlx/distributed).
+        # How the weights load from the resolved path (a rank's shard: engines/llm/distributed).
         self._loader = loader
         self._draft_config = draft
         self._draft = None
@@ -96,7 +96,7 @@ class MLXEngine:
         self.parked_bytes = 0  # the byte limit of the parked sessions' KV caches
         self.parked_draft_bytes = 0  # and of their draft model's caches (`draft:`)
         self._tool_format: ToolFormat | None = None
-        self._grammar = None  # the model's grammar tools (engines/mlx/constrain.py)
+        self._grammar = None  # the model's grammar tools (engines/mlx/grammar.py)
 
     @property
     def platform(self) -> PlatformPath:
@@ -226,7 +226,7 @@ class MLXEngine:
             self._tool_format,
             self._think,
         )
-        # Penalties and bias first; the grammar's mask (engines/mlx/constrain.py) last, so
+        # Penalties and bias first; the grammar's mask (engines/mlx/grammar.py) last, so
         # nothing lifts a token it refuses back from -inf.
         vocab = self._model.args.vocab_size
         processors = make_penalties(request.sampling, len(prompt), window, vocab)
@@ -258,7 +258,7 @@ class MLXEngine:
 
     def detokenizer(self):
         """A streaming detokenizer for one sequence: the table-driven one where the model's
-        vocabulary is byte-level BPE (kit/detokenize.py), else mlx-lm's own."""
+        vocabulary is byte-level BPE (engines/mlx/detokenize.py), else mlx-lm's own."""
         if self._detokenizer is not None:
             return self._detokenizer.fresh()
         return self._tokenizer.detokenizer
@@ -268,11 +268,11 @@ class MLXEngine:
 
         mlx-lm's batch generator has no quantized KV cache, so a model with `kv_bits` decodes
         one request at a time through `stream_generate` (with its draft model, if any). A
-        `draft` model alone drafts on the batch path (engines/mlx/speculate.py).
+        `draft` model alone drafts on the batch path (engines/llm/speculate.py).
         """
         if self._config.kv_bits:
             return SerialBatch(self.generate)
-        from engines.mlx.batch import MLXBatch
+        from engines.llm.batch import MLXBatch
 
         return MLXBatch(self, self._model, self._tokenizer, self._config)
 
@@ -536,7 +536,7 @@ def refuse_untrimmable(model_id: str, model, key: str = "speculation") -> None:
 def disk_floor(prompt_tokens: int, engine: MLXEngine) -> int:
     """The tokens a disk hit must beat, as the batch path's (`reuse_min_tokens`): from a
     short shared prefix or under half the prompt, loading costs more than it saves."""
-    from engines.mlx.batch import reuse_min_tokens
+    from engines.llm.batch import reuse_min_tokens
 
     return max(reuse_min_tokens(engine.platform.device), prompt_tokens // 2) - 1
 

@@ -1,8 +1,8 @@
 """Speculative decoding, alone (`Solo`) and inside a batch, with prompt-lookup drafts or a
 draft model's.
 
-A step feeds the current token and up to K drafted ones (engines/mlx/kit/lookup.py, or
-engines/mlx/kit/draft_model.py) through
+A step feeds the current token and up to K drafted ones (engines/mlx/lookup.py, or
+engines/mlx/draft_model.py) through
 the model in one forward pass, samples each position with the request's own sampler and
 logits processors, and keeps the drafted tokens up to the first one the sample disagrees
 with, plus the sample there. The draft is a deterministic proposal, so this is exactly
@@ -19,10 +19,10 @@ prefill uses to right-align a padded batch (`BatchKVCache.finalize`).
 from __future__ import annotations
 
 from engines.errors import ModelUnavailable
-from engines.mlx.constrain import MaskProcessor
-from engines.mlx.kit.draft_model import ModelDrafter
-from engines.mlx.kit.lookup import Drafter
-from engines.mlx.kit.sampling import is_greedy
+from engines.mlx.grammar import MaskProcessor
+from engines.mlx.draft_model import ModelDrafter
+from engines.mlx.lookup import Drafter
+from engines.mlx.sampling import is_greedy
 from schemas.config import ModelConfig
 
 # Token positions one batched verification may feed (rows x (1 + draft)): the batch's

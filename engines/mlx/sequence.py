@@ -31,7 +31,7 @@ class Sequence:
     first_at: float | None = None
     new_tokens: int = 0
     job: object = None  # the engine's prepared request, where the batch needs it again
-    drafter: object = None  # its drafter (kit/lookup.py, kit/draft_model.py), when it speculates
+    drafter: object = None  # its drafter (lookup.py, draft_model.py), when it speculates
 
     def take(
         self, token: int | None, finish_reason: str | None, eos: Container[int]

@@ -64,7 +64,7 @@ def load_shard(model_id: str, path: Path, group, mode: str):
     `held / total` is the share of the KV cache this rank holds (its layers or heads)."""
     from mlx_lm.utils import load_model, load_tokenizer
 
-    from engines.mlx.distributed.pipeline_llama import model_classes
+    from engines.llm.distributed.pipeline_llama import model_classes
 
     try:
         model, config = load_model(path, lazy=True, get_model_classes=model_classes)

@@ -2,19 +2,19 @@
 same vocabulary decodes greedily after the sequence so far, one sequence at a time.
 
 Each sequence keeps its own KV cache of the draft model, parked beside the model's own when
-the conversation ends (engines/mlx/batch.py) so that its next turn prefills only what is new.
+the conversation ends (engines/llm/batch.py) so that its next turn prefills only what is new.
 A proposal first brings that cache in line with the sequence (drops the positions of drafted
 tokens the target refused, feeds what the sequence emitted since), then decodes up to `limit`
 tokens by arg-max. The draft is a deterministic proposal, as a prompt look-up's is: the
-verification in engines/mlx/speculate.py keeps greedy output that of plain decoding and
+verification in engines/llm/speculate.py keeps greedy output that of plain decoding and
 sampled output distributed as plain decoding's. The draft length and the back-off are prompt
 lookup's (`DraftLength`).
 """
 
 from __future__ import annotations
 
-from engines.mlx.kit.lookup import Drafting, DraftLength
-from engines.mlx.kit.prefix import shared_prefix
+from engines.mlx.lookup import Drafting, DraftLength
+from engines.mlx.cache.prefix import shared_prefix
 
 # The draft model's prompt goes through it in chunks of this many tokens (generate_step's).
 PREFILL_STEP_SIZE = 2048

@@ -19,13 +19,13 @@ from dataclasses import dataclass
 
 from engines import timeline
 from engines.batch import Step
-from engines.mlx.engine import Prepared
-from engines.mlx.kit.draft_model import ModelDrafter
-from engines.mlx.kit.prefix import parked_prefix
-from engines.mlx.kit.sequence import Sequence, cancelled_uids
+from engines.llm.engine import Prepared
+from engines.mlx.draft_model import ModelDrafter
+from engines.mlx.cache.prefix import parked_prefix
+from engines.mlx.sequence import Sequence, cancelled_uids
 from engines.mlx.logprobs import logprobs_of
-from engines.mlx.single import Solo
-from engines.mlx.speculate import BatchDrafting, batch_positions, make_drafter
+from engines.llm.single import Solo
+from engines.llm.speculate import BatchDrafting, batch_positions, make_drafter
 from schemas.canonical import ChatRequest
 from schemas.config import ModelConfig
 
@@ -134,7 +134,7 @@ class MLXBatch:
         model's own process prepares each request as it comes, before the burst joins)."""
         # A seeded request's sampler has its own key. The first of an idle batch is
         # tokenized aside: after a burst this thread is a slow place for it
-        # (engines/mlx/kit/encode.py).
+        # (engines/mlx/encode.py).
         aside = not self._sequences
         job = prepared if prepared is not None else self._engine.prepare(request, aside=aside)
         if timeline.ON:  # the prompt is rendered and tokenized

@@ -2,7 +2,7 @@
 in the same order, before the same steps (the collectives in each forward pass need every
 rank in it). Rank 0 (`lead`) is the gateway's model process: it takes the gateway's calls
 and batch messages from its pipes, as `isolation: process` does, and shares the changes
-with the other ranks (`follow`, started by engines/mlx/distributed/group.py) each step.
+with the other ranks (`follow`, started by engines/llm/distributed/group.py) each step.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
 from engines.base import LoadInfo
-from engines.mlx.distributed.wire import gather, share
-from engines.mlx.isolated_child import Arrivals, answer, pack_error
-from engines.mlx.kit.weights import weight_bytes
+from engines.llm.distributed.wire import gather, share
+from engines.llm.isolated_child import Arrivals, answer, pack_error
+from engines.mlx.weights import weight_bytes
 from schemas.canonical import Finished
 
 SPEC_ENV = "GATEWAY_RANK_SPEC"  # the model, platform and base_dir every rank loads
@@ -105,8 +105,8 @@ class Replica:
 
 def make_replica(spec: dict, group) -> Replica:
     """The engine every rank builds: an `MLXEngine` whose weights load as this rank's part."""
-    from engines.mlx.distributed.shard import load_shard
-    from engines.mlx.engine import MLXEngine
+    from engines.llm.distributed.shard import load_shard
+    from engines.llm.engine import MLXEngine
 
     model, mode = spec["model"], spec["mode"]
     replica = None

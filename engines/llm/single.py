@@ -8,14 +8,14 @@ cache with offsets and masks, per-step filtering) costs a third of the speed on 
 token overlaps the accelerator's work on the next. Greedy output is that of
 `stream_generate`. Its cache can join a `BatchGenerator` when a second request arrives.
 
-With a drafter (`speculation:` or `draft:`, engines/mlx/speculate.py) a step whose drafter
+With a drafter (`speculation:` or `draft:`, engines/llm/speculate.py) a step whose drafter
 proposes tokens feeds them with the current one in one forward pass and keeps those the model's own
 sampling agrees with; a step with no draft is the plain pipelined step.
 """
 
 from __future__ import annotations
 
-from engines.mlx.speculate import verify_alone
+from engines.llm.speculate import verify_alone
 
 # generate_step's defaults: prompt chunk size, and how often it returns freed buffers.
 PREFILL_STEP_SIZE = 2048

@@ -2,8 +2,8 @@
 as `mlx.launch` reaches a host), the environment MLX's backend reads in each, and telling
 when one has died or hangs (each writes a heartbeat byte a second on its stdout).
 
-Rank 0 is the model's process of `isolation: process` (engines/mlx/isolated.py), started
-with the environment `start()` returns; it runs engines/mlx/distributed/rank.py's `lead`.
+Rank 0 is the model's process of `isolation: process` (engines/llm/isolated.py), started
+with the environment `start()` returns; it runs engines/llm/distributed/rank.py's `lead`.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from base64 import b64encode
 from pathlib import Path
 from typing import NamedTuple
 
-from engines.mlx.distributed.rank import HEARTBEAT_S, SPEC_ENV
-from engines.mlx.distributed.shard import check_split
+from engines.llm.distributed.rank import HEARTBEAT_S, SPEC_ENV
+from engines.llm.distributed.shard import check_split
 from engines.platform import PlatformPath
 from engines.sources.resolve import resolve_source
 from schemas.config import ModelConfig, seconds
@@ -177,7 +177,7 @@ class RankGroup:
         return [common | {"MLX_RANK": str(rank)} for rank in range(ranks)]
 
     def _launch(self, rank: int, env: dict[str, str], python: str) -> subprocess.Popen:
-        command = [python, "-m", "engines.mlx.distributed.rank"]
+        command = [python, "-m", "engines.llm.distributed.rank"]
         host = self.hosts[rank]
         if host in LOCAL_HOSTS:
             return subprocess.Popen(

@@ -34,9 +34,9 @@ from engines.batch import Step
 from engines.cache import CacheDir
 from engines.errors import ModelUnavailable
 from engines.log import emit
-from engines.mlx.distributed.group import Failure, RankGroup
-from engines.mlx.engine import MLXEngine
-from engines.mlx.isolated_child import serve, unpack_error
+from engines.llm.distributed.group import Failure, RankGroup
+from engines.llm.engine import MLXEngine
+from engines.llm.isolated_child import serve, unpack_error
 from engines.platform import PlatformPath
 from schemas.canonical import ChatRequest, Finished, Output
 from schemas.config import ModelConfig
@@ -118,7 +118,7 @@ class IsolatedEngine:
                     **info.detail,
                     "isolation": f"process {self._process.pid}",
                     **(self._group.describe() if self._group else {}),
-                    # The ranks hold no disk tier (engines/mlx/distributed/rank.py).
+                    # The ranks hold no disk tier (engines/llm/distributed/rank.py).
                     **({"disk_cache": "off (distributed)"} if self._group else {}),
                 },
             )
@@ -265,7 +265,7 @@ class IsolatedEngine:
             config = (self._config, self._platform, self._base_dir, self._draft_config)
             args = (events_child, *config, self._disk)
         else:
-            from engines.mlx.distributed.rank import lead
+            from engines.llm.distributed.rank import lead
 
             target, args = lead, (self._group.spec, self._group.start())
         self._process = context.Process(

@@ -10,7 +10,7 @@ Saving copies the blocks not yet on disk out of MLX on the model's thread (a mem
 the store's thread writes them. Loading reads and checks files on the model's thread,
 where the cache is needed. Both happen only where the disk is sooner than the prefill it
 replaces, as this model's own rates on this machine say (`Worth`), kept across restarts
-beside the blocks (engines/mlx/kit/disk_rates.py).
+beside the blocks (engines/mlx/cache/rates.py).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import numpy as np
 
 from engines.cache import CacheDir
 from engines.cache.store import BlockStore
-from engines.mlx.kit.disk_rates import rates_path, read_rates, write_rates
+from engines.mlx.cache.rates import rates_path, read_rates, write_rates
 
 # Small enough that the tail a reused prompt must prefill again (under one block, plus the
 # new turn) is a small part of a long prompt: at 256, a 2k-token prompt after a restart
@@ -145,7 +145,7 @@ class DiskKV:
         self._shortest = shortest  # conversations shorter are not saved (`min_tokens`)
         self.worth = worth or Worth()
         self._block_bytes: int | None = None  # one block's bytes, once a block was seen
-        # The rates this model measured here before (engines/mlx/kit/disk_rates.py).
+        # The rates this model measured here before (engines/mlx/cache/rates.py).
         self._model = model
         self._rates = rates_path(store.root, salt)
         if (rates := read_rates(self._rates, model)) is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from engines.errors import ContextOverflow
-from engines.mlx.kit.sampling import Sampler, make_request_sampler
+from engines.mlx.sampling import Sampler, make_request_sampler
 from engines.text.output import OutputParser, ToolFormat
 from engines.text.reasoning import ThinkMarkers
 from schemas.canonical import ChatRequest

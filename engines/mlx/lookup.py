@@ -4,7 +4,7 @@ before, in the prompt or the answer so far, and how many of them to propose.
 Editing code, rewriting a document or answering about a pasted file copies long spans of
 the prompt into the answer: the continuation of an earlier occurrence of the last few
 tokens is then a good guess of the next ones, found with a dictionary look-up and no
-second model. The model verifies every guess (engines/mlx/speculate.py), so a wrong one
+second model. The model verifies every guess (engines/llm/speculate.py), so a wrong one
 costs compute, never correctness.
 """
 
