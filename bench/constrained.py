@@ -116,22 +116,18 @@ def mask_share_child(rounds: int, tokens: int) -> None:
     """In-process: print {"free": [step s], "held": [step s], "mask": [mask s per step]}."""
     import time
 
-    import mlx.core as mx
-    import mlx_lm
     from mlx_lm.generate import BatchGenerator
     from mlx_lm.sample_utils import make_sampler
 
     from engines.mlx.grammar import Grammar, MaskProcessor
-    from engines.mlx.weights import expand_as_platform
+    from engines.mlx.load import load_as_platform
     from engines.mlx.platform import detect
     from engines.sources.resolve import resolve_source
     from engines.text.output import load_tool_format
     from engines.text.reasoning import thinking_markers
     from schemas.canonical import ChatRequest, Message, OutputFormat
 
-    model, tokenizer = mlx_lm.load(str(resolve_source("bench", SMOLLM2)))
-    expand_as_platform(model, detect())
-    mx.eval(model.parameters())
+    model, tokenizer, _ = load_as_platform(resolve_source("bench", SMOLLM2), detect())
     grammar = Grammar(model, tokenizer, thinking_markers(tokenizer), load_tool_format("json_tools"))
     spent = [0.0]
 

@@ -2,8 +2,9 @@
 job, mlx-lm's bare `generate_step` without a detokenizer) on the model the gateway serves.
 
 Run by `bench/single_stream.py` as a subprocess with the gateway's platform environment
-(OpenBLAS preloaded) and the gateway's own load path (`resolve_source`, then
-`expand_as_platform`: 4-bit weights expanded to float32 on the CPU, to bfloat16 on CUDA),
+(OpenBLAS preloaded) and the gateway's own load recipe (`resolve_source`, then
+`engines.mlx.load.load_as_platform`: 4-bit weights expanded to float32 on the CPU, to
+bfloat16 on CUDA),
 so the two sides differ only by what the gateway adds. It loads once, then answers one JSON
 line per JSON line on stdin: {"messages": [...], "max_tokens": N, "loop": ...} -> timings
 and the engine's counts. Issue 32 takes the faster of the two loops as the reference.
@@ -22,16 +23,14 @@ def main() -> None:
     from mlx_lm.generate import generate_step
     from mlx_lm.sample_utils import make_sampler
 
-    from engines.mlx.weights import expand_as_platform
+    from engines.mlx.load import load_as_platform
     from engines.mlx.platform import detect
     from engines.sources.resolve import resolve_source
 
     source = sys.argv[1]
     platform = detect()
     path = resolve_source("reference", source)
-    model, tokenizer = mlx_lm.load(str(path))
-    expand_as_platform(model, platform)
-    mx.eval(model.parameters())
+    model, tokenizer, _ = load_as_platform(path, platform)
     greedy = make_sampler(temp=0.0)
     print(json.dumps({"ready": True, "platform": platform.as_dict()}), flush=True)
 

@@ -68,16 +68,10 @@ def load_held(model_dir: str, stored: bool = False):
     gateway's platform path holds them (on CUDA, bfloat16: MLX's 4-bit kernels do not
     batch), unless `stored` asks for them as the file holds them. Needs the product on
     sys.path."""
-    import mlx.core as mx
-    from mlx_lm import load
-
-    from engines.mlx.weights import expand_as_platform
+    from engines.mlx.load import load_as_platform
     from engines.mlx.platform import detect
 
-    model, tokenizer = load(model_dir)
-    held = "as stored" if stored else expand_as_platform(model, detect())
-    mx.eval(model.parameters())
-    return model, tokenizer, held
+    return load_as_platform(model_dir, detect(), stored=stored)
 
 
 def main() -> None:

@@ -53,8 +53,8 @@ def main() -> None:
 
     from engines.llm.batch import MLXBatch
     from engines.llm.engine import MLXEngine
-    from engines.mlx.platform import detect
     from engines.llm.single import Solo
+    from engines.mlx.platform import detect
     from schemas.canonical import ChatRequest, Finished
     from schemas.config import ModelConfig
 

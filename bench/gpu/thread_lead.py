@@ -74,19 +74,15 @@ def main() -> None:
     args = parser.parse_args()
 
     import mlx.core as mx
-    import mlx_lm
     from mlx_lm.generate import generate_step
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the product checkout
-    from engines.mlx.weights import expand_as_platform
+    from engines.mlx.load import load_as_platform
     from engines.mlx.platform import detect
 
     def load():
         """The weights as the gateway holds them (on CUDA, 4-bit layers become bfloat16)."""
-        model, tokenizer = mlx_lm.load(args.model_dir)
-        held = expand_as_platform(model, detect())
-        mx.eval(model.parameters())
-        return model, tokenizer, held
+        return load_as_platform(args.model_dir, detect())
 
     loader = Worker("loader")
     model, tokenizer, held = loader.call(load)

@@ -27,9 +27,9 @@ from engines.embed.bert import (
 )
 from engines.errors import BadRequest, DimensionsUnavailable, GatewayError, SourceError
 from engines.llm.isolated import refuse_isolation
+from engines.llm.speculate import refuse_speculation
 from engines.mlx.memory import release_buffers
 from engines.mlx.weights import weight_bytes
-from engines.llm.speculate import refuse_speculation
 from engines.sources.resolve import check_source, resolve_source
 from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Output
 from schemas.config import ModelConfig

@@ -16,44 +16,26 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from typing import Protocol
 
 from engines import timeline
 from engines.batch import Step
-from engines.llm.engine import Prepared
-from engines.mlx.draft_model import ModelDrafter
-from engines.mlx.cache.prefix import parked_prefix
-from engines.mlx.sequence import Sequence, cancelled_uids
-from engines.mlx.logprobs import logprobs_of
+from engines.llm.prepared import Prepared
 from engines.llm.single import Solo
 from engines.llm.speculate import BatchDrafting, batch_positions, make_drafter
-from schemas.canonical import ChatRequest
+from engines.mlx.cache.disk import DiskKV
+from engines.mlx.cache.prefix import parked_prefix, reuse_min_tokens
+from engines.mlx.draft_model import ModelDrafter
+from engines.mlx.logprobs import logprobs_of
+from engines.mlx.sequence import Sequence, cancelled_uids
+from engines.platform import PlatformPath
+from schemas.canonical import ChatRequest, Logprobs
 from schemas.config import ModelConfig
 
 # The cache trie keys entries by model; one batch serves one model.
 CACHE_KEY = "model"
 # The uid of the sequence on the single-sequence path (the batch generator's start at 0).
 SOLO = -1
-# A shared prefix is reused only from this many tokens and from half the prompt: below
-# that, copying the parked cache costs more than prefilling the tokens again.
-REUSE_MIN_TOKENS = 32
-# On the CPU a prompt token costs ~5 ms of CPU to prefill (SmolLM2, float32, 2 cores) and
-# copying its KV microseconds: a shared system prompt and template header (24-28 tokens of
-# SmolLM2's) is worth its copy there. An 8-client burst reusing its 28 shared tokens had the
-# lowest TTFT in bench/RESULTS.md (issue 32.5); 753fdee, which reused any shared prefix,
-# was the commit of the CPU's 4.76 x batching run.
-REUSE_MIN_TOKENS_CPU = 16
-# On CUDA a prefill of a few hundred tokens costs a few decode steps, and a batch holding a
-# reused cache beside fresh ones decoded slower: on the H200, 64 clients of SmolLM2 whose
-# prompts shared ~50 tokens with parked ones took 1.8 s for 128 tokens, against 1.1 s with
-# reuse off (bench/RESULTS.md). There, only a long shared prefix is worth its cache.
-REUSE_MIN_TOKENS_CUDA = 256
-
-
-def reuse_min_tokens(device: str) -> int:
-    """The shortest shared prefix reused on this platform (`PlatformPath.device`)."""
-    if device == "gpu (cuda)":
-        return REUSE_MIN_TOKENS_CUDA
-    return REUSE_MIN_TOKENS_CPU if device == "cpu" else REUSE_MIN_TOKENS
 
 
 def prefill_batch_size(concurrency: int) -> int:
@@ -64,6 +46,25 @@ def prefill_batch_size(concurrency: int) -> int:
     and within 1-14% of the best (32) at 64; mlx-lm's default of 8 was never the best.
     """
     return concurrency
+
+
+class BatchHost(Protocol):
+    """What a batch asks of the engine that opens it (`MLXEngine` passes itself): the batch
+    knows this, never the engine."""
+
+    platform: PlatformPath
+    disk: DiskKV | None  # the disk tier under the parked caches (None: off)
+    parked_bytes: int  # the byte limits of the parked caches, the draft model's too
+    parked_draft_bytes: int
+
+    @property
+    def draft_model(self): ...
+
+    def prepare(self, request: ChatRequest, *, aside: bool = False) -> Prepared: ...
+
+    def prompt_logprobs(self, request: ChatRequest, prompt: list[int]) -> Logprobs | None: ...
+
+    def detokenizer(self): ...
 
 
 @dataclass
@@ -77,7 +78,7 @@ class Admitted:
 
 
 class MLXBatch:
-    def __init__(self, engine, model, tokenizer, config: ModelConfig) -> None:
+    def __init__(self, engine: BatchHost, model, tokenizer, config: ModelConfig) -> None:
         from mlx_lm.generate import BatchGenerator
         from mlx_lm.models.cache import LRUPromptCache
 

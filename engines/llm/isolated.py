@@ -33,10 +33,10 @@ from engines.base import Capabilities, LoadInfo
 from engines.batch import Step
 from engines.cache import CacheDir
 from engines.errors import ModelUnavailable
-from engines.log import emit
 from engines.llm.distributed.group import Failure, RankGroup
 from engines.llm.engine import MLXEngine
 from engines.llm.isolated_child import serve, unpack_error
+from engines.log import emit
 from engines.platform import PlatformPath
 from schemas.canonical import ChatRequest, Finished, Output
 from schemas.config import ModelConfig

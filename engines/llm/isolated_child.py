@@ -16,8 +16,8 @@ from pathlib import Path
 
 from engines import timeline
 from engines.cache import CacheDir
-from engines.log import RELAY
 from engines.llm.engine import MLXEngine
+from engines.log import RELAY
 from engines.platform import PlatformPath
 from schemas.canonical import Finished
 from schemas.config import ModelConfig

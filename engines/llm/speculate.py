@@ -19,8 +19,8 @@ prefill uses to right-align a padded batch (`BatchKVCache.finalize`).
 from __future__ import annotations
 
 from engines.errors import ModelUnavailable
-from engines.mlx.grammar import MaskProcessor
 from engines.mlx.draft_model import ModelDrafter
+from engines.mlx.grammar import MaskProcessor
 from engines.mlx.lookup import Drafter
 from engines.mlx.sampling import is_greedy
 from schemas.config import ModelConfig

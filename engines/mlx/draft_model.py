@@ -13,8 +13,8 @@ lookup's (`DraftLength`).
 
 from __future__ import annotations
 
-from engines.mlx.lookup import Drafting, DraftLength
 from engines.mlx.cache.prefix import shared_prefix
+from engines.mlx.lookup import Drafting, DraftLength
 
 # The draft model's prompt goes through it in chunks of this many tokens (generate_step's).
 PREFILL_STEP_SIZE = 2048

@@ -3,8 +3,6 @@ their expansion to dense float32 or bfloat16 (engines/platform.py says which is 
 
 from __future__ import annotations
 
-from engines.platform import PlatformPath
-
 # 4-bit weights (plus scales) grow about this much when expanded to float32.
 FLOAT32_EXPANSION = 6
 # What a platform may expand quantized weights to (PlatformPath.weights).
@@ -53,15 +51,6 @@ def held_element(model, weights: str) -> int:
         v for _, v in tree_flatten(model.parameters()) if mx.issubdtype(v.dtype, mx.floating)
     )
     return next(floating).dtype.size
-
-
-def expand_as_platform(model, platform: PlatformPath) -> str:
-    """Hold `model`'s weights as `platform` runs them fastest, with no memory check (for the
-    benchmarks' in-process references); what they are held as."""
-    if platform.weights not in EXPANDED or not quantized_layers(model):
-        return "as stored"
-    expand_quantized(model, platform.weights)
-    return platform.weights
 
 
 def expand_quantized(model, dtype: str = "float32") -> None:

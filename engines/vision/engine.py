@@ -17,29 +17,30 @@ import struct
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import NamedTuple
 
 from engines.base import Capabilities, LoadInfo
 from engines.batch import Batch, SerialBatch
 from engines.cache import CacheDir
-from engines.errors import BadRequest, SourceError
+from engines.errors import BadRequest
 from engines.llm.isolated import refuse_isolation
+from engines.llm.speculate import refuse_speculation
 from engines.mlx.cache.disk import min_tokens, why_off
+from engines.mlx.load import hold, open_source
 from engines.mlx.memory import release_buffers
 from engines.mlx.prepare import start
 from engines.mlx.sizing import kv_bytes_per_token, size_context, trained_context
 from engines.mlx.template import render_chat
-from engines.mlx.weights import FLOAT32_EXPANSION, weight_bytes
-from engines.llm.speculate import refuse_speculation
+from engines.mlx.weights import FLOAT32_EXPANSION
 from engines.platform import PlatformPath
 from engines.sources.resolve import check_source, resolve_source
 from engines.text.constrain import plan_needed
-from engines.text.output import DEFAULT_TOOL_PARSER, OutputParser, load_tool_format
+from engines.text.output import DEFAULT_TOOL_PARSER, load_tool_format
 from engines.text.reasoning import thinking_markers
 from engines.vision.batch import APC_BLOCK_TOKENS
 from engines.vision.budget import Plan, cap_processor, fit_image, geometry_of, plan_pixels
 from engines.vision.checkpoint import check_markers, float32_bytes, to_float32
 from engines.vision.disk import APCDisk
+from engines.vision.prepared import Inputs, Prepared
 from engines.vision.prompt import cache_keys, decode_image, vision_messages
 from engines.vision.sessions import Sessions
 from schemas.canonical import (
@@ -54,25 +55,6 @@ from schemas.config import ModelConfig
 
 # Preprocessed requests remembered (by identity) for a count followed by a generation.
 RECENT_INPUTS = 4
-
-
-class Inputs(NamedTuple):
-    """A request as the model takes it: token ids, the processor's tensors, cache keys."""
-
-    ids: list[int]
-    tensors: dict  # input_ids, pixel_values, attention_mask and model-specific extras
-    keys: list[int]
-    images: int
-    image_tokens: int
-
-
-class Prepared(NamedTuple):
-    """What one generation needs: inputs, sampler, output parser and token budget."""
-
-    inputs: Inputs
-    sampler: Callable
-    parser: OutputParser
-    max_tokens: int
 
 
 class VisionEngine:
@@ -123,22 +105,19 @@ class VisionEngine:
         return "float32" if auto and self._platform.weights == "float32" else "as stored"
 
     def load(self, memory_left: int | None = None) -> LoadInfo:
-        import mlx.core as mx
         import mlx_vlm
 
         refuse_isolation(self._config, "a vision model")
         refuse_speculation(self._config, "a vision model")
         path = resolve_source(self._config.id, self._config.source, base_dir=self._base_dir)
-        try:
-            model, processor = mlx_vlm.load(str(path))
-        except Exception as error:  # mlx-vlm and transformers raise anything on a bad checkpoint
-            message = f"mlx-vlm cannot load it: {error}"
-            raise SourceError(self._config.id, str(path), message) from None
+        config = self._config
+        model, processor = open_source(
+            config.id, config.source, path, mlx_vlm.load, library="mlx-vlm"
+        )
         self._image_token = check_markers(self._config.id, str(path), model, processor)
-        if self._held() == "float32":
+        if self._held() == "float32":  # every float weight too, not only the quantized ones
             to_float32(model)
-        mx.eval(model.parameters())
-        weights = weight_bytes(model)
+        weights = hold(model, "as stored")
         text = model.config.text_config
         trained = trained_context(text)
         element = 4 if self._held() == "float32" else 2

@@ -5,14 +5,11 @@ sessions (`engines/vision/sessions.py`), keyed by the pictures' hash."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
 
 from engines.mlx.stream import StreamRun
+from engines.vision.prepared import Prepared
 from engines.vision.sessions import Sessions
 from schemas.canonical import ChatRequest, Output
-
-if TYPE_CHECKING:
-    from engines.vision.engine import Prepared
 
 
 def generate_one(

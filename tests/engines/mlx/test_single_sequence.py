@@ -12,8 +12,9 @@ import threading
 import msgspec
 import pytest
 
-from engines.llm.batch import SOLO, reuse_min_tokens
+from engines.llm.batch import SOLO
 from engines.llm.engine import MLXEngine
+from engines.mlx.cache.prefix import reuse_min_tokens
 from engines.mlx.encode import TextEncoder
 from engines.mlx.platform import detect
 from schemas.canonical import ChatRequest, Finished, TextDelta

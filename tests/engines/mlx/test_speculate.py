@@ -10,9 +10,9 @@ from mlx_lm.models.cache import KVCache
 
 from engines.embed.engine import EmbeddingEngine
 from engines.errors import ModelUnavailable
+from engines.llm.speculate import verify_alone
 from engines.mlx.lookup import MISSES_BEFORE_REST, Drafter, DraftLength, PromptLookup
 from engines.mlx.sampling import make_request_sampler
-from engines.llm.speculate import verify_alone
 from schemas.config import ModelConfig
 
 
