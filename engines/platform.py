@@ -24,6 +24,8 @@ from pathlib import Path
 
 import msgspec
 
+from engines.units import describe
+
 OPENBLAS_CANDIDATES = (
     "/usr/lib/x86_64-linux-gnu/libopenblas.so.0",
     "/usr/lib/aarch64-linux-gnu/libopenblas.so.0",
@@ -90,8 +92,6 @@ def choose_path(backend: str, device_name: str = "", memory_bytes: int = 0) -> P
     """The path on `backend` ("metal", "cuda" or "cpu"): how weights are held there, and on
     the CPU which BLAS this process has loaded. `memory_bytes` is the device's memory as the
     backend probed it (the machine's RAM when 0)."""
-    from engines.residency import describe
-
     memory_bytes = memory_bytes or ram_bytes()
 
     if backend in ("metal", "cuda"):

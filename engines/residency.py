@@ -23,9 +23,9 @@ from typing import Protocol
 
 from engines.errors import ModelUnavailable
 from engines.log import emit
+from engines.units import describe
 from schemas.events import SwapWaiting
 
-GiB = 2**30
 # `memory_budget: auto` leaves this share of the machine to the OS and everything else.
 AUTO_SHARE = 0.75
 # A CUDA device's memory is the models' alone (the OS lives in host RAM): keep a margin
@@ -70,10 +70,6 @@ class Resident(Protocol):
     def wake(self) -> None:
         """No one waits for its memory any more: admit from its queue again."""
         ...
-
-
-def describe(size: int) -> str:
-    return f"{size / GiB:.2f} GiB"
 
 
 class MemoryBudget:

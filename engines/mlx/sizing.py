@@ -4,7 +4,7 @@ with, and the window the memory left for its KV caches affords."""
 from __future__ import annotations
 
 from engines.errors import ContextTooLarge
-from engines.residency import describe
+from engines.units import describe
 
 # A window smaller than this is not worth loading a chat model for.
 MIN_CONTEXT = 256

@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 from engines.errors import SourceError
 from engines.sources.hub_client import Progress, describe_failure, meter
+from engines.sources.layout import check_model_dir
 
 HUB_PREFIX = "hf:"
 DEFAULT_REVISION = "main"
@@ -139,8 +140,6 @@ def _cached_commit(spec: HubSpec) -> str | None:
 def model_dir_problem(model_id: str, path: Path) -> str | None:
     """What keeps `path` from being a complete model directory, or None when it is one."""
     import json
-
-    from engines.sources.resolve import check_model_dir  # resolve imports this module
 
     try:
         check_model_dir(model_id, path)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from engines.residency import describe
+from engines.units import describe
 from schemas.config import VisionSettings
 
 # Activations held while the vision tower runs, over the one layer's worth counted below:

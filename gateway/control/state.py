@@ -8,7 +8,7 @@ from pathlib import Path
 
 from engines.cache import CacheDir
 from engines.cache.store import disk_usage
-from engines.residency import describe
+from engines.units import describe
 from schemas.config import ServerConfig, size_bytes
 
 
