@@ -14,6 +14,7 @@ import asyncio
 import concurrent.futures
 import socket
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -21,11 +22,13 @@ import msgspec
 
 from engines.backoff import Backoff
 from engines.base import Capabilities, LoadInfo
+from engines.batch import Batch
 from engines.errors import ModelUnavailable
 from engines.log import emit
 from engines.process.child import ServerProcess, shown_command
 from engines.upstream.engine import UpstreamEngine
 from engines.upstream.loop import LoopThread
+from schemas.canonical import ChatRequest, Output
 from schemas.config import ModelConfig, UpstreamConfig, seconds, size_bytes
 from schemas.events import ModelAttached, ModelFailed, ModelRestarting
 
@@ -42,14 +45,18 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-class ProcessEngine(UpstreamEngine):
+class ProcessEngine:
+    """A model server program of the gateway's own, served through an `UpstreamEngine` of one
+    replica (its loopback port) that this engine holds while the program runs."""
+
     capabilities = Capabilities(chat=True)
 
     def __init__(self, model: ModelConfig, base_dir: Path | None) -> None:
+        self._model = model
         self._process = model.process
         self._port = 0
-        super().__init__(model, self._upstream_settings())
-        self._health = self._process.health
+        self._loop: LoopThread | None = None
+        self._upstream: UpstreamEngine | None = None  # while loaded
         cwd = Path(self._process.cwd) if self._process.cwd else None
         if cwd is not None and not cwd.is_absolute() and base_dir is not None:
             cwd = base_dir / cwd
@@ -75,11 +82,13 @@ class ProcessEngine(UpstreamEngine):
     def load(self, memory_left: int | None = None) -> LoadInfo:
         self._stopping = False
         self._port = free_port()
-        self._settings = self._upstream_settings()
         self._loop = LoopThread(f"process-{self._model.id}")
+        self._upstream = UpstreamEngine(
+            self._model, self._upstream_settings(), health=self._process.health, loop=self._loop
+        )
         try:
             self._loop.call(self._start())
-            info = super().load(memory_left)
+            info = self._upstream.load(memory_left)
         except BaseException:
             self.unload()
             raise
@@ -143,8 +152,9 @@ class ProcessEngine(UpstreamEngine):
             code = await self._server.wait()
             if self._stopping:
                 return
-            replica = self._upstream.pool.replicas[0]
-            await self._upstream.pool.mark_down(replica, f"its server exited with code {code}")
+            pool = self._upstream.pool
+            replica = pool.replicas[0]
+            await pool.mark_down(replica, f"its server exited with code {code}")
             emit(
                 ModelFailed(
                     model=self._model.id,
@@ -165,7 +175,7 @@ class ProcessEngine(UpstreamEngine):
                     emit(ModelFailed(model=self._model.id, error=error.message), level="error")
                     ran_s = 0.0
                     continue
-                await self._upstream.pool.mark_up(replica)
+                await pool.mark_up(replica)
                 # Attached again, as after a load: ops see the new server's pid.
                 emit(
                     ModelAttached(
@@ -190,7 +200,24 @@ class ProcessEngine(UpstreamEngine):
 
             self._loop.call(stop(), timeout=grace + 30)
         self._server = self._supervisor = None
-        if self._upstream is None and self._loop is not None:
-            self._loop.stop()  # the start failed before the upstream was opened
-            self._loop = None
-        super().unload()
+        if self._upstream is not None:  # which stops the loop
+            self._upstream.unload()
+        self._upstream = self._loop = None
+
+    # Requests go to the server through the upstream engine.
+
+    def count_prompt(self, request: ChatRequest) -> int:
+        return self._upstream.count_prompt(request)
+
+    def generate(self, request: ChatRequest, cancelled: Callable[[], bool]) -> Iterator[Output]:
+        return self._upstream.generate(request, cancelled)
+
+    def open_batch(self) -> Batch:
+        return self._upstream.open_batch()
+
+    def trim(self) -> None:
+        """Nothing cached here: the server holds the model."""
+
+    def reasons(self) -> bool:
+        """Not known here: the server's reasoning comes as it sends it."""
+        return False

@@ -30,11 +30,20 @@ class UpstreamEngine:
     # Text only: image parts are refused before they queue, as for a local text model.
     capabilities = Capabilities(chat=True)
 
-    def __init__(self, model: ModelConfig, settings: UpstreamConfig | None = None) -> None:
+    def __init__(
+        self,
+        model: ModelConfig,
+        settings: UpstreamConfig | None = None,
+        *,
+        health: str | None = None,
+        loop: LoopThread | None = None,
+    ) -> None:
+        """`settings`, `health` (a fixed health path) and `loop` (the event loop to run on,
+        stopped with this engine) are engine process's, which serves its child through one."""
         self._model = model
         self._settings = settings or model.upstream
-        self._health: str | None = None  # a fixed health path (engine process sets one)
-        self._loop: LoopThread | None = None
+        self._health = health
+        self._loop = loop
         self._upstream: Upstream | None = None
         self._watch: concurrent.futures.Future[None] | None = None
 
@@ -43,7 +52,7 @@ class UpstreamEngine:
 
     def load(self, memory_left: int | None = None) -> LoadInfo:
         settings = self._settings
-        if self._loop is None:  # engine process has started its own, to start its server
+        if self._loop is None:  # engine process hands in its own, which started its server
             self._loop = LoopThread(f"upstream-{self._model.id}")
         self._upstream = self._loop.call(self._open(settings))
         healthy = self._loop.call(self.check_all())
@@ -74,6 +83,11 @@ class UpstreamEngine:
 
     def _default_model(self) -> str | None:
         return self._model.id
+
+    @property
+    def pool(self) -> ReplicaPool:
+        """The replicas in rotation, while loaded."""
+        return self._upstream.pool
 
     async def check_all(self) -> int:
         """Probe every replica due a check; returns how many are in rotation after."""
@@ -135,7 +149,8 @@ class UpstreamEngine:
             return
         if self._watch is not None:
             self._watch.cancel()
-        with contextlib.suppress(Exception):
-            self._loop.call(self._upstream.close(), timeout=10)
+        if self._upstream is not None:  # None: engine process's start failed before it opened
+            with contextlib.suppress(Exception):
+                self._loop.call(self._upstream.close(), timeout=10)
         self._loop.stop()
         self._loop = self._upstream = self._watch = None
