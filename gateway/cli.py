@@ -1,4 +1,4 @@
-"""The `gateway` command: serve, check, pull, schema, models, demo-vlm."""
+"""The `gateway` command: serve, check, pull, schema, docs, models, demo-vlm."""
 
 from __future__ import annotations
 
@@ -44,6 +44,17 @@ def _parser() -> argparse.ArgumentParser:
     schema = commands.add_parser("schema", help="print the JSON Schema of models.yaml")
     schema.add_argument("--write", action="store_true", help="write it into schemas/")
 
+    docs = commands.add_parser(
+        "docs",
+        help="rewrite the model keys' table of docs/config.md from MODEL_KEYS",
+        description="Render the config reference's table of model keys from MODEL_KEYS "
+        "(schemas/config.py) and the keys' words (gateway/control/key_text.py) into "
+        "docs/config.md, between its model-keys markers.",
+    )
+    docs.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 when the table is stale"
+    )
+
     models = commands.add_parser("models", help="list the models of a config")
     models.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
 
@@ -61,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         return serve(args.config, args.host, args.port)
     if args.command == "schema":
         return schema(args.write)
+    if args.command == "docs":
+        return docs(args.check)
     if args.command == "pull":
         from gateway.control.pull import pull
 
@@ -108,6 +121,19 @@ def schema(write: bool) -> int:
         print(f"wrote {SCHEMA_PATH}")
     else:
         print(render_schema(), end="")
+    return 0
+
+
+def docs(check_only: bool) -> int:
+    """`--check`: exit 1 when docs/config.md's model keys differ from `MODEL_KEYS`."""
+    from gateway.control.key_docs import DOCS_PATH, is_current, write_docs
+
+    if check_only:
+        if is_current(DOCS_PATH):
+            return 0
+        print(f"{DOCS_PATH} is stale: run `gateway docs`", file=sys.stderr)
+        return 1
+    print(f"{'wrote' if write_docs(DOCS_PATH) else 'unchanged:'} {DOCS_PATH}")
     return 0
 
 

@@ -1,5 +1,5 @@
 // The ops page: tabs, the key, the models with their controls, the config reload. The other
-// views live in their own modules; everything comes from /ui/api/ (see the README).
+// views live in their own modules; everything comes from /ui/api/ (see docs/ops-page.md).
 import { $, ApiError, api, bytes, cell, el, notice, num, view } from "./core.js";
 import { followEvents } from "./feed.js";
 import { refreshActivity, startActivity } from "./activity.js";

@@ -2,7 +2,8 @@
 clients run through it while each gateway in turn gets SIGTERM (its drain answers 503, so
 the balancer moves on) and is started again. Not one request may fail.
 
-The HAProxy config is the one the README's deployment section shows.
+The HAProxy config is the one docs/operations.md shows ("Several gateways behind a load
+balancer").
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ models:
 
 
 def haproxy_config(front: int, backends: list[int]) -> str:
-    """The README's example, on these ports."""
+    """The example docs/operations.md shows, on these ports."""
     text = (REPO / "configs" / "examples" / "haproxy.cfg").read_text()
     text = text.replace("0.0.0.0:8000", f"127.0.0.1:{front}")
     for i, port in enumerate(backends, start=1):

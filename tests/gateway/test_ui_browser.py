@@ -63,7 +63,7 @@ def browser():
         browser.close()
 
 
-# Screenshots for the README: written into docs/ops-page/ when this is set, else to tmp_path.
+# Screenshots for docs/ops-page.md: written into docs/ops-page/ when this is set, else to tmp_path.
 SCREENSHOTS = os.environ.get("GATEWAY_SCREENSHOTS")
 CONFIG = """
 server:
