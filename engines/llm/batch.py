@@ -1,19 +1,16 @@
-"""Continuous batching and prefix reuse on mlx-lm's `BatchGenerator` and `LRUPromptCache`.
+"""Continuous batching on mlx-lm's `BatchGenerator`, with prefix reuse of parked caches.
 
 Every admitted request is one sequence of the batch: one forward pass decodes them all.
 A request that has the model to itself decodes on the single-sequence path (`Solo`, the
 loop of `mlx_lm.generate_step`); when a second request arrives, its cache and its token
 in flight join the batch generator, and both decode together from then on.
 A request whose prompt starts like a conversation seen before continues from that KV cache
-(`prefix_reuse`); finished conversations are parked in `session_slots` caches, least
-recently used evicted first. A shared prefix shorter than `reuse_min_tokens` (a chat
-template's header) is not worth copying a cache for: such a request prefills from scratch.
+(`prefix_reuse`, engines/mlx/cache/parked.py).
 """
 
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Protocol
@@ -24,7 +21,8 @@ from engines.llm.prepared import Prepared
 from engines.llm.single import Solo
 from engines.llm.speculate import BatchDrafting, batch_positions, make_drafter
 from engines.mlx.cache.disk import DiskKV
-from engines.mlx.cache.prefix import parked_prefix, reuse_min_tokens
+from engines.mlx.cache.parked import ParkedCaches
+from engines.mlx.cache.prefix import reuse_min_tokens
 from engines.mlx.draft_model import ModelDrafter
 from engines.mlx.logprobs import logprobs_of
 from engines.mlx.sequence import Sequence, cancelled_uids
@@ -32,8 +30,6 @@ from engines.platform import PlatformPath
 from schemas.canonical import ChatRequest, Logprobs
 from schemas.config import ModelConfig
 
-# The cache trie keys entries by model; one batch serves one model.
-CACHE_KEY = "model"
 # The uid of the sequence on the single-sequence path (the batch generator's start at 0).
 SOLO = -1
 
@@ -80,7 +76,6 @@ class Admitted:
 class MLXBatch:
     def __init__(self, engine: BatchHost, model, tokenizer, config: ModelConfig) -> None:
         from mlx_lm.generate import BatchGenerator
-        from mlx_lm.models.cache import LRUPromptCache
 
         self._engine = engine
         self._model = model
@@ -103,22 +98,15 @@ class MLXBatch:
         self._solo_start: Admitted | None = None
         self._pending: list[Step] = []  # outputs made outside step(): echo, a solo joining
         self._eos = set(eos)
-        slots = config.session_slots if engine.parked_bytes else 0
-        # Bounded in bytes too: the budget counts the parked caches at this limit.
-        self._cache = (
-            LRUPromptCache(max_size=slots, max_bytes=engine.parked_bytes) if slots else None
+        self._parking = ParkedCaches(
+            config.session_slots if engine.parked_bytes else 0,
+            engine.parked_bytes,
+            engine.parked_draft_bytes,
+            reuse_min_tokens(engine.platform.device),
+            engine.disk,
         )
-        # The draft model's caches of the same sessions (`draft:`), parked and found alike.
-        self._draft_cache = (
-            LRUPromptCache(max_size=slots, max_bytes=engine.parked_draft_bytes)
-            if slots and engine.parked_draft_bytes
-            else None
-        )
-        self._reuse_min = reuse_min_tokens(engine.platform.device)
         self._disk = engine.disk  # the disk tier under the parked caches (None: off)
         self._sequences: dict[int, tuple[Hashable, Sequence]] = {}
-        # The parked conversations, oldest first: the order in which the cache evicts.
-        self._parked: OrderedDict[tuple[int, ...], None] = OrderedDict()
 
     @property
     def active(self) -> int:
@@ -140,7 +128,7 @@ class MLXBatch:
         job = prepared if prepared is not None else self._engine.prepare(request, aside=aside)
         if timeline.ON:  # the prompt is rendered and tokenized
             timeline.mark("prepared")
-        cache, rest, hit = self._nearest_cache(job.prompt)
+        cache, rest, hit = self._parking.nearest(job.prompt)
         if timeline.ON:  # the parked caches and the disk tier are searched
             timeline.mark("looked up")
         reused = len(job.prompt) - len(rest)
@@ -207,7 +195,7 @@ class MLXBatch:
         """The request's drafter; a draft model's resumes from its parked session's cache."""
         drafter = make_drafter(self._config, self._draft_model, job)
         if isinstance(drafter, ModelDrafter):
-            cache, rest = self._nearest_parked(job.prompt, self._draft_cache)
+            cache, rest = self._parking.nearest_in(job.prompt, self._parking.draft)
             if cache is not None:
                 drafter.resume(cache, job.prompt[: len(job.prompt) - len(rest)])
         return drafter
@@ -300,81 +288,13 @@ class MLXBatch:
             if finish_reason is None and uid != SOLO:
                 self._generator.remove([uid])
         else:
-            self._park(*parked(), seq)
+            tokens, cache = parked()
+            drafted = seq.drafter.parked if isinstance(seq.drafter, ModelDrafter) else None
+            if (evicted := self._parking.park(tokens, cache, drafted)) is not None:
+                seq.evicted = evicted
         del self._sequences[uid]
         out += [(key, o) for o in seq.finish(reason)]
         if self._disk is not None and seq.first_at is not None:
             prefill_s = seq.first_at - seq.started - seq.disk_load_s
             self._disk.worth.prefilled(seq.prompt_tokens - seq.reused, prefill_s)
         return out
-
-    def _nearest_cache(self, prompt: list[int]):
-        """The cache sharing the longest prefix with `prompt` in RAM or on disk, the tokens
-        left, and the `DiskHit` when the disk tier's was the longer (else None)."""
-        cache, rest = self._nearest_parked(prompt, self._cache)
-        if self._disk is None:
-            return cache, rest, None
-        shortest = max(self._reuse_min, len(prompt) // 2) - 1
-        hit = self._disk.find(prompt, longer_than=max(len(prompt) - len(rest), shortest))
-        if hit is None:
-            return cache, rest, None
-        return hit.cache, prompt[hit.tokens :], hit
-
-    def _nearest_parked(self, prompt: list[int], parked):
-        """The cache in `parked` (an `LRUPromptCache`, or None) sharing the longest prefix
-        with `prompt`, and the tokens left."""
-        if parked is None:
-            return None, prompt
-        from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
-
-        # The trie copies the cache it returns: ask only when a prefix worth it is parked.
-        if parked_prefix(parked, CACHE_KEY, prompt) < max(self._reuse_min, len(prompt) // 2):
-            return None, prompt
-        cache, rest = parked.fetch_nearest_cache(CACHE_KEY, prompt)
-        if cache is not None and not rest:
-            # An exact hit: the last prompt token must still go through the model.
-            if not can_trim_prompt_cache(cache):
-                return None, prompt
-            trim_prompt_cache(cache, 1)
-            rest = prompt[-1:]
-        return cache, rest
-
-    def _park(self, tokens, cache, seq: Sequence) -> None:
-        """Park a finished conversation's cache; `seq.evicted` says if another was pushed out.
-
-        LRUPromptCache lists its entries nowhere public, so the batch keeps its own list of
-        them, in the cache's own order: re-parking moves an entry to the back, entries that
-        are prefixes of a trimmable one are superseded (dropped, not evicted), and whatever
-        the cache then holds fewer of (past `session_slots` or the byte limit) left from the
-        front.
-        """
-        from mlx_lm.models.cache import can_trim_prompt_cache
-
-        if self._draft_cache is not None and isinstance(seq.drafter, ModelDrafter):
-            fed, draft_cache = seq.drafter.parked
-            if fed:
-                self._draft_cache.insert_cache(CACHE_KEY, list(fed), draft_cache)
-        if cache is None:
-            return
-        if self._disk is not None:
-            self._disk.save(tokens, cache)
-        if self._cache is None:
-            return
-        import mlx.core as mx
-
-        # A cache extracted from the batch is a lazy slice of the batch's whole KV buffer:
-        # parked unevaluated, it would hold that buffer (every sequence's, as it was at this
-        # step) alive for as long as it is parked, far past the bytes the cache counts. Its
-        # copy is queued now, behind the step in flight, and the buffer let go once it runs.
-        mx.async_eval([c.state for c in cache])
-        key = tuple(tokens)
-        self._cache.insert_cache(CACHE_KEY, list(key), cache)
-        self._parked.pop(key, None)
-        if can_trim_prompt_cache(cache):
-            for older in [k for k in self._parked if key[: len(k)] == k]:
-                del self._parked[older]
-        self._parked[key] = None
-        seq.evicted = False
-        while len(self._parked) > len(self._cache):
-            self._parked.popitem(last=False)
-            seq.evicted = True

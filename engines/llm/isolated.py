@@ -24,21 +24,21 @@ import contextvars
 import multiprocessing
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
 
 from engines.backoff import Backoff
 from engines.base import Capabilities, LoadInfo
-from engines.batch import Step
 from engines.cache import CacheDir
 from engines.errors import ModelUnavailable
 from engines.llm.distributed.group import Failure, RankGroup
 from engines.llm.engine import MLXEngine
 from engines.llm.isolated_child import serve, unpack_error
+from engines.llm.isolated_pipes import IsolatedBatch, relay_events
 from engines.log import emit
 from engines.platform import PlatformPath
-from schemas.canonical import ChatRequest, Finished, Output
+from schemas.canonical import ChatRequest, Output
 from schemas.config import ModelConfig
 from schemas.events import ModelAttached, ModelFailed
 
@@ -302,83 +302,3 @@ class IsolatedEngine:
         if not ok:
             raise unpack_error(value)
         return value
-
-
-def relay_events(events: Connection) -> None:
-    """Log the child's events as the gateway's own, until the child is gone."""
-    with events:
-        while True:
-            try:
-                event, level = events.recv()
-            except (EOFError, OSError):
-                return
-            emit(event, level=level)
-
-
-class IsolatedBatch:
-    """The batch in the child, seen from the runner's thread: `add` and cancellations go
-    down the pipe; `step` returns the next step's outputs the child sent (waiting for them
-    with the GIL released)."""
-
-    def __init__(
-        self,
-        pipe: Connection,
-        gone: Callable[[], Exception],
-        receive: Callable[[Connection], object] = Connection.recv,
-    ) -> None:
-        self._pipe = pipe
-        self._receive = receive  # a sharded model's waits on its ranks too
-        self._gone = gone  # the error to raise when the child is no more
-        self._keys: dict[int, tuple[Hashable, Callable[[], bool]]] = {}
-        self._told: set[int] = set()  # cancellations already sent
-        self._adds: list[int] = []  # admitted since the last step
-        self._next = 0
-
-    @property
-    def active(self) -> int:
-        return len(self._keys)
-
-    def _exchange(self) -> tuple[str, object]:
-        """Send what the runner admitted and cancelled since the last step; the next
-        message the child sent back."""
-        if self._adds:
-            self._pipe.send(("add", self._adds))
-            self._adds = []
-        gone = [i for i, (_, cancel) in self._keys.items() if i not in self._told and cancel()]
-        if gone:
-            self._told.update(gone)
-            self._pipe.send(("cancel", gone))
-        return self._receive(self._pipe)
-
-    def add(self, key: Hashable, request: ChatRequest, cancelled: Callable[[], bool]) -> None:
-        """The request goes down at once, to be prepared there while the rest of its burst
-        arrives; it joins at the next step: the requests the runner admits between two steps
-        (a burst it gathered) join the child's batch as one group."""
-        self._next += 1
-        self._keys[self._next] = (key, cancelled)
-        with contextlib.suppress(OSError):  # the child is gone: the next step says so (503)
-            self._pipe.send(("prepare", [(self._next, request)]))
-        self._adds.append(self._next)
-
-    def wake(self) -> None:
-        """Nothing to wake: the runner never interrupts a step of the child's batch."""
-
-    def step(self) -> list[Step]:
-        try:
-            kind, value = self._exchange()
-        except (EOFError, OSError):  # every request in the batch ends with a 503
-            raise self._gone() from None
-        if kind == "failed":
-            name, message, child_traceback = value
-            error = RuntimeError(f"{name}: {message}")
-            error.add_note(f"in the model's process:\n{child_traceback}")
-            raise error
-        out: list[Step] = []
-        for i, output in value:
-            if isinstance(output, tuple):  # a packed exception: this request's failure
-                output = unpack_error(output)
-            out.append((self._keys[i][0], output))
-            if isinstance(output, Finished | Exception):
-                del self._keys[i]
-                self._told.discard(i)
-        return out

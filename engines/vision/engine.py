@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import struct
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -29,7 +28,6 @@ from engines.mlx.load import hold, open_source
 from engines.mlx.memory import release_buffers
 from engines.mlx.prepare import start
 from engines.mlx.sizing import kv_bytes_per_token, size_context, trained_context
-from engines.mlx.template import render_chat
 from engines.mlx.weights import FLOAT32_EXPANSION
 from engines.platform import PlatformPath
 from engines.sources.resolve import check_source, resolve_source
@@ -37,24 +35,17 @@ from engines.text.constrain import plan_needed
 from engines.text.output import DEFAULT_TOOL_PARSER, load_tool_format
 from engines.text.reasoning import thinking_markers
 from engines.vision.batch import APC_BLOCK_TOKENS
-from engines.vision.budget import Plan, cap_processor, fit_image, geometry_of, plan_pixels
+from engines.vision.budget import Plan, cap_processor, geometry_of, plan_pixels
 from engines.vision.checkpoint import check_markers, float32_bytes, to_float32
 from engines.vision.disk import APCDisk
-from engines.vision.prepared import Inputs, Prepared
-from engines.vision.prompt import cache_keys, decode_image, vision_messages
+from engines.vision.inputs import Preprocessor
+from engines.vision.prepared import Prepared
 from engines.vision.sessions import Sessions
 from schemas.canonical import (
     ChatRequest,
-    ImagePart,
-    Message,
     Output,
-    TextPart,
 )
-from schemas.canonical import request_images as images_of
 from schemas.config import ModelConfig
-
-# Preprocessed requests remembered (by identity) for a count followed by a generation.
-RECENT_INPUTS = 4
 
 
 class VisionEngine:
@@ -76,11 +67,7 @@ class VisionEngine:
         self._model = self._processor = self._tokenizer = None
         self._context = 0
         self._plan: Plan | None = None
-        self._image_token = -1
-        # `count_prompt` runs off the model's thread; a fast tokenizer used from two threads
-        # at once can fail ("Already borrowed"), so preprocessing takes turns.
-        self._preprocessing = threading.Lock()
-        self._recent: list[tuple[ChatRequest, Inputs]] = []
+        self._inputs: Preprocessor | None = None  # while loaded
         slots = model.session_slots if model.prefix_reuse else 0
         self._sessions = Sessions(slots)
 
@@ -114,7 +101,7 @@ class VisionEngine:
         model, processor = open_source(
             config.id, config.source, path, mlx_vlm.load, library="mlx-vlm"
         )
-        self._image_token = check_markers(self._config.id, str(path), model, processor)
+        image_token = check_markers(self._config.id, str(path), model, processor)
         if self._held() == "float32":  # every float weight too, not only the quantized ones
             to_float32(model)
         weights = hold(model, "as stored")
@@ -143,10 +130,12 @@ class VisionEngine:
             cap_processor(processor, plan)
         self._model, self._processor, self._tokenizer = model, processor, processor.tokenizer
         self._context, self._plan = context, plan
-        if not plan.disabled and (failure := self._probe()):
+        self._inputs = Preprocessor(config.id, processor, image_token, plan)
+        if not plan.disabled and (failure := self._inputs.probe()):
             # e.g. LLaVA-family processors under transformers 5 ("ImagesKwargs got an
             # unexpected keyword argument 'padding'"): text still works, images cannot.
             plan = self._plan = dataclasses.replace(plan, reserved=0, disabled=failure)
+            self._inputs.plan = plan
         self._tool_format = load_tool_format(self._config.tool_parser or DEFAULT_TOOL_PARSER)
         self._think = thinking_markers(self._tokenizer)
         self.disk, disk_detail = self._open_disk(model, path)
@@ -193,20 +182,7 @@ class VisionEngine:
         return disk, f"{where}, prompts of {shortest} tokens or more)"
 
     def count_prompt(self, request: ChatRequest) -> int:
-        return len(self._inputs(request).ids)
-
-    def _inputs(self, request: ChatRequest) -> Inputs:
-        """`_preprocess`, remembered for the last few requests: the same request is often
-        counted and generated (Anthropic's stream start, context.overflow: truncate), and
-        decoding its pictures twice would double the work."""
-        with self._preprocessing:
-            for seen, inputs in self._recent:
-                if seen is request:
-                    return inputs
-        inputs = self._preprocess(request)
-        with self._preprocessing:
-            self._recent = [(request, inputs), *self._recent[: RECENT_INPUTS - 1]]
-        return inputs
+        return len(self._inputs.of(request).ids)
 
     def open_batch(self) -> Batch:
         """Continuous batching on mlx-vlm's `BatchGenerator` (`engines/vision/batch.py`);
@@ -234,7 +210,7 @@ class VisionEngine:
                 "repeat_penalty, presence_penalty, frequency_penalty or logit_bias: drop "
                 "them, or use a text model"
             )
-        inputs = self._inputs(request)
+        inputs = self._inputs.of(request)
         begun = start(
             self._config.id,
             inputs.ids,
@@ -270,57 +246,8 @@ class VisionEngine:
             self.disk = None
         self._model = self._processor = self._tokenizer = None
         self._sessions.clear()
-        self._recent = []
+        self._inputs = None
         release_buffers()
-
-    def _preprocess(self, request: ChatRequest) -> Inputs:
-        """Render, decode and fit the images, and run the processor; no MLX model work."""
-        from mlx_vlm.utils import prepare_inputs
-
-        images = images_of(request)
-        if images and self._plan.disabled:
-            raise BadRequest(
-                f"Could not process image: model {self._config.id!r} has vision disabled "
-                f"({self._plan.disabled}); it serves text only ({images[0].where or 'an image'})"
-            )
-        if request.raw_prompt is not None:
-            text = request.raw_prompt
-        else:
-            text = render_chat(self._tokenizer, request, vision_messages)
-        pictures = [
-            fit_image(decode_image(part), self._plan, low=part.detail == "low") for part in images
-        ]
-        with self._preprocessing:
-            tensors = prepare_inputs(
-                self._processor,
-                images=pictures or None,
-                prompts=text,
-                image_token_index=self._image_token,
-                add_special_tokens=False,  # the template already wrote any BOS it wants
-            )
-        ids = [int(t) for t in tensors["input_ids"].reshape(-1).tolist()]
-        image_tokens = sum(t == self._image_token for t in ids) if images else 0
-        keys = cache_keys(ids, self._image_token, images)
-        return Inputs(ids, dict(tensors), keys, len(images), image_tokens)
-
-    def _probe(self) -> str | None:
-        """Run the processor once on a blank picture, so a checkpoint whose processor cannot
-        take images says so at load (why, or None when it works)."""
-        import io
-
-        from PIL import Image
-
-        out = io.BytesIO()
-        Image.new("RGB", (64, 64), (127, 127, 127)).save(out, "PNG")
-        image = ImagePart(data=out.getvalue(), where="probe")
-        message = Message(role="user", content="?", parts=[image, TextPart(text="?")])
-        probe = ChatRequest(messages=[message], max_tokens=1)
-        try:
-            if self._inputs(probe).image_tokens:
-                return None
-            return "the chat template wrote no image marker for an image part"
-        except Exception as error:  # whatever the processor raises, the load reports it
-            return f"the image processor fails: {type(error).__name__}: {error}"
 
 
 def batch_generator_available() -> bool:

@@ -134,6 +134,6 @@ def test_the_draft_cache_is_parked_with_its_session_and_the_next_turn_resumes_it
     prompt = engine.prepare(msgspec.convert(asked, ChatRequest)).prompt
     assert len(prompt) // 2 < resumed < len(prompt)
     fresh = engine.open_batch()
-    fresh._draft_cache = None  # nothing parked: the draft model prefills the whole prompt
+    fresh._parking.draft = None  # nothing parked: the draft model prefills the whole prompt
     assert turn(fresh, second) == (following, 0)
     engine.unload()

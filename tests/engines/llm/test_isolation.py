@@ -11,8 +11,8 @@ import structlog
 
 from engines.embed.engine import EmbeddingEngine
 from engines.errors import ConfigInvalid, ContextOverflow, ModelUnavailable
-from engines.llm.isolated import IsolatedBatch, relay_events
 from engines.llm.isolated_child import Arrivals, pack_error, relay_to, unpack_error
+from engines.llm.isolated_pipes import IsolatedBatch, relay_events
 from engines.log import LISTENERS
 from gateway.control.config import parse_config
 from schemas.canonical import ChatRequest, Message

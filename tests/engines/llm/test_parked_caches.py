@@ -82,7 +82,7 @@ def test_a_cache_parked_from_a_batch_holds_its_own_bytes_not_the_batchs_buffer()
             finished += sum(isinstance(o, Finished) for _, o in batch.step())
         mx.synchronize()
         held = mx.get_active_memory()
-        parked = batch._cache.nbytes if reuse else 0
+        parked = batch._parking.ram.nbytes if reuse else 0
         del batch
         engine.unload()
         return held, parked

@@ -1,0 +1,112 @@
+"""Finished conversations' KV caches parked in RAM for prefix reuse (`session_slots`), on
+mlx-lm's `LRUPromptCache`: bounded in entries and in bytes (the memory budget counts them
+at that limit), a draft model's caches of the same sessions beside them, and the disk tier
+(`DiskKV`) under both. A request starts from whichever holds the longest prefix of its
+prompt, if that prefix is worth a copy (`reuse_min_tokens`, and half the prompt)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from engines.mlx.cache.disk import DiskHit, DiskKV
+from engines.mlx.cache.prefix import parked_prefix
+
+# The cache trie keys entries by model; one batch serves one model.
+CACHE_KEY = "model"
+
+
+class ParkedCaches:
+    def __init__(
+        self,
+        slots: int,
+        max_bytes: int,
+        draft_max_bytes: int,
+        reuse_min: int,
+        disk: DiskKV | None,
+    ) -> None:
+        from mlx_lm.models.cache import LRUPromptCache
+
+        self.ram = LRUPromptCache(max_size=slots, max_bytes=max_bytes) if slots else None
+        # The draft model's caches of the same sessions (`draft:`), parked and found alike.
+        self.draft = (
+            LRUPromptCache(max_size=slots, max_bytes=draft_max_bytes)
+            if slots and draft_max_bytes
+            else None
+        )
+        self._reuse_min = reuse_min
+        self.disk = disk
+        # The parked conversations, oldest first: the order in which the cache evicts.
+        self._parked: OrderedDict[tuple[int, ...], None] = OrderedDict()
+
+    def nearest(self, prompt: list[int]) -> tuple[list | None, list[int], DiskHit | None]:
+        """The cache sharing the longest prefix with `prompt` in RAM or on disk, the tokens
+        left, and the `DiskHit` when the disk tier's was the longer (else None)."""
+        cache, rest = self.nearest_in(prompt, self.ram)
+        if self.disk is None:
+            return cache, rest, None
+        shortest = max(self._reuse_min, len(prompt) // 2) - 1
+        hit = self.disk.find(prompt, longer_than=max(len(prompt) - len(rest), shortest))
+        if hit is None:
+            return cache, rest, None
+        return hit.cache, prompt[hit.tokens :], hit
+
+    def nearest_in(self, prompt: list[int], parked) -> tuple[list | None, list[int]]:
+        """The cache in `parked` (`ram`, `draft`, or None) sharing the longest prefix with
+        `prompt`, and the tokens left."""
+        if parked is None:
+            return None, prompt
+        from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
+
+        # The trie copies the cache it returns: ask only when a prefix worth it is parked.
+        if parked_prefix(parked, CACHE_KEY, prompt) < max(self._reuse_min, len(prompt) // 2):
+            return None, prompt
+        cache, rest = parked.fetch_nearest_cache(CACHE_KEY, prompt)
+        if cache is not None and not rest:
+            # An exact hit: the last prompt token must still go through the model.
+            if not can_trim_prompt_cache(cache):
+                return None, prompt
+            trim_prompt_cache(cache, 1)
+            rest = prompt[-1:]
+        return cache, rest
+
+    def park(self, tokens, cache, draft: tuple | None = None) -> bool | None:
+        """Park a finished conversation's cache (and `draft`: its draft model's tokens fed
+        and cache); whether parking it evicted another one (None: nothing parked in RAM).
+
+        LRUPromptCache lists its entries nowhere public, so this keeps its own list of
+        them, in the cache's own order: re-parking moves an entry to the back, entries that
+        are prefixes of a trimmable one are superseded (dropped, not evicted), and whatever
+        the cache then holds fewer of (past `session_slots` or the byte limit) left from the
+        front.
+        """
+        from mlx_lm.models.cache import can_trim_prompt_cache
+
+        if self.draft is not None and draft is not None:
+            fed, draft_cache = draft
+            if fed:
+                self.draft.insert_cache(CACHE_KEY, list(fed), draft_cache)
+        if cache is None:
+            return None
+        if self.disk is not None:
+            self.disk.save(tokens, cache)
+        if self.ram is None:
+            return None
+        import mlx.core as mx
+
+        # A cache extracted from the batch is a lazy slice of the batch's whole KV buffer:
+        # parked unevaluated, it would hold that buffer (every sequence's, as it was at this
+        # step) alive for as long as it is parked, far past the bytes the cache counts. Its
+        # copy is queued now, behind the step in flight, and the buffer let go once it runs.
+        mx.async_eval([c.state for c in cache])
+        key = tuple(tokens)
+        self.ram.insert_cache(CACHE_KEY, list(key), cache)
+        self._parked.pop(key, None)
+        if can_trim_prompt_cache(cache):
+            for older in [k for k in self._parked if key[: len(k)] == k]:
+                del self._parked[older]
+        self._parked[key] = None
+        evicted = False
+        while len(self._parked) > len(self.ram):
+            self._parked.popitem(last=False)
+            evicted = True
+        return evicted
