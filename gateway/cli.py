@@ -48,7 +48,7 @@ def _parser() -> argparse.ArgumentParser:
         "docs",
         help="rewrite the model keys' table of docs/config.md from MODEL_KEYS",
         description="Render the config reference's table of model keys from MODEL_KEYS "
-        "(schemas/config.py) and the keys' words (gateway/control/key_text.py) into "
+        "(schemas/config.py) and the keys' words (docs/model-keys.yaml) into "
         "docs/config.md, between its model-keys markers.",
     )
     docs.add_argument(

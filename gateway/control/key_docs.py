@@ -1,6 +1,6 @@
 """The config reference's table of model keys, generated from `MODEL_KEYS` (`gateway docs`).
 
-One row per entry of `KEY_TEXT` (the words, in `gateway/control/key_text.py`), in
+One row per entry of the keys' words (docs/model-keys.yaml, read by `key_text`), in
 `MODEL_KEYS`' order, after `id`. The columns: the key, its default (read from `ModelConfig`
 unless the row says it in words), one column per field of `KeyRule` (each field's own
 cell renderer in `CELLS`; a field without one gets a plain rendering under its own name,
@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from gateway.control.key_text import ID_ROW, KEY_TEXT, KeyRow
+from gateway.control.key_text import KeyRow, key_text
 from schemas.config import ENGINES, MODEL_KEYS, KeyRule, ModelConfig
 
 DOCS_PATH = Path(__file__).resolve().parents[2] / "docs" / "config.md"
@@ -79,7 +79,7 @@ def _default(keys: str) -> str:
     if value is None:
         return "none"
     if isinstance(value, msgspec.Struct):
-        raise ValueError(f"{keys}: a section; say its default in words in key_text.py")
+        raise ValueError(f"{keys}: a section; say its default in words in docs/model-keys.yaml")
     if isinstance(value, (bool, list)):
         return f"`{msgspec.json.encode(value).decode()}`"
     return f"`{value}`"
@@ -94,16 +94,17 @@ def _row(row: KeyRow, rule: KeyRule | None, columns: list) -> str:
 
 def render_model_keys() -> str:
     """The Markdown table of every model key, as docs/config.md holds it."""
-    if missing := set(MODEL_KEYS) ^ set(KEY_TEXT):
-        raise ValueError(f"MODEL_KEYS and key_text.KEY_TEXT differ in {sorted(missing)}")
+    text = key_text()
+    if missing := set(MODEL_KEYS) ^ (set(text) - {"id"}):
+        raise ValueError(f"MODEL_KEYS and docs/model-keys.yaml differ in {sorted(missing)}")
     columns = _columns()
     lines = [
         "| " + " | ".join(["key", "default", *(header for header, _ in columns)]) + " | |",
         "| " + " | ".join(["---"] * (len(columns) + 3)) + " |",
-        _row(ID_ROW, None, columns),
+        *(_row(row, None, columns) for row in text["id"]),
     ]
     for key, rule in MODEL_KEYS.items():
-        lines += [_row(row, rule, columns) for row in KEY_TEXT[key]]
+        lines += [_row(row, rule, columns) for row in text[key]]
     return "\n".join(lines) + "\n"
 
 
