@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Annotated, Literal, NamedTuple, get_args
 
 import msgspec
@@ -360,6 +362,8 @@ WeightsHeld = Literal["auto", "stored"]
 # Where an MLX text model's engine runs: `none` on a thread of the gateway's process, `process`
 # in a child process with a GIL of its own (engines/llm/isolated.py).
 Isolation = Literal["none", "process"]
+# What an MLX model serves, when its config says (else inferred from its architecture).
+Task = Literal["chat", "embed"]
 
 
 class ModelConfig(Strict):
@@ -396,7 +400,7 @@ class ModelConfig(Strict):
     # `stream_interval` of 1) frames every token: on the H200 holding 20 ms made no
     # difference beyond the noise (bench/RESULTS.md, runs 45 and 47).
     stream_interval: Duration = "0ms"
-    task: Literal["chat", "embed"] | None = None
+    task: Task | None = None
     queue: QueueConfig = QueueConfig()
     # Keep each request's and answer's body (redacted as the log is, the first 64 KiB of
     # each) in the ops page's Activity history; off, no body is ever stored.
@@ -415,14 +419,27 @@ class ModelConfig(Strict):
         return self.residency == "pinned"
 
 
+# The kinds of model a key may apply to, as each is named in errors: `chat` (a text model),
+# `vision` (a chat model whose checkpoint has a vision tower: found at load, never declared)
+# and `embed` (`task: embed`, or an embedding architecture found at load).
+TASKS = {"chat": "an MLX text model", "vision": "a vision model", "embed": "an embedding model"}
+
+
 class KeyRule(NamedTuple):
     """What one model key means beyond its type: the engines it applies to (a model of any
     other engine is refused it by name), whether changing it on reload needs a new runner
-    (else the running one is retuned in place), and the engines `defaults:` give it to."""
+    (else the running one is retuned in place), the engines `defaults:` give it to, the
+    kinds of model (`TASKS`) it applies to, and the keys it cannot be set beside."""
 
     engines: frozenset[str]
     restart: bool
     defaults_to: frozenset[str] | None = None  # None: `engines`
+    # A model of another task is refused it: by name at `check` where `task:` says so, at
+    # load where the checkpoint tells (`why_task` is the check's error); `defaults:` skip it.
+    tasks: frozenset[str] = frozenset(TASKS)
+    why_task: str = ""
+    # Another key -> why the two cannot both be set; the error names this key.
+    conflicts: Mapping[str, str] = MappingProxyType({})
 
     @property
     def from_defaults(self) -> frozenset[str]:
@@ -433,9 +450,18 @@ ENGINES = frozenset(get_args(EngineKind))
 # Engines whose weights the gateway holds itself; the others reach a server that holds them.
 LOCAL = frozenset({"mlx", "scripted"})
 MLX = frozenset({"mlx"})
+TEXT = frozenset({"chat"})  # text generation without images: the MLX text engine's own keys
+# Why a key is refused beside `distributed:`.
+_SHARDED = (
+    "does not apply to a distributed model (its ranks are processes of their own, each "
+    "holding part of the weights)"
+)
 
 # Every key of `ModelConfig` but `id`, in its order. `restart`: the engine is built from it
-# (a new runner, a new load); the others are read per request or per admission.
+# (a new runner, a new load); the others are read per request or per admission. Which engines
+# and tasks each applies to, and what it conflicts with, is read by the config's check
+# (gateway/control/config.py), `defaults:` merging, and the engines that find a model's task
+# at load (engines/compat.py).
 MODEL_KEYS: dict[str, KeyRule] = {
     "engine": KeyRule(ENGINES, restart=True),
     "source": KeyRule(LOCAL, restart=True),
@@ -449,9 +475,27 @@ MODEL_KEYS: dict[str, KeyRule] = {
     "kv_bits": KeyRule(LOCAL, restart=True),
     "disk_cache": KeyRule(MLX, restart=True),
     "weights": KeyRule(LOCAL, restart=True),
-    "isolation": KeyRule(MLX, restart=True),
-    "draft": KeyRule(LOCAL, restart=True),
-    "speculation": KeyRule(MLX, restart=True),
+    "isolation": KeyRule(
+        MLX,
+        restart=True,
+        tasks=TEXT,
+        why_task="`isolation: process` applies to MLX text models only; remove it from this model",
+        conflicts={"distributed": f"`isolation` {_SHARDED}"},
+    ),
+    "draft": KeyRule(LOCAL, restart=True, conflicts={"distributed": f"a draft model {_SHARDED}"}),
+    "speculation": KeyRule(
+        MLX,
+        restart=True,
+        tasks=TEXT,
+        why_task="`speculation` applies to text generation; an embedding model generates nothing",
+        conflicts={
+            "draft": "`speculation` with `draft`: a model drafts either with a draft model or "
+            "by prompt lookup: remove one",
+            "kv_bits": "`speculation` with `kv_bits`: a quantized KV cache decodes on mlx-lm's "
+            "single-stream loop, which has no prompt-lookup drafts: remove one",
+            "distributed": f"`speculation` (not verified across ranks) {_SHARDED}",
+        },
+    ),
     "system": KeyRule(ENGINES, restart=False),
     "guardrails": KeyRule(ENGINES, restart=False),
     "sampling": KeyRule(ENGINES, restart=False),
@@ -469,7 +513,9 @@ MODEL_KEYS: dict[str, KeyRule] = {
     # model of another engine is then refused it by name.
     "upstream": KeyRule(frozenset({"upstream"}), restart=True, defaults_to=ENGINES),
     "process": KeyRule(frozenset({"process"}), restart=True, defaults_to=ENGINES),
-    "distributed": KeyRule(MLX, restart=True),
+    "distributed": KeyRule(
+        MLX, restart=True, tasks=TEXT, why_task="a distributed model serves chat only"
+    ),
 }
 
 _model_fields = msgspec.structs.fields(ModelConfig)

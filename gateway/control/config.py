@@ -14,7 +14,7 @@ import types
 import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import msgspec
 
@@ -29,6 +29,7 @@ from schemas.config import (
     ModelConfig,
     ModelSettings,
     ServerConfig,
+    Task,
 )
 
 
@@ -141,9 +142,8 @@ def _validate(doc: Any, src: Source) -> GatewayConfig | None:
     for i, model in enumerate(models):
         if isinstance(model, dict) and isinstance(defaults, dict):
             model = _merge_under(_defaults_for(defaults, model), model, ("models", i), src)
-            _check_engine(model, ("models", i), src)
-            _check_speculation(model, ("models", i), src)
-            _check_distributed(model, ("models", i), src)
+            _check_keys(model, ("models", i), src)
+            _check_sections(model, ("models", i), src)
             _remote_concurrency(model)
         merged.append(model)
         _check(model, ModelConfig, ("models", i), src)
@@ -160,12 +160,21 @@ def _validate(doc: Any, src: Source) -> GatewayConfig | None:
 
 
 REMOTE = {"upstream": "upstream", "process": "process"}  # engine -> its own section
+# The tasks a model may declare (`task:`); a vision model is found only at load.
+DECLARED_TASKS = frozenset(get_args(Task))
+UNSET = {f.name: f.default for f in msgspec.structs.fields(ModelConfig)}  # each key's default
 
 
 def _engine_of(model: dict, defaults: dict) -> str | None:
     """The model's engine; None when it names none we know (the struct check says so)."""
     engine = model.get("engine", defaults.get("engine", "mlx"))
     return engine if isinstance(engine, str) and engine in ENGINES else None
+
+
+def _task_of(model: dict, defaults: dict) -> str | None:
+    """The task the model declares; None when it declares none (or none we know)."""
+    task = model.get("task", defaults.get("task"))
+    return task if isinstance(task, str) and task in DECLARED_TASKS else None
 
 
 def _defaults_for(defaults: dict, model: dict) -> dict:
@@ -178,29 +187,47 @@ def _defaults_for(defaults: dict, model: dict) -> dict:
     }
 
 
-def _check_engine(model: dict, path: KeyPath, src: Source) -> None:
-    """An engine's own section is there exactly when that engine is; a key `MODEL_KEYS` does
-    not give the model's engine is refused by name; a process's command names its port."""
-    engine, mid = _engine_of(model, {}), model.get("id")
-    if engine is None:
-        return
-    if engine in REMOTE and REMOTE[engine] not in model:
-        src.at(path, f"model {mid!r}: engine {engine!r} needs a {REMOTE[engine]!r} section")
+def _is_set(model: dict, key: str) -> bool:
+    """Whether the model sets `key` to something other than its default (null included)."""
+    return model.get(key) is not None and model.get(key) != UNSET.get(key)
+
+
+def _check_keys(model: dict, path: KeyPath, src: Source) -> None:
+    """What `MODEL_KEYS` says of the keys a model sets: each applies to the model's engine and
+    its declared task, and none is set beside a key it conflicts with. Each error names the
+    key (a section by what it holds, as the struct checks do)."""
+    engine, task, mid = _engine_of(model, {}), _task_of(model, {}), model.get("id")
     for key in model:
         rule = MODEL_KEYS.get(key)
-        if rule is None or engine in rule.engines:
+        if rule is None:
             continue
-        if engine in REMOTE and rule.engines <= LOCAL:
-            message = (
-                f"{key!r} does not apply to engine {engine!r} (the server it reaches holds "
-                "the weights, the window and the tool parser)"
-            )
-        else:
-            message = (
-                f"{key!r} applies to engine {' or '.join(map(repr, sorted(rule.engines)))} only"
-            )
-        # An engine's section is pointed at by what it holds, as the struct checks do.
-        src.at((*path, key), f"model {mid!r}: {message}", key=key not in REMOTE.values())
+        if engine is not None and engine not in rule.engines:
+            if engine in REMOTE and rule.engines <= LOCAL:
+                message = (
+                    f"{key!r} does not apply to engine {engine!r} (the server it reaches holds "
+                    "the weights, the window and the tool parser)"
+                )
+            else:
+                names = " or ".join(map(repr, sorted(rule.engines)))
+                message = f"{key!r} applies to engine {names} only"
+            # An engine's section is pointed at by what it holds, as the struct checks do.
+            src.at((*path, key), f"model {mid!r}: {message}", key=key not in REMOTE.values())
+        if not _is_set(model, key):
+            continue
+        section = isinstance(model[key], dict)
+        if task is not None and task not in rule.tasks:
+            src.at((*path, key), f"model {mid!r}: {rule.why_task}", key=not section)
+        for other, why in rule.conflicts.items():
+            if _is_set(model, other):
+                src.at((*path, key), f"model {mid!r}: {why}", key=not section)
+
+
+def _check_sections(model: dict, path: KeyPath, src: Source) -> None:
+    """Within a model's own sections: a remote engine's is there, a process's command names
+    its port, a `distributed:` block names one host per rank (or none: all on this machine)."""
+    engine, mid = _engine_of(model, {}), model.get("id")
+    if engine in REMOTE and REMOTE[engine] not in model:
+        src.at(path, f"model {mid!r}: engine {engine!r} needs a {REMOTE[engine]!r} section")
     section = model.get("process")
     if engine == "process" and isinstance(section, dict):
         texts = [*(section.get("command") or []), *(section.get("env") or {}).values()]
@@ -210,60 +237,15 @@ def _check_engine(model: dict, path: KeyPath, src: Source) -> None:
                 f"model {mid!r}: the command (or env) must say ${{PORT}}, the port it is to "
                 "serve on (the gateway picks a free one at each start)",
             )
-
-
-# What `speculation` cannot be combined with, and why (a model of one of these decodes on a
-# path that has no prompt-lookup drafts).
-SPECULATION_CONFLICTS = {
-    "draft": "a model drafts either with a draft model or by prompt lookup: remove one",
-    "kv_bits": "a quantized KV cache decodes on mlx-lm's single-stream loop, which has no "
-    "prompt-lookup drafts: remove one",
-}
-
-
-def _check_speculation(model: dict, path: KeyPath, src: Source) -> None:
-    """`speculation` is refused beside a setting whose decoding path cannot draft with it."""
-    if not isinstance(model.get("speculation"), dict):
-        return
-    mid = model.get("id")
-    for key, why in SPECULATION_CONFLICTS.items():
-        if model.get(key) not in (None, False):
-            src.at((*path, "speculation"), f"model {mid!r}: `speculation` with `{key}`: {why}")
-    if model.get("task") == "embed":
-        src.at(
-            (*path, "speculation"),
-            f"model {mid!r}: `speculation` applies to text generation; an embedding model "
-            "generates nothing",
-        )
-
-
-def _check_distributed(model: dict, path: KeyPath, src: Source) -> None:
-    """A `distributed:` block names one host per rank (or none: all on this machine), and
-    shards a chat model of its own: a draft model or an embedding task would run unsharded."""
-    block, mid = model.get("distributed"), model.get("id")
-    if not isinstance(block, dict):
-        return
-    ranks, hosts = block.get("ranks"), block.get("hosts")
-    if isinstance(ranks, int) and isinstance(hosts, list) and hosts and len(hosts) != ranks:
-        src.at(
-            (*path, "distributed", "hosts"),
-            f"model {mid!r}: {len(hosts)} hosts for {ranks} ranks (one host per rank, "
-            "rank 0's first; leave hosts out to run every rank on this machine)",
-        )
-    for key, why in (
-        ("draft", "a draft model"),
-        ("isolation", "`isolation`"),
-        ("speculation", "`speculation` (not verified across ranks)"),
-    ):
-        if model.get(key) not in (None, "none"):
+    block = model.get("distributed")
+    if isinstance(block, dict):
+        ranks, hosts = block.get("ranks"), block.get("hosts")
+        if isinstance(ranks, int) and isinstance(hosts, list) and hosts and len(hosts) != ranks:
             src.at(
-                (*path, key),
-                f"model {mid!r}: {why} does not apply to a distributed model (its ranks "
-                "are processes of their own, each holding part of the weights)",
-                key=True,
+                (*path, "distributed", "hosts"),
+                f"model {mid!r}: {len(hosts)} hosts for {ranks} ranks (one host per rank, "
+                "rank 0's first; leave hosts out to run every rank on this machine)",
             )
-    if model.get("task") == "embed":
-        src.at((*path, "task"), f"model {mid!r}: a distributed model serves chat only")
 
 
 def _remote_concurrency(model: dict) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 
 from gateway.control.key_text import KeyRow, key_text
-from schemas.config import ENGINES, MODEL_KEYS, KeyRule, ModelConfig
+from schemas.config import ENGINES, MODEL_KEYS, TASKS, KeyRule, ModelConfig
 
 DOCS_PATH = Path(__file__).resolve().parents[2] / "docs" / "config.md"
 BEGIN = "<!-- model-keys:begin -->"
@@ -36,11 +36,19 @@ def _engines(rule: KeyRule) -> str:
     return cell
 
 
-# A field's header and cell; `defaults_to` is told in the engines' cell.
+def _tasks(rule: KeyRule) -> str:
+    return "all" if rule.tasks == set(TASKS) else ", ".join(f"`{t}`" for t in sorted(rule.tasks))
+
+
+# A field's header and cell; `defaults_to` is told in the engines' cell, and `why_task` (an
+# error's words) in none.
 CELLS: dict[str, tuple[str, Callable[[KeyRule], str]] | None] = {
     "engines": ("engines", _engines),
     "restart": ("on reload", lambda rule: "new runner" if rule.restart else "in place"),
     "defaults_to": None,
+    "tasks": ("tasks", _tasks),
+    "why_task": None,
+    "conflicts": ("conflicts with", lambda rule: ", ".join(f"`{k}`" for k in rule.conflicts)),
 }
 
 

