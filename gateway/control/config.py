@@ -178,13 +178,19 @@ def _task_of(model: dict, defaults: dict) -> str | None:
 
 
 def _defaults_for(defaults: dict, model: dict) -> dict:
-    """`defaults:` as they apply to `model`: the keys `MODEL_KEYS` gives its engine."""
-    engine = _engine_of(model, defaults)
-    return {
-        key: value
-        for key, value in defaults.items()
-        if engine is None or key not in MODEL_KEYS or engine in MODEL_KEYS[key].from_defaults
-    }
+    """`defaults:` as they apply to `model`: the keys `MODEL_KEYS` gives its engine and its
+    declared task."""
+    engine, task = _engine_of(model, defaults), _task_of(model, defaults)
+
+    def given(key: str) -> bool:
+        rule = MODEL_KEYS.get(key)
+        return (
+            rule is None
+            or (engine is None or engine in rule.from_defaults)
+            and (task is None or task in rule.tasks)
+        )
+
+    return {key: value for key, value in defaults.items() if given(key)}
 
 
 def _is_set(model: dict, key: str) -> bool:

@@ -85,6 +85,20 @@ def test_a_key_a_declared_task_does_not_take_is_refused_by_name(key, task):
     assert f"models[0].{key}: model 'm': {MODEL_KEYS[key].why_task}" in error
 
 
+@pytest.mark.parametrize("key, task", OFF_TASK)
+def test_defaults_skip_a_key_for_a_task_it_does_not_apply_to(key, task):
+    text = f"""\
+    defaults:
+      {key}: {SET[key]}
+    models:
+      - id: m
+        source: {SOURCE}
+        task: {task}
+    """
+    model = parse_config(textwrap.dedent(text), "t.yaml", environ={}).models[0]
+    assert getattr(model, key) in (None, "none")
+
+
 def test_a_key_declared_on_an_engine_it_does_not_apply_to_is_refused_at_its_line():
     text = """\
     models:
