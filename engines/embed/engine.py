@@ -16,6 +16,7 @@ from tokenizers import Tokenizer
 
 from engines.base import Capabilities, LoadInfo
 from engines.batch import Batch, SerialBatch
+from engines.compat import refuse_off_task
 from engines.embed.bert import (
     BertArgs,
     Pooling,
@@ -26,8 +27,6 @@ from engines.embed.bert import (
     read_pooling,
 )
 from engines.errors import BadRequest, DimensionsUnavailable, GatewayError, SourceError
-from engines.llm.isolated import refuse_isolation
-from engines.llm.speculate import refuse_speculation
 from engines.mlx.memory import release_buffers
 from engines.mlx.weights import weight_bytes
 from engines.sources.resolve import check_source, resolve_source
@@ -68,8 +67,7 @@ class EmbeddingEngine:
         """Load the encoder; `memory_left` is not needed: activations are bounded per batch."""
         import mlx.core as mx
 
-        refuse_isolation(self._config, "an embedding model")
-        refuse_speculation(self._config, "an embedding model")
+        refuse_off_task(self._config, "embed")
         model_id = self._config.id
         path = resolve_source(model_id, self._config.source, base_dir=self._base_dir)
         config = read_json(model_id, path / "config.json") or {}

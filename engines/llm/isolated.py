@@ -43,16 +43,6 @@ from schemas.config import ModelConfig
 from schemas.events import ModelAttached, ModelFailed
 
 
-def refuse_isolation(model: ModelConfig, kind: str) -> None:
-    """`isolation: process` is for MLX text models; a vision or embedding model refuses it
-    at load, by name, rather than run in the gateway's process unasked."""
-    if model.isolation == "process":
-        raise ModelUnavailable(
-            f"model {model.id!r} is {kind}: `isolation: process` applies to MLX text models "
-            "only; remove it from this model"
-        )
-
-
 class IsolatedEngine:
     """The Engine protocol, served by an `MLXEngine` in a child process.
 

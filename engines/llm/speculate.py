@@ -18,7 +18,6 @@ prefill uses to right-align a padded batch (`BatchKVCache.finalize`).
 
 from __future__ import annotations
 
-from engines.errors import ModelUnavailable
 from engines.mlx.draft_model import ModelDrafter
 from engines.mlx.grammar import MaskProcessor
 from engines.mlx.lookup import Drafter
@@ -54,16 +53,6 @@ def make_drafter(config: ModelConfig, draft_model, job) -> Drafter | ModelDrafte
     if draft_model is not None:
         return ModelDrafter(draft_model, job.prompt, config.draft.tokens)
     return None
-
-
-def refuse_speculation(model: ModelConfig, kind: str) -> None:
-    """`speculation` is for MLX text models; a vision or embedding model refuses it at load,
-    by name, rather than decode without it unasked."""
-    if model.speculation is not None:
-        raise ModelUnavailable(
-            f"model {model.id!r} is {kind}: `speculation` applies to MLX text models only; "
-            "remove it from this model"
-        )
 
 
 def batch_positions(device: str) -> int:

@@ -20,9 +20,8 @@ from pathlib import Path
 from engines.base import Capabilities, LoadInfo
 from engines.batch import Batch, SerialBatch
 from engines.cache import CacheDir
+from engines.compat import refuse_off_task
 from engines.errors import BadRequest
-from engines.llm.isolated import refuse_isolation
-from engines.llm.speculate import refuse_speculation
 from engines.mlx.cache.disk import min_tokens, why_off
 from engines.mlx.load import hold, open_source
 from engines.mlx.memory import release_buffers
@@ -94,8 +93,7 @@ class VisionEngine:
     def load(self, memory_left: int | None = None) -> LoadInfo:
         import mlx_vlm
 
-        refuse_isolation(self._config, "a vision model")
-        refuse_speculation(self._config, "a vision model")
+        refuse_off_task(self._config, "vision")
         path = resolve_source(self._config.id, self._config.source, base_dir=self._base_dir)
         config = self._config
         model, processor = open_source(

