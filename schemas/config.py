@@ -440,6 +440,8 @@ class KeyRule(NamedTuple):
     why_task: str = ""
     # Another key -> why the two cannot both be set; the error names this key.
     conflicts: Mapping[str, str] = MappingProxyType({})
+    # The engines a model of which must set it (an engine's own section, mlx's source).
+    required_by: frozenset[str] = frozenset()
 
     @property
     def from_defaults(self) -> frozenset[str]:
@@ -450,6 +452,8 @@ ENGINES = frozenset(get_args(EngineKind))
 # Engines whose weights the gateway holds itself; the others reach a server that holds them.
 LOCAL = frozenset({"mlx", "scripted"})
 MLX = frozenset({"mlx"})
+UPSTREAM = frozenset({"upstream"})
+PROCESS = frozenset({"process"})
 TEXT = frozenset({"chat"})  # text generation without images: the MLX text engine's own keys
 # Why a key is refused beside `distributed:`.
 _SHARDED = (
@@ -464,7 +468,7 @@ _SHARDED = (
 # at load (engines/compat.py).
 MODEL_KEYS: dict[str, KeyRule] = {
     "engine": KeyRule(ENGINES, restart=True),
-    "source": KeyRule(LOCAL, restart=True),
+    "source": KeyRule(LOCAL, restart=True, required_by=MLX),
     "aliases": KeyRule(ENGINES, restart=False),
     "residency": KeyRule(ENGINES, restart=False),
     "context": KeyRule(LOCAL, restart=True),
@@ -511,8 +515,8 @@ MODEL_KEYS: dict[str, KeyRule] = {
     "vision": KeyRule(ENGINES, restart=True),
     # An engine's own section. `defaults:` give it to every model, as they always have: a
     # model of another engine is then refused it by name.
-    "upstream": KeyRule(frozenset({"upstream"}), restart=True, defaults_to=ENGINES),
-    "process": KeyRule(frozenset({"process"}), restart=True, defaults_to=ENGINES),
+    "upstream": KeyRule(UPSTREAM, restart=True, defaults_to=ENGINES, required_by=UPSTREAM),
+    "process": KeyRule(PROCESS, restart=True, defaults_to=ENGINES, required_by=PROCESS),
     "distributed": KeyRule(
         MLX, restart=True, tasks=TEXT, why_task="a distributed model serves chat only"
     ),

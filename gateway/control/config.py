@@ -159,7 +159,13 @@ def _validate(doc: Any, src: Source) -> GatewayConfig | None:
         return None
 
 
-REMOTE = {"upstream": "upstream", "process": "process"}  # engine -> its own section
+# A remote engine -> its own section: the key that engine alone takes, and must set.
+REMOTE = {
+    engine: key
+    for key, rule in MODEL_KEYS.items()
+    if rule.required_by == rule.engines
+    for engine in rule.engines
+}
 # The tasks a model may declare (`task:`); a vision model is found only at load.
 DECLARED_TASKS = frozenset(get_args(Task))
 UNSET = {f.name: f.default for f in msgspec.structs.fields(ModelConfig)}  # each key's default
@@ -199,10 +205,15 @@ def _is_set(model: dict, key: str) -> bool:
 
 
 def _check_keys(model: dict, path: KeyPath, src: Source) -> None:
-    """What `MODEL_KEYS` says of the keys a model sets: each applies to the model's engine and
-    its declared task, and none is set beside a key it conflicts with. Each error names the
+    """What `MODEL_KEYS` says of the keys a model sets: those its engine requires are there;
+    each applies to the model's engine and its declared task, and none is set beside a key it
+    conflicts with. Each error names the
     key (a section by what it holds, as the struct checks do)."""
     engine, task, mid = _engine_of(model, {}), _task_of(model, {}), model.get("id")
+    for key, rule in MODEL_KEYS.items():
+        if engine in rule.required_by and not model.get(key):
+            what = f"a {key!r} section" if key in REMOTE.values() else f"a {key}"
+            src.at((*path, key), f"model {mid!r}: engine {engine!r} needs {what}")
     for key in model:
         rule = MODEL_KEYS.get(key)
         if rule is None:
@@ -229,11 +240,9 @@ def _check_keys(model: dict, path: KeyPath, src: Source) -> None:
 
 
 def _check_sections(model: dict, path: KeyPath, src: Source) -> None:
-    """Within a model's own sections: a remote engine's is there, a process's command names
-    its port, a `distributed:` block names one host per rank (or none: all on this machine)."""
+    """Within a model's own sections: a process's command names its port, a `distributed:`
+    block names one host per rank (or none: all on this machine)."""
     engine, mid = _engine_of(model, {}), model.get("id")
-    if engine in REMOTE and REMOTE[engine] not in model:
-        src.at(path, f"model {mid!r}: engine {engine!r} needs a {REMOTE[engine]!r} section")
     section = model.get("process")
     if engine == "process" and isinstance(section, dict):
         texts = [*(section.get("command") or []), *(section.get("env") or {}).values()]
@@ -306,7 +315,7 @@ def _check(value: Any, tp: Any, path: KeyPath, src: Source) -> None:
 
 
 def _check_references(server: Any, models: list[Any], src: Source) -> None:
-    """Ids and aliases unique; fallback and draft name a model; mlx models have a source."""
+    """Ids and aliases unique; fallback, draft and key entries name a model."""
     owner: dict[str, tuple[str, KeyPath]] = {}  # id or alias -> (model id, where)
     for i, model in enumerate(models):
         mid = model.get("id") if isinstance(model, dict) else None
@@ -336,8 +345,6 @@ def _check_references(server: Any, models: list[Any], src: Source) -> None:
                 src.at(where, f"model {mid!r}: alias {alias!r} is {what}")
             else:
                 owner[alias] = (mid, where)
-        if model.get("engine", "mlx") == "mlx" and not model.get("source"):
-            src.at(("models", i, "source"), f"model {mid!r}: engine 'mlx' needs a source")
         vision = model.get("vision")
         if isinstance(vision, dict):
             low, high = vision.get("min_pixels"), vision.get("max_pixels")

@@ -37,6 +37,7 @@ def test_every_key_has_a_whole_compatibility_entry(key):
     assert rule.from_defaults <= ENGINES
     assert rule.tasks and rule.tasks <= set(TASKS)
     assert (rule.tasks == set(TASKS)) is (not rule.why_task)  # a refused task says why
+    assert rule.required_by <= rule.engines
     for other, why in rule.conflicts.items():
         assert other in MODEL_KEYS and other != key and why
         assert key not in MODEL_KEYS[other].conflicts  # each pair listed once, where it errs
@@ -99,6 +100,19 @@ def test_defaults_skip_a_key_for_a_task_it_does_not_apply_to(key, task):
     """
     model = parse_config(textwrap.dedent(text), "t.yaml", environ={}).models[0]
     assert getattr(model, key) in (None, "none")
+
+
+REQUIRED = [(k, e) for k, rule in MODEL_KEYS.items() for e in sorted(rule.required_by)]
+
+
+@pytest.mark.parametrize("key, engine", REQUIRED)
+def test_a_key_its_engine_requires_is_refused_missing_at_the_models_line(key, engine):
+    what = "a source" if key == "source" else f"a {key!r} section"
+    message = f"models[0].{key}: model 'm': engine {engine!r} needs {what}"
+    (absent,) = errors_of(f"models:\n  - id: m\n    engine: {engine}\n")
+    assert absent == f"t.yaml:2:5: {message}"  # the model's own line
+    (null,) = errors_of(f"models:\n  - id: m\n    engine: {engine}\n    {key}: null\n")
+    assert null == f"t.yaml:4:{7 + len(key)}: {message}"  # the null written
 
 
 def test_a_key_declared_on_an_engine_it_does_not_apply_to_is_refused_at_its_line():
