@@ -3,10 +3,13 @@ and which keys conflict, as the check, `defaults:` and the engines read it."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import textwrap
 
 import msgspec
 import pytest
+from conftest import REPO
 
 from engines.compat import refuse_off_task
 from engines.errors import ConfigInvalid, ModelUnavailable
@@ -157,3 +160,32 @@ def test_a_model_setting_nothing_off_task_loads(task):
     refuse_off_task(ModelConfig(id="v", source="./v"), task)  # every key at its default
     if task == "chat":
         refuse_off_task(msgspec.convert({"id": "v", **VALUES}, ModelConfig), task)
+
+
+def test_gateway_check_names_each_refused_key_at_its_line_and_column(tmp_path):
+    path = tmp_path / "models.yaml"
+    path.write_text(
+        textwrap.dedent(
+            f"""\
+            defaults:
+              isolation: process
+            models:
+              - id: e
+                source: {SOURCE}
+                task: embed
+                speculation: {{kind: prompt_lookup}}
+              - id: m
+                source: {SOURCE}
+                kv_bits: 8
+                speculation: {{kind: prompt_lookup}}
+            """
+        )
+    )
+    command = [sys.executable, "-m", "gateway", "check", str(path)]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stdout
+    assert result.stderr.splitlines() == [
+        f"{path}:7:18: models[0].speculation: model 'e': {MODEL_KEYS['speculation'].why_task}",
+        f"{path}:11:18: models[1].speculation: model 'm': "
+        + MODEL_KEYS["speculation"].conflicts["kv_bits"],
+    ]  # `defaults:` gave `e` no isolation: its task does not take it
