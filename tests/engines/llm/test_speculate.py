@@ -155,7 +155,7 @@ def test_a_sequence_whose_drafts_miss_stops_waiting_for_them_then_tries_again():
 
 
 def test_speculation_is_refused_on_cuda_where_it_measured_slower():
-    from engines.llm.engine import refuse_speculation_on_cuda
+    from engines.llm.loading import refuse_speculation_on_cuda
     from engines.platform import PlatformPath
 
     cuda = PlatformPath(device="gpu (cuda)", blas="n/a", weights="bfloat16", why="")
