@@ -11,7 +11,8 @@ from __future__ import annotations
 import msgspec
 
 from engines.errors import ModelUnavailable
-from schemas.config import MODEL_KEYS, TASKS, ModelConfig
+from schemas.config import ModelConfig
+from schemas.config_keys import MODEL_KEYS, TASKS
 
 _UNSET = {f.name: f.default for f in msgspec.structs.fields(ModelConfig)}
 

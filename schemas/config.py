@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping
-from types import MappingProxyType
-from typing import Annotated, Literal, NamedTuple, get_args
+from typing import Annotated, Literal
 
 import msgspec
 from msgspec import Meta
@@ -419,112 +417,7 @@ class ModelConfig(Strict):
         return self.residency == "pinned"
 
 
-# The kinds of model a key may apply to, as each is named in errors: `chat` (a text model),
-# `vision` (a chat model whose checkpoint has a vision tower: found at load, never declared)
-# and `embed` (`task: embed`, or an embedding architecture found at load).
-TASKS = {"chat": "an MLX text model", "vision": "a vision model", "embed": "an embedding model"}
-
-
-class KeyRule(NamedTuple):
-    """What one model key means beyond its type: the engines it applies to (a model of any
-    other engine is refused it by name), whether changing it on reload needs a new runner
-    (else the running one is retuned in place), the engines `defaults:` give it to, the
-    kinds of model (`TASKS`) it applies to, and the keys it cannot be set beside."""
-
-    engines: frozenset[str]
-    restart: bool
-    defaults_to: frozenset[str] | None = None  # None: `engines`
-    # A model of another task is refused it: by name at `check` where `task:` says so, at
-    # load where the checkpoint tells (`why_task` is the check's error); `defaults:` skip it.
-    tasks: frozenset[str] = frozenset(TASKS)
-    why_task: str = ""
-    # Another key -> why the two cannot both be set; the error names this key.
-    conflicts: Mapping[str, str] = MappingProxyType({})
-    # The engines a model of which must set it (an engine's own section, mlx's source).
-    required_by: frozenset[str] = frozenset()
-
-    @property
-    def from_defaults(self) -> frozenset[str]:
-        return self.engines if self.defaults_to is None else self.defaults_to
-
-
-ENGINES = frozenset(get_args(EngineKind))
-# Engines whose weights the gateway holds itself; the others reach a server that holds them.
-LOCAL = frozenset({"mlx", "scripted"})
-MLX = frozenset({"mlx"})
-UPSTREAM = frozenset({"upstream"})
-PROCESS = frozenset({"process"})
-TEXT = frozenset({"chat"})  # text generation without images: the MLX text engine's own keys
-# Why a key is refused beside `distributed:`.
-_SHARDED = (
-    "does not apply to a distributed model (its ranks are processes of their own, each "
-    "holding part of the weights)"
-)
-
-# Every key of `ModelConfig` but `id`, in its order. `restart`: the engine is built from it
-# (a new runner, a new load); the others are read per request or per admission. Which engines
-# and tasks each applies to, and what it conflicts with, is read by the config's check
-# (gateway/control/config.py), `defaults:` merging, and the engines that find a model's task
-# at load (engines/compat.py).
-MODEL_KEYS: dict[str, KeyRule] = {
-    "engine": KeyRule(ENGINES, restart=True),
-    "source": KeyRule(LOCAL, restart=True, required_by=MLX),
-    "aliases": KeyRule(ENGINES, restart=False),
-    "residency": KeyRule(ENGINES, restart=False),
-    "context": KeyRule(LOCAL, restart=True),
-    # A remote model's own comes from its replicas' capacity when it sets none.
-    "concurrency": KeyRule(ENGINES, restart=True, defaults_to=LOCAL),
-    "prefix_reuse": KeyRule(LOCAL, restart=True),
-    "session_slots": KeyRule(LOCAL, restart=True),
-    "kv_bits": KeyRule(LOCAL, restart=True),
-    "disk_cache": KeyRule(MLX, restart=True),
-    "weights": KeyRule(LOCAL, restart=True),
-    "isolation": KeyRule(
-        MLX,
-        restart=True,
-        tasks=TEXT,
-        why_task="`isolation: process` applies to MLX text models only; remove it from this model",
-        conflicts={"distributed": f"`isolation` {_SHARDED}"},
-    ),
-    "draft": KeyRule(LOCAL, restart=True, conflicts={"distributed": f"a draft model {_SHARDED}"}),
-    "speculation": KeyRule(
-        MLX,
-        restart=True,
-        tasks=TEXT,
-        why_task="`speculation` applies to text generation; an embedding model generates nothing",
-        conflicts={
-            "draft": "`speculation` with `draft`: a model drafts either with a draft model or "
-            "by prompt lookup: remove one",
-            "kv_bits": "`speculation` with `kv_bits`: a quantized KV cache decodes on mlx-lm's "
-            "single-stream loop, which has no prompt-lookup drafts: remove one",
-            "distributed": f"`speculation` (not verified across ranks) {_SHARDED}",
-        },
-    ),
-    "system": KeyRule(ENGINES, restart=False),
-    "guardrails": KeyRule(ENGINES, restart=False),
-    "sampling": KeyRule(ENGINES, restart=False),
-    "reasoning": KeyRule(ENGINES, restart=False),
-    "tool_parser": KeyRule(LOCAL, restart=True),
-    "rate": KeyRule(ENGINES, restart=True),
-    "stream_interval": KeyRule(LOCAL, restart=False),
-    "task": KeyRule(LOCAL, restart=True),
-    "queue": KeyRule(ENGINES, restart=False),
-    "capture": KeyRule(ENGINES, restart=False),
-    "script": KeyRule(LOCAL, restart=True),
-    "hf_token": KeyRule(LOCAL, restart=True),
-    "vision": KeyRule(ENGINES, restart=True),
-    # An engine's own section. `defaults:` give it to every model, as they always have: a
-    # model of another engine is then refused it by name.
-    "upstream": KeyRule(UPSTREAM, restart=True, defaults_to=ENGINES, required_by=UPSTREAM),
-    "process": KeyRule(PROCESS, restart=True, defaults_to=ENGINES, required_by=PROCESS),
-    "distributed": KeyRule(
-        MLX, restart=True, tasks=TEXT, why_task="a distributed model serves chat only"
-    ),
-}
-
 _model_fields = msgspec.structs.fields(ModelConfig)
-if list(MODEL_KEYS) != [f.name for f in _model_fields if f.name != "id"]:
-    raise TypeError("MODEL_KEYS must list every ModelConfig key but `id`, in its order")
 
 # `defaults:` carry any model key but `id`, each optional: derived, so never re-listed.
 ModelSettings = msgspec.defstruct(

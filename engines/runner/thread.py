@@ -35,7 +35,8 @@ from schemas.canonical import (
     TextDelta,
     ToolCallOutput,
 )
-from schemas.config import LOCAL, ModelConfig, seconds
+from schemas.config import ModelConfig, seconds
+from schemas.config_keys import LOCAL
 from schemas.events import BatchFailed, Generated
 
 # A burst of arrivals (many clients at once) joins the batch as one group. Stepping between

@@ -18,7 +18,8 @@ from typing import Any
 import msgspec
 
 from gateway.control.key_text import KeyRow, key_text
-from schemas.config import ENGINES, MODEL_KEYS, TASKS, KeyRule, ModelConfig
+from schemas.config import ModelConfig
+from schemas.config_keys import ENGINES, MODEL_KEYS, TASKS, KeyRule
 
 DOCS_PATH = Path(__file__).resolve().parents[2] / "docs" / "config.md"
 BEGIN = "<!-- model-keys:begin -->"

@@ -24,7 +24,8 @@ from engines.tasks import Tasks
 from gateway.control.config import validate_config
 from gateway.control.registry import Generation, Registry
 from gateway.control.state import cache_dir
-from schemas.config import MODEL_KEYS, GatewayConfig, ModelConfig
+from schemas.config import GatewayConfig, ModelConfig
+from schemas.config_keys import MODEL_KEYS
 from schemas.events import ConfigRejected, ConfigReloaded
 
 

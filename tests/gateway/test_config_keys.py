@@ -10,7 +10,8 @@ import yaml
 from engines.errors import ConfigInvalid
 from gateway.control.config import parse_config
 from gateway.control.reload import needs_new_engine
-from schemas.config import ENGINES, MODEL_KEYS, ModelConfig
+from schemas.config import ModelConfig
+from schemas.config_keys import ENGINES, MODEL_KEYS
 
 # A valid value of each key, unlike its default.
 VALUES = {

@@ -17,7 +17,7 @@ from gateway.control.key_docs import (
     write_docs,
 )
 from gateway.control.key_text import key_text
-from schemas.config import MODEL_KEYS
+from schemas.config_keys import MODEL_KEYS
 
 
 def test_committed_table_matches_model_keys():

@@ -9,7 +9,7 @@ import pytest
 
 from engines.errors import ConfigInvalid
 from gateway.control.config import parse_config, summarize
-from schemas.config import MODEL_KEYS
+from schemas.config_keys import MODEL_KEYS
 
 
 def parse(text: str):

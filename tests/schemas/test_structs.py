@@ -56,7 +56,8 @@ def test_the_canonical_request_is_frozen():
 
 
 def test_defaults_carry_every_model_key_but_id_and_the_table_names_each():
-    from schemas.config import MODEL_KEYS, ModelSettings
+    from schemas.config import ModelSettings
+    from schemas.config_keys import MODEL_KEYS
 
     model_keys = [f.name for f in msgspec.structs.fields(ModelConfig) if f.name != "id"]
     settings = msgspec.structs.fields(ModelSettings)

