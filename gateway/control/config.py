@@ -6,12 +6,7 @@ Every problem found is reported at once, each as `file:line:column: key.path: me
 
 from __future__ import annotations
 
-import difflib
-import ipaddress
 import os
-import re
-import types
-import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, get_args
@@ -20,17 +15,11 @@ import msgspec
 
 from engines.errors import ConfigInvalid, SourceError
 from engines.sources.hub import NotCached, cache_status, is_hub_source
+from gateway.control.field_check import check_value, report_error, unknown_key
+from gateway.control.references import check_references
 from gateway.control.yaml_source import KeyPath, Source, read_yaml
-from schemas.config import (
-    ENGINES,
-    LOCAL,
-    MODEL_KEYS,
-    GatewayConfig,
-    ModelConfig,
-    ModelSettings,
-    ServerConfig,
-    Task,
-)
+from schemas.config import GatewayConfig, ModelConfig, ModelSettings, ServerConfig, Task
+from schemas.config_keys import ENGINES, LOCAL, MODEL_KEYS
 
 
 def load_config(path: str | Path, *, environ: Mapping[str, str] | None = None) -> GatewayConfig:
@@ -127,12 +116,12 @@ def _validate(doc: Any, src: Source) -> GatewayConfig | None:
         src.at((), "expected a mapping with 'server', 'defaults' and 'models'")
         return None
     for key in doc.keys() - {"server", "defaults", "models"}:
-        src.at((key,), _unknown(key, ["server", "defaults", "models"]), key=True)
+        src.at((key,), unknown_key(key, ["server", "defaults", "models"]), key=True)
     # An empty section (every line commented out) reads as null: take it as `{}`.
     server = {} if doc.get("server") is None else doc["server"]
     defaults = {} if doc.get("defaults") is None else doc["defaults"]
-    _check(server, ServerConfig, ("server",), src)
-    _check(defaults, ModelSettings, ("defaults",), src)
+    check_value(server, ServerConfig, ("server",), src)
+    check_value(defaults, ModelSettings, ("defaults",), src)
     models = doc.get("models")
     if not isinstance(models, list) or not models:
         message = "a list of at least one model" if "models" in doc else "missing required key"
@@ -146,8 +135,8 @@ def _validate(doc: Any, src: Source) -> GatewayConfig | None:
             _check_sections(model, ("models", i), src)
             _remote_concurrency(model)
         merged.append(model)
-        _check(model, ModelConfig, ("models", i), src)
-    _check_references(server, merged, src)
+        check_value(model, ModelConfig, ("models", i), src)
+    check_references(server, merged, src)
     if src.errors:
         return None
     doc = {**doc, "server": server, "defaults": defaults, "models": merged}
@@ -155,7 +144,7 @@ def _validate(doc: Any, src: Source) -> GatewayConfig | None:
         # Values read from the environment are strings: let "8080" become a port.
         return msgspec.convert(doc, GatewayConfig, strict=not src.env)
     except msgspec.ValidationError as exc:  # the checks above should have caught it
-        _report(exc, (), GatewayConfig, src)
+        report_error(exc, (), GatewayConfig, src)
         return None
 
 
@@ -286,169 +275,3 @@ def _merge_under(defaults: dict, model: dict, path: KeyPath, src: Source) -> dic
         elif isinstance(value, dict) and isinstance(model[key], dict):
             out[key] = _merge_under(value, model[key], (*path, key), src)
     return out
-
-
-def _check(value: Any, tp: Any, path: KeyPath, src: Source) -> None:
-    """Report every problem in `value` as a `tp`, going into Structs so each bad key is named."""
-    if isinstance(value, list) and typing.get_origin(tp) is list:
-        (item,) = typing.get_args(tp)
-        if _struct_in(item) is not None:  # a list of Structs (api_keys): each entry's keys
-            for i, entry in enumerate(value):
-                _check(entry, item, (*path, i), src)
-            return
-    struct = _struct_in(tp) if isinstance(value, dict) else None
-    if struct is None:
-        try:
-            msgspec.convert(value, tp, strict=not src.from_env(path))
-        except msgspec.ValidationError as exc:
-            _report(exc, path, tp, src)
-        return
-    fields = {f.encode_name: f for f in msgspec.structs.fields(struct)}
-    for key in value:
-        if key not in fields:
-            src.at((*path, key), _unknown(key, fields), key=True)
-    for name, info in fields.items():
-        if name in value:
-            _check(value[name], info.type, (*path, name), src)
-        elif info.required:
-            src.at(path, f"missing required key {name!r}")
-
-
-def _check_references(server: Any, models: list[Any], src: Source) -> None:
-    """Ids and aliases unique; fallback, draft and key entries name a model."""
-    owner: dict[str, tuple[str, KeyPath]] = {}  # id or alias -> (model id, where)
-    for i, model in enumerate(models):
-        mid = model.get("id") if isinstance(model, dict) else None
-        if not isinstance(mid, str):
-            continue
-        if mid in owner:
-            line = src.values[src.source_of(owner[mid][1])].line + 1
-            src.at(("models", i, "id"), f"duplicate model id {mid!r} (first at line {line})")
-        owner.setdefault(mid, (mid, ("models", i, "id")))
-    ids = set(owner)
-    for i, model in enumerate(models):
-        mid = model.get("id") if isinstance(model, dict) else None
-        if not isinstance(mid, str):
-            continue
-        aliases = model.get("aliases")
-        for j, alias in enumerate(aliases if isinstance(aliases, list) else []):
-            if not isinstance(alias, str):
-                continue
-            where = ("models", i, "aliases", j)
-            if alias == mid:
-                src.at(where, f"model {mid!r}: alias {alias!r} is the model's own id")
-            elif alias in ids:
-                src.at(where, f"model {mid!r}: alias {alias!r} is the id of another model")
-            elif alias in owner:
-                other = owner[alias][0]
-                what = "listed twice" if other == mid else f"already an alias of model {other!r}"
-                src.at(where, f"model {mid!r}: alias {alias!r} is {what}")
-            else:
-                owner[alias] = (mid, where)
-        vision = model.get("vision")
-        if isinstance(vision, dict):
-            low, high = vision.get("min_pixels"), vision.get("max_pixels")
-            if isinstance(low, int) and isinstance(high, int) and low > high:
-                src.at(
-                    ("models", i, "vision", "min_pixels"),
-                    f"model {mid!r}: min_pixels {low} is more than max_pixels {high}",
-                )
-    for i, model in enumerate(models):
-        draft = model.get("draft") if isinstance(model, dict) else None
-        target = draft.get("model") if isinstance(draft, dict) else None
-        if isinstance(target, str) and isinstance(mid := model.get("id"), str):
-            where = ("models", i, "draft", "model")
-            if target not in owner:
-                src.at(where, f"model {mid!r}: draft model {target!r} names no model")
-            elif owner[target][0] == mid:
-                src.at(where, f"model {mid!r}: draft model {target!r} is the model itself")
-    fallback = server.get("fallback") if isinstance(server, dict) else None
-    if isinstance(fallback, str) and fallback not in owner:
-        known = ", ".join(sorted(owner)) or "none"
-        src.at(("server", "fallback"), f"{fallback!r} names no model id or alias (known: {known})")
-    keys = server.get("api_keys") if isinstance(server, dict) else None
-    for i, entry in enumerate(keys if isinstance(keys, list) else []):
-        names = entry.get("models") if isinstance(entry, dict) else None
-        for j, name in enumerate(names if isinstance(names, list) else []):
-            if isinstance(name, str) and name not in owner:
-                known = ", ".join(sorted(owner)) or "none"
-                where = ("server", "api_keys", i, "models", j)
-                src.at(where, f"{name!r} names no model id or alias (known: {known})")
-    _check_key_entries(keys if isinstance(keys, list) else [], src)
-    allow = server.get("fetch_images_allow") if isinstance(server, dict) else None
-    for i, network in enumerate(allow if isinstance(allow, list) else []):
-        try:
-            ipaddress.ip_network(network, strict=False)
-        except (TypeError, ValueError):
-            src.at(("server", "fetch_images_allow", i), f"{network!r} is not an IP network")
-
-
-def _check_key_entries(keys: list[Any], src: Source) -> None:
-    """Labels unique (events and metrics name keys by them); a default priority within the
-    key's ceiling."""
-    seen: dict[str, int] = {}
-    for i, entry in enumerate(keys):
-        if not isinstance(entry, dict):
-            continue
-        label = entry.get("label")
-        if isinstance(label, str):
-            if label in seen:
-                src.at(
-                    ("server", "api_keys", i, "label"),
-                    f"duplicate key label {label!r} (also api_keys[{seen[label]}])",
-                )
-            seen.setdefault(label, i)
-        priority = entry.get("priority")
-        if isinstance(priority, dict):
-            default, ceiling = priority.get("default", 0), priority.get("max", 0)
-            if isinstance(default, int) and isinstance(ceiling, int) and default > ceiling:
-                src.at(
-                    ("server", "api_keys", i, "priority", "default"),
-                    f"priority.default {default} is above priority.max {ceiling}",
-                )
-
-
-def _struct_in(tp: Any) -> type[msgspec.Struct] | None:
-    """The one Struct type that a mapping given for `tp` must be, if any."""
-    if typing.get_origin(tp) is typing.Annotated:
-        tp = typing.get_args(tp)[0]
-    if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
-        return tp
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        structs = [s for s in map(_struct_in, typing.get_args(tp)) if s is not None]
-        return structs[0] if len(structs) == 1 else None
-    return None
-
-
-def _report(exc: msgspec.ValidationError, path: KeyPath, tp: Any, src: Source) -> None:
-    """Turn msgspec's "message - at `$.a[0]`" into an error at the exact key path."""
-    message, _, where = str(exc).partition(" - at `")
-    for name, index in re.findall(r"\.([^.\[`]+)|\[(\d+)\]", where):
-        path = (*path, name or int(index))
-    if message.startswith("Invalid enum value") and (choices := _literals(tp)):
-        message += f" (expected one of: {', '.join(map(repr, choices))})"
-    elif message.startswith("Expected `str`") and (hint := _description(tp)):
-        got = re.search(r", got `\w+`", message)
-        hint = hint[0].lower() + hint[1:].rstrip(".")
-        message = f"expected {hint}" + (got.group(0) if got else "")
-    src.at(path, message)
-
-
-def _literals(tp: Any) -> list[Any]:
-    if typing.get_origin(tp) is typing.Literal:
-        return list(typing.get_args(tp))
-    return [v for arg in typing.get_args(tp) for v in _literals(arg)]
-
-
-def _description(tp: Any) -> str | None:
-    for arg in typing.get_args(tp):
-        if isinstance(arg, msgspec.Meta) and arg.pattern and arg.description:
-            return arg.description
-        if hint := _description(arg):
-            return hint
-    return None
-
-
-def _unknown(key: str, known: typing.Iterable[str]) -> str:
-    close = difflib.get_close_matches(key, list(known), n=1)
-    return f"unknown key {key!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
