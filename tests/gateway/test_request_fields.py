@@ -10,16 +10,16 @@ client sends can be dropped unnoticed.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import httpx
 import msgspec
 import pytest
-from conftest import serving
+from conftest import REPO, serving
 
 from schemas import anthropic, ollama, openai, openai_completions, openai_responses
 
-TESTS = Path(__file__).resolve().parent.parent
+# The proofs are named by their path under tests/, wherever this file itself sits.
+TESTS = REPO / "tests"
 HI = [{"role": "user", "content": "hi"}]
 TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
 SCRIPTED = "gateway/test_http_scripted.py"
