@@ -22,7 +22,7 @@ from schemas import anthropic, ollama, openai, openai_completions, openai_respon
 TESTS = REPO / "tests"
 HI = [{"role": "user", "content": "hi"}]
 TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
-SCRIPTED = "gateway/test_http_scripted.py"
+SCRIPTED = "gateway/http/test_http_scripted.py"
 CONTROLS = "gateway/test_output_controls.py"
 LIMITS = "gateway/test_request_limits.py"
 SAMPLING = (LIMITS, "sampling_merges_request_over_model")
