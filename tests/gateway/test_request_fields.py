@@ -58,7 +58,7 @@ CHAT = {
     "logprobs": honoured(True, CONTROLS, "openai_logprobs_plain_and_streamed"),
     "top_logprobs": honoured(0, CONTROLS, "openai_logprobs_plain_and_streamed"),
     "reasoning_effort": honoured("low", "gateway/test_policies.py", "reasoning_is_split"),
-    "tools": honoured([TOOL], "gateway/test_openai_tools.py", "tool_call_comes_back"),
+    "tools": honoured([TOOL], "gateway/openai/test_openai_tools.py", "tool_call_comes_back"),
     "tool_choice": honoured("auto", CONTROLS, "forced_call_is_constrained"),
     "parallel_tool_calls": honoured(True, CONTROLS, "parallel_tool_calls_off"),
     "response_format": honoured({"type": "text"}, CONTROLS, "json_format_holds"),
@@ -79,17 +79,18 @@ CHAT = {
     "safety_identifier": informational("someone"),
     "prompt_cache_key": informational("k"),
 }
+COMPLETIONS_FILE = "gateway/openai/test_completions.py"
 COMPLETIONS = {
-    "model": honoured("echo", "gateway/test_completions.py", "prompt_is_continued"),
-    "prompt": honoured("hi", "gateway/test_completions.py", "a_list_of_prompts"),
-    "stream": honoured(True, "gateway/test_completions.py", "streamed_text_and_usage"),
-    "stream_options": honoured({"include_usage": True}, "gateway/test_completions.py", "streamed"),
-    "max_tokens": honoured(5, "gateway/test_completions.py", "stop_strings_and_max_tokens"),
+    "model": honoured("echo", COMPLETIONS_FILE, "prompt_is_continued"),
+    "prompt": honoured("hi", COMPLETIONS_FILE, "a_list_of_prompts"),
+    "stream": honoured(True, COMPLETIONS_FILE, "streamed_text_and_usage"),
+    "stream_options": honoured({"include_usage": True}, COMPLETIONS_FILE, "streamed"),
+    "max_tokens": honoured(5, COMPLETIONS_FILE, "stop_strings_and_max_tokens"),
     "temperature": honoured(0.3, *SAMPLING),
     "top_p": honoured(0.9, *SAMPLING),
     "top_k": honoured(5, *SAMPLING),
     "min_p": honoured(0.1, *SAMPLING),
-    "stop": honoured("x", "gateway/test_completions.py", "stop_strings_and_max_tokens"),
+    "stop": honoured("x", COMPLETIONS_FILE, "stop_strings_and_max_tokens"),
     "seed": honoured(7, *SAMPLING),
     "echo": honoured(True, CONTROLS, "completions_echo_returns"),
     "suffix": refused("tail"),
@@ -101,7 +102,7 @@ COMPLETIONS = {
     "logit_bias": honoured({"50": 1.0}, "engines/mlx/test_penalties.py", "logit_bias_adds"),
     "user": informational("someone"),
 }
-RESPONSES_FILE = "gateway/test_responses.py"
+RESPONSES_FILE = "gateway/openai/test_responses.py"
 RESPONSES = {
     "model": honoured("echo", RESPONSES_FILE, "plain_response_object"),
     "input": honoured("hi", RESPONSES_FILE, "instructions_and_message_items"),
@@ -117,7 +118,9 @@ RESPONSES = {
     "tool_choice": honoured("none", RESPONSES_FILE, "tool_choice_none_hides"),
     "parallel_tool_calls": honoured(True, CONTROLS, "parallel_tool_calls_off"),
     "stream": honoured(True, RESPONSES_FILE, "raw_event_stream_in_order"),
-    "store": honoured(False, "gateway/test_responses_store.py", "previous_response_id_continues"),
+    "store": honoured(
+        False, "gateway/openai/test_responses_store.py", "previous_response_id_continues"
+    ),
     # An unknown id: refused by name (404 is the store's answer; this walk wants the name).
     "previous_response_id": ("found", "resp_1", None),
     "conversation": refused("conv_1"),
