@@ -142,7 +142,7 @@ RESPONSES = {
     "safety_identifier": informational("someone"),
     "prompt_cache_key": informational("k"),
 }
-ANTHROPIC_FILE = "gateway/test_anthropic.py"
+ANTHROPIC_FILE = "gateway/anthropic/test_anthropic.py"
 MESSAGES = {
     "model": honoured("echo", ANTHROPIC_FILE, "plain_message_and_usage"),
     "messages": honoured(HI, ANTHROPIC_FILE, "plain_message_and_usage"),
