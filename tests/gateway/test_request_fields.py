@@ -169,7 +169,7 @@ MESSAGES = {
     "service_tier": refused("priority"),
     "metadata": informational({"user_id": "u"}),
 }
-OLLAMA_FILE = "gateway/test_ollama.py"
+OLLAMA_FILE = "gateway/ollama/test_ollama.py"
 OLLAMA_CHAT = {
     "model": honoured("echo", OLLAMA_FILE, "chat_streamed_equals_plain"),
     "messages": honoured(HI, OLLAMA_FILE, "chat_streamed_equals_plain"),
@@ -210,7 +210,11 @@ OLLAMA_OPTIONS = {
         "stop": ["x"],
         "seed": 7,
     }.items()
-} | {"num_ctx": honoured(2048, "gateway/test_ollama_options.py", "num_ctx_is_the_requests_own")}
+} | {
+    "num_ctx": honoured(
+        2048, "gateway/ollama/test_ollama_options.py", "num_ctx_is_the_requests_own"
+    )
+}
 OLLAMA_OPTIONS |= {
     name: honoured(sample, *PENALTIES)
     for name, sample in {
