@@ -24,8 +24,9 @@ HI = [{"role": "user", "content": "hi"}]
 TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
 SCRIPTED = "gateway/http/test_http_scripted.py"
 CONTROLS = "gateway/canonical/test_output_controls.py"
-LIMITS = "gateway/test_request_limits.py"
+LIMITS = "engines/policy/test_request_limits.py"
 SAMPLING = (LIMITS, "sampling_merges_request_over_model")
+REASONING = ("engines/policy/test_policies.py", "reasoning_is_split")
 PENALTIES = ("e2e/test_decoding_e2e.py", "penalties_break_a_greedy_loop")
 
 
@@ -57,7 +58,7 @@ CHAT = {
     "n": honoured(2, CONTROLS, "n_choices_come_from_one_request"),
     "logprobs": honoured(True, CONTROLS, "openai_logprobs_plain_and_streamed"),
     "top_logprobs": honoured(0, CONTROLS, "openai_logprobs_plain_and_streamed"),
-    "reasoning_effort": honoured("low", "gateway/test_policies.py", "reasoning_is_split"),
+    "reasoning_effort": honoured("low", *REASONING),
     "tools": honoured([TOOL], "gateway/openai/test_openai_tools.py", "tool_call_comes_back"),
     "tool_choice": honoured("auto", CONTROLS, "forced_call_is_constrained"),
     "parallel_tool_calls": honoured(True, CONTROLS, "parallel_tool_calls_off"),
@@ -127,7 +128,7 @@ RESPONSES = {
     "background": refused(True),
     "prompt": refused({"id": "pmpt_1"}),
     "text": honoured({"format": {"type": "text"}}, CONTROLS, "json_format_holds"),
-    "reasoning": honoured({"effort": "low"}, "gateway/test_policies.py", "reasoning_is_split"),
+    "reasoning": honoured({"effort": "low"}, *REASONING),
     "top_logprobs": honoured(0, CONTROLS, "responses_and_ollama_logprobs"),
     "include": honoured(
         ["message.output_text.logprobs"], CONTROLS, "responses_and_ollama_logprobs"
@@ -151,7 +152,7 @@ MESSAGES = {
         [{"name": "f", "input_schema": {"type": "object"}}], ANTHROPIC_FILE, "tool_use_block"
     ),
     "tool_choice": honoured({"type": "auto"}, CONTROLS, "forced_call_is_constrained"),
-    "thinking": honoured({"type": "disabled"}, "gateway/test_policies.py", "reasoning_is_split"),
+    "thinking": honoured({"type": "disabled"}, *REASONING),
     "output_config": honoured(
         {"format": {"type": "json_schema", "schema": {"type": "object"}}},
         CONTROLS,
@@ -178,7 +179,7 @@ OLLAMA_CHAT = {
     "format": honoured("", CONTROLS, "json_format_holds"),
     "options": honoured({"temperature": 0.3}, OLLAMA_FILE, "options_map_to_the_canonical"),
     "keep_alive": honoured("5m", OLLAMA_FILE, "ps_lists_what_is_loaded"),
-    "think": honoured(False, "gateway/test_policies.py", "reasoning_is_split"),
+    "think": honoured(False, *REASONING),
     "logprobs": honoured(True, CONTROLS, "responses_and_ollama_logprobs"),
     "top_logprobs": honoured(0, CONTROLS, "responses_and_ollama_logprobs"),
 }
@@ -195,7 +196,7 @@ OLLAMA_GENERATE = {
     "format": honoured("json", CONTROLS, "json_format_holds"),
     "options": honoured({"temperature": 0.3}, OLLAMA_FILE, "options_map_to_the_canonical"),
     "keep_alive": honoured("5m", OLLAMA_FILE, "ps_lists_what_is_loaded"),
-    "think": honoured(False, "gateway/test_policies.py", "reasoning_is_split"),
+    "think": honoured(False, *REASONING),
     "logprobs": honoured(True, CONTROLS, "responses_and_ollama_logprobs"),
     "top_logprobs": honoured(0, CONTROLS, "responses_and_ollama_logprobs"),
 }
