@@ -42,6 +42,7 @@ from common import (
     median,
     percentile,
     report,
+    stop_process,
     table,
 )
 from overhead import run_round
@@ -114,11 +115,7 @@ class LiteLLM:
         return (out.stdout or out.stderr).strip().splitlines()[-1] if out.returncode == 0 else "?"
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
+        stop_process(self.process)
         self._log.close()
         self._dir.cleanup()
 
