@@ -423,6 +423,16 @@ def cpu_seconds(pid: int, thread: int | None = None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def run_worker(code: str, *args: str, tree: Path | None = None) -> dict:
+    """`python -c code args` to its end, in `tree` (importable there) when given: the JSON
+    of its last stderr line, where the worker writes what it measured."""
+    where = {} if tree is None else {"cwd": tree, "env": {**os.environ, "PYTHONPATH": str(tree)}}
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, check=True, **where
+    )
+    return json.loads(done.stderr.strip().splitlines()[-1])
+
+
 def tree_at(rev: str, into: Path) -> Path:
     """This repository's files at commit `rev`, written under `into` (no git state touched)."""
     archive = subprocess.run(["git", "archive", rev], cwd=REPO, capture_output=True, check=True)
