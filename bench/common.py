@@ -70,6 +70,16 @@ def platform_env() -> dict[str, str]:
     return env
 
 
+def stop_process(process: subprocess.Popen, timeout: float = 30) -> None:
+    """SIGTERM, then SIGKILL if the process has not exited within `timeout` seconds."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 class Worker:
     """A bench script in a process of its own on the gateway's platform path (OpenBLAS
     preloaded, this repository importable), answering one JSON line per JSON line; its
@@ -113,9 +123,12 @@ class Gateway:
         *,
         code: Path = REPO,
         env: dict | None = None,
+        lazy: bool = False,
     ) -> None:
         """`code`: the source tree whose gateway runs (another commit's, for an A/B); `env`:
-        its environment (the bench's own by default)."""
+        its environment (the bench's own by default); `lazy`: its models load on demand, at
+        their first request, so `with` waits only until /health answers."""
+        self.lazy = lazy
         self._dir = tempfile.TemporaryDirectory(prefix=f"bench-{name}-")
         folder = Path(self._dir.name)
         self.config = folder / "models.yaml"
@@ -136,6 +149,14 @@ class Gateway:
 
     def wait_ready(self, timeout: float = LOAD_TIMEOUT_S) -> None:
         """Wait until /health answers and every model there is loaded."""
+        self._wait(timeout, loaded=True)
+
+    def wait_up(self, timeout: float = LOAD_TIMEOUT_S) -> None:
+        """Wait until /health answers, whatever its models' states (models on demand load
+        at their first request)."""
+        self._wait(timeout, loaded=False)
+
+    def _wait(self, timeout: float, *, loaded: bool) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -145,7 +166,7 @@ class Gateway:
                 states = {m["state"] for m in health.get("models", {}).values()}
                 if "failed" in states:
                     raise RuntimeError(f"a model failed to load: {health}")
-                if states <= {"ready"}:
+                if not loaded or states <= {"ready"}:
                     return
             except httpx.HTTPError:
                 pass
@@ -189,18 +210,16 @@ class Gateway:
         return started[0].get("platform", {}) if started else {}
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_process(self.process)
         self._out.close()
         self._dir.cleanup()
 
     def __enter__(self) -> Gateway:
         try:
-            self.wait_ready()
+            if self.lazy:
+                self.wait_up()
+            else:
+                self.wait_ready()
         except BaseException:
             self.stop()
             raise
@@ -242,12 +261,7 @@ class MlxLmServer:
         raise TimeoutError("mlx-lm server did not start")
 
     def __exit__(self, *exc) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_process(self.process)
         self._log.close()
 
 
@@ -310,6 +324,13 @@ def _absorb(timing: StreamTiming, line: str, now: float) -> None:
     if usage:
         timing.prompt_tokens = usage.get("prompt_tokens")
         timing.new_tokens = usage.get("completion_tokens")
+
+
+def is_content_frame(line: str) -> bool:
+    """An SSE line whose chunk has a `content` field (the role chunk's empty one included),
+    told by a string test, no JSON parse: for readers that time every such frame the gateway
+    writes and whose own CPU must stay small beside many streams."""
+    return line.startswith("data:") and '"content":"' in line
 
 
 def stream_chat(client: httpx.Client, url: str, body: dict) -> StreamTiming:
@@ -400,6 +421,16 @@ def cpu_seconds(pid: int, thread: int | None = None) -> float:
     path = f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat"
     fields = Path(path).read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_worker(code: str, *args: str, tree: Path | None = None) -> dict:
+    """`python -c code args` to its end, in `tree` (importable there) when given: the JSON
+    of its last stderr line, where the worker writes what it measured."""
+    where = {} if tree is None else {"cwd": tree, "env": {**os.environ, "PYTHONPATH": str(tree)}}
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, check=True, **where
+    )
+    return json.loads(done.stderr.strip().splitlines()[-1])
 
 
 def tree_at(rev: str, into: Path) -> Path:

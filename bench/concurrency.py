@@ -195,6 +195,33 @@ def alternate(url: str, models: tuple[str, str], counts, rounds: int, max_tokens
     return {"rates": rates, "ttfts": ttfts, "same": same}
 
 
+def alternate_options(parser: argparse.ArgumentParser, *, clients: str, max_tokens: int) -> None:
+    """The options every comparison by `alternate` takes: the source both models load, the
+    client counts, the rounds, the new tokens and the context window."""
+    parser.add_argument("--source", default=SMOLLM2)
+    parser.add_argument("--clients", default=clients)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--max-tokens", type=int, default=max_tokens)
+    parser.add_argument("--context", type=int, default=1024)
+
+
+def alternate_config(args: argparse.Namespace, settings: dict[str, str]) -> str:
+    """One gateway's YAML for `alternate`: a model per entry of `settings` (its id, its own
+    line of settings), each on `args.source`, its window `args.context` and its
+    `concurrency` the largest of `args.clients`."""
+    counts = [int(c) for c in args.clients.split(",")]
+    entries = "".join(
+        f"""
+  - id: {name}
+    source: {args.source}
+    concurrency: {max(counts)}
+    context: {{max: {args.context}}}
+    {line}"""
+        for name, line in settings.items()
+    )
+    return f"server: {{host: 127.0.0.1}}\nmodels:{entries}\n"
+
+
 def alternate_table(models: tuple[str, str], counts, result: dict) -> str:
     """`alternate`'s medians as a table: each model's tok/s, the ratio second / first, TTFT."""
     a, b = models

@@ -28,7 +28,6 @@ import json
 import os
 import sys
 import tempfile
-import time
 
 import httpx
 from common import SMOLLM2, Gateway, chat_body, fmt, median, report, stream_chat, table
@@ -91,20 +90,6 @@ models:
     disk_cache: false
     {quantized}
 """
-
-
-class Lazy(Gateway):
-    """A gateway whose on-demand models load at their first request: ready at /health."""
-
-    def wait_ready(self, timeout: float = 300) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        raise TimeoutError(self.log.read_text()[-4000:])
 
 
 def ask(client, gateway, model: str, messages: list[dict], max_tokens: int) -> dict:
@@ -186,7 +171,7 @@ def main() -> None:
     # 2. Eviction under a budget that holds one model.
     evicted, first = [], []
     evicting = config(cache.name, args.source, args.budget, True, args.kv_bits)
-    with Lazy(evicting, "disk-3") as gateway:
+    with Gateway(evicting, "disk-3", lazy=True) as gateway:
         for r in range(args.repeats):
             session = 2000 + r
             first.append(

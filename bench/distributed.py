@@ -22,39 +22,23 @@ from __future__ import annotations
 import argparse
 import os
 
-from common import SMOLLM2, Gateway, report
-from concurrency import alternate, alternate_table
+from common import Gateway, report
+from concurrency import alternate, alternate_config, alternate_options, alternate_table
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--source", default=SMOLLM2)
+    alternate_options(parser, clients="1,4", max_tokens=64)
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--mode", default="pipeline", choices=("pipeline", "tensor"))
     parser.add_argument("--backend", default="ring", choices=("ring", "nccl"))
-    parser.add_argument("--clients", default="1,4")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--context", type=int, default=1024)
     args = parser.parse_args()
     counts = [int(c) for c in args.clients.split(",")]
     models = ("whole", "sharded")
-    block = {
-        "whole": "isolation: process",
-        "sharded": f"distributed: {{ranks: {args.ranks}, mode: {args.mode}, "
-        f"backend: {args.backend}}}",
-    }
-    entries = "".join(
-        f"""
-  - id: {name}
-    source: {args.source}
-    concurrency: {max(counts)}
-    context: {{max: {args.context}}}
-    {block[name]}"""
-        for name in models
-    )
+    sharded = f"distributed: {{ranks: {args.ranks}, mode: {args.mode}, backend: {args.backend}}}"
+    config = alternate_config(args, {"whole": "isolation: process", "sharded": sharded})
     load_before = os.getloadavg()
-    with Gateway(f"server: {{host: 127.0.0.1}}\nmodels:{entries}\n", "distributed") as gateway:
+    with Gateway(config, "distributed") as gateway:
         attached = {e["model"]: e for e in gateway.events("model_attached")}
         result = alternate(gateway.url, models, counts, args.rounds, args.max_tokens)
         platform_path = gateway.platform()

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import httpx
-from common import Gateway, fmt, median, percentile, report, table
+from common import Gateway, fmt, is_content_frame, median, percentile, report, table
 
 CONFIG = """
 server: {{host: 127.0.0.1}}
@@ -46,7 +46,7 @@ def first_chunk_ms(client: httpx.Client, url: str, max_tokens: int) -> tuple[flo
     with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
         response.raise_for_status()
         for line in response.iter_lines():
-            if line.startswith("data:") and '"content":"' in line:
+            if is_content_frame(line):
                 first = first or time.perf_counter()
                 chunks += 1
     return (first - sent) * 1000, chunks

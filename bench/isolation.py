@@ -17,31 +17,21 @@ from __future__ import annotations
 import argparse
 import os
 
-from common import SMOLLM2, Gateway, report
-from concurrency import alternate, alternate_table
+from common import Gateway, report
+from concurrency import alternate, alternate_config, alternate_options, alternate_table
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--source", default=SMOLLM2)
-    parser.add_argument("--clients", default="1,32,128")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--max-tokens", type=int, default=128)
-    parser.add_argument("--context", type=int, default=1024)
+    alternate_options(parser, clients="1,32,128", max_tokens=128)
     args = parser.parse_args()
     counts = [int(c) for c in args.clients.split(",")]
     models = ("threaded", "isolated")
-    entries = "".join(
-        f"""
-  - id: {name}
-    source: {args.source}
-    concurrency: {max(counts)}
-    context: {{max: {args.context}}}
-    isolation: {"process" if name == "isolated" else "none"}"""
-        for name in models
+    config = alternate_config(
+        args, {"threaded": "isolation: none", "isolated": "isolation: process"}
     )
     load_before = os.getloadavg()
-    with Gateway(f"server: {{host: 127.0.0.1}}\nmodels:{entries}\n", "isolation") as gateway:
+    with Gateway(config, "isolation") as gateway:
         result = alternate(gateway.url, models, counts, args.rounds, args.max_tokens)
         platform_path = gateway.platform()
         decoding = gateway.decoding()

@@ -14,13 +14,10 @@ same rounds (the first of each round alternating): the ratio between the two, pe
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
-from common import per_tree_costs, report
+from common import per_tree_costs, report, run_worker
 
 # Run in the tree under test (its own gateway/, engines/, schemas/ first on sys.path).
 WORKER = r"""
@@ -58,15 +55,7 @@ print(json.dumps({"us_per_event": (time.perf_counter() - start) / (n * len(path)
 
 
 def one_round(tree: Path, events: int) -> float:
-    done = subprocess.run(
-        [sys.executable, "-c", WORKER, str(events)],
-        cwd=tree,
-        env={**os.environ, "PYTHONPATH": str(tree)},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return json.loads(done.stderr.strip().splitlines()[-1])["us_per_event"]
+    return run_worker(WORKER, str(events), tree=tree)["us_per_event"]
 
 
 def main() -> None:

@@ -15,12 +15,9 @@ second.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
-import sys
 
-from common import fmt, median, report, table
+from common import fmt, median, report, run_worker, table
 
 WORKER = r"""
 import asyncio, json, selectors, socket, sys, threading, time
@@ -82,13 +79,7 @@ else:
 
 
 def one_round(kind: str, streams: int, frames: int) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-c", WORKER, str(streams), str(frames), kind],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return json.loads(done.stderr.strip().splitlines()[-1])
+    return run_worker(WORKER, str(streams), str(frames), kind)
 
 
 def main() -> None:

@@ -41,18 +41,6 @@ def config(swap_wait: str, load_delay: float, token_delay: float) -> str:
     return f"server: {{memory_budget: 1GiB, max_swap_wait: {swap_wait}}}\nmodels:{models}\n"
 
 
-def wait_up(gateway: Gateway) -> None:
-    """Up once /health answers: the models are on demand, so none is loaded yet."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{gateway.url}/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    raise TimeoutError(gateway.log.read_text()[-2000:])
-
-
 def one_round(gateway: Gateway) -> tuple[int, float, int]:
     """(loads, seconds, failed requests) for the 20 requests."""
     loads_before = len(gateway.events("model_attached"))
@@ -96,7 +84,7 @@ def main() -> None:
     results: dict[str, list[tuple[int, float, int]]] = {label: [] for label in sides}
     try:
         for gateway in gateways.values():
-            wait_up(gateway)
+            gateway.wait_up(60)  # its models are on demand: none is loaded yet
         for _ in range(args.rounds):
             for label, gateway in gateways.items():
                 results[label].append(one_round(gateway))

@@ -59,6 +59,7 @@ from common import (
     Gateway,
     chat_body,
     fmt,
+    is_content_frame,
     median,
     percentile,
     report,
@@ -92,7 +93,7 @@ async def stream(client: httpx.AsyncClient, url: str, body: dict) -> list[int]:
         response.raise_for_status()
         async for line in response.aiter_lines():
             now = time.perf_counter_ns()
-            if line.startswith("data:") and '"content":"' in line:
+            if is_content_frame(line):
                 arrivals.append(now)
     return arrivals
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import subprocess
 import tempfile
@@ -42,6 +41,8 @@ from common import (
     median,
     percentile,
     report,
+    stop_process,
+    stream_chat,
     table,
 )
 from overhead import run_round
@@ -114,11 +115,7 @@ class LiteLLM:
         return (out.stdout or out.stderr).strip().splitlines()[-1] if out.returncode == 0 else "?"
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
+        stop_process(self.process)
         self._log.close()
         self._dir.cleanup()
 
@@ -159,19 +156,6 @@ def overhead(targets: dict[str, str], requests: int, rounds: int) -> str:
     return table([*header, "added p50 ms", "added p99 ms"], rows)
 
 
-def chunk_times(client: httpx.Client, url: str, body: dict) -> list[float]:
-    """When each content chunk of one streamed answer arrived (client clock)."""
-    times = []
-    with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
-        response.raise_for_status()
-        for line in response.iter_lines():
-            if line.startswith("data: {") and '"content":"' in line:
-                chunk = json.loads(line[6:])
-                if chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
-                    times.append(time.perf_counter())
-    return times
-
-
 def decode_ratio(upstream: str, front: str, words: int, runs: int) -> tuple[str, float]:
     """Steady-state chunk rate on each path, in back-to-back pairs; the first tenth of each
     stream (start-up, where a proxy's first chunks may bunch) is left out of the span. The
@@ -179,10 +163,11 @@ def decode_ratio(upstream: str, front: str, words: int, runs: int) -> tuple[str,
     rates: dict[str, list[float]] = {"upstream": [], "through the gateway": []}
     body = chat_body("long", [{"role": "user", "content": "go"}], max_tokens=words * 8)
     with httpx.Client(timeout=120) as client:
-        chunk_times(client, upstream, body)  # warm-up
+        stream_chat(client, upstream, body)  # warm-up
         for _ in range(runs):
             for name, url in (("upstream", upstream), ("through the gateway", front)):
-                times = chunk_times(client, url, body)
+                # When each content chunk arrived (client clock).
+                times = stream_chat(client, url, body).arrivals
                 assert len(times) == words, f"{name}: {len(times)} of {words} chunks"
                 skip = words // 10
                 rates[name].append((words - 1 - skip) / (times[-1] - times[skip]))
@@ -203,7 +188,7 @@ models:
 
 def mlx_lm_ratio(runs: int) -> tuple[str, float]:
     """Decode tokens/s of mlx-lm's server on SmolLM2, straight and through the gateway."""
-    from common import MlxLmServer, stream_chat
+    from common import MlxLmServer
     from concurrency import float32_dir
 
     question = [{"role": "user", "content": "Write a short story about a lighthouse keeper."}]

@@ -10,22 +10,23 @@ client sends can be dropped unnoticed.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import httpx
 import msgspec
 import pytest
-from conftest import serving
+from conftest import REPO, serving
 
 from schemas import anthropic, ollama, openai, openai_completions, openai_responses
 
-TESTS = Path(__file__).resolve().parent.parent
+# The proofs are named by their path under tests/, wherever this file itself sits.
+TESTS = REPO / "tests"
 HI = [{"role": "user", "content": "hi"}]
 TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
-SCRIPTED = "gateway/test_http_scripted.py"
-CONTROLS = "gateway/test_output_controls.py"
-LIMITS = "gateway/test_request_limits.py"
+SCRIPTED = "gateway/http/test_http_scripted.py"
+CONTROLS = "gateway/canonical/test_output_controls.py"
+LIMITS = "engines/policy/test_request_limits.py"
 SAMPLING = (LIMITS, "sampling_merges_request_over_model")
+REASONING = ("engines/policy/test_policies.py", "reasoning_is_split")
 PENALTIES = ("e2e/test_decoding_e2e.py", "penalties_break_a_greedy_loop")
 
 
@@ -57,8 +58,8 @@ CHAT = {
     "n": honoured(2, CONTROLS, "n_choices_come_from_one_request"),
     "logprobs": honoured(True, CONTROLS, "openai_logprobs_plain_and_streamed"),
     "top_logprobs": honoured(0, CONTROLS, "openai_logprobs_plain_and_streamed"),
-    "reasoning_effort": honoured("low", "gateway/test_policies.py", "reasoning_is_split"),
-    "tools": honoured([TOOL], "gateway/test_openai_tools.py", "tool_call_comes_back"),
+    "reasoning_effort": honoured("low", *REASONING),
+    "tools": honoured([TOOL], "gateway/openai/test_openai_tools.py", "tool_call_comes_back"),
     "tool_choice": honoured("auto", CONTROLS, "forced_call_is_constrained"),
     "parallel_tool_calls": honoured(True, CONTROLS, "parallel_tool_calls_off"),
     "response_format": honoured({"type": "text"}, CONTROLS, "json_format_holds"),
@@ -79,17 +80,18 @@ CHAT = {
     "safety_identifier": informational("someone"),
     "prompt_cache_key": informational("k"),
 }
+COMPLETIONS_FILE = "gateway/openai/test_completions.py"
 COMPLETIONS = {
-    "model": honoured("echo", "gateway/test_completions.py", "prompt_is_continued"),
-    "prompt": honoured("hi", "gateway/test_completions.py", "a_list_of_prompts"),
-    "stream": honoured(True, "gateway/test_completions.py", "streamed_text_and_usage"),
-    "stream_options": honoured({"include_usage": True}, "gateway/test_completions.py", "streamed"),
-    "max_tokens": honoured(5, "gateway/test_completions.py", "stop_strings_and_max_tokens"),
+    "model": honoured("echo", COMPLETIONS_FILE, "prompt_is_continued"),
+    "prompt": honoured("hi", COMPLETIONS_FILE, "a_list_of_prompts"),
+    "stream": honoured(True, COMPLETIONS_FILE, "streamed_text_and_usage"),
+    "stream_options": honoured({"include_usage": True}, COMPLETIONS_FILE, "streamed"),
+    "max_tokens": honoured(5, COMPLETIONS_FILE, "stop_strings_and_max_tokens"),
     "temperature": honoured(0.3, *SAMPLING),
     "top_p": honoured(0.9, *SAMPLING),
     "top_k": honoured(5, *SAMPLING),
     "min_p": honoured(0.1, *SAMPLING),
-    "stop": honoured("x", "gateway/test_completions.py", "stop_strings_and_max_tokens"),
+    "stop": honoured("x", COMPLETIONS_FILE, "stop_strings_and_max_tokens"),
     "seed": honoured(7, *SAMPLING),
     "echo": honoured(True, CONTROLS, "completions_echo_returns"),
     "suffix": refused("tail"),
@@ -101,7 +103,7 @@ COMPLETIONS = {
     "logit_bias": honoured({"50": 1.0}, "engines/mlx/test_penalties.py", "logit_bias_adds"),
     "user": informational("someone"),
 }
-RESPONSES_FILE = "gateway/test_responses.py"
+RESPONSES_FILE = "gateway/openai/test_responses.py"
 RESPONSES = {
     "model": honoured("echo", RESPONSES_FILE, "plain_response_object"),
     "input": honoured("hi", RESPONSES_FILE, "instructions_and_message_items"),
@@ -117,14 +119,16 @@ RESPONSES = {
     "tool_choice": honoured("none", RESPONSES_FILE, "tool_choice_none_hides"),
     "parallel_tool_calls": honoured(True, CONTROLS, "parallel_tool_calls_off"),
     "stream": honoured(True, RESPONSES_FILE, "raw_event_stream_in_order"),
-    "store": honoured(False, "gateway/test_responses_store.py", "previous_response_id_continues"),
+    "store": honoured(
+        False, "gateway/openai/test_responses_store.py", "previous_response_id_continues"
+    ),
     # An unknown id: refused by name (404 is the store's answer; this walk wants the name).
     "previous_response_id": ("found", "resp_1", None),
     "conversation": refused("conv_1"),
     "background": refused(True),
     "prompt": refused({"id": "pmpt_1"}),
     "text": honoured({"format": {"type": "text"}}, CONTROLS, "json_format_holds"),
-    "reasoning": honoured({"effort": "low"}, "gateway/test_policies.py", "reasoning_is_split"),
+    "reasoning": honoured({"effort": "low"}, *REASONING),
     "top_logprobs": honoured(0, CONTROLS, "responses_and_ollama_logprobs"),
     "include": honoured(
         ["message.output_text.logprobs"], CONTROLS, "responses_and_ollama_logprobs"
@@ -139,7 +143,7 @@ RESPONSES = {
     "safety_identifier": informational("someone"),
     "prompt_cache_key": informational("k"),
 }
-ANTHROPIC_FILE = "gateway/test_anthropic.py"
+ANTHROPIC_FILE = "gateway/anthropic/test_anthropic.py"
 MESSAGES = {
     "model": honoured("echo", ANTHROPIC_FILE, "plain_message_and_usage"),
     "messages": honoured(HI, ANTHROPIC_FILE, "plain_message_and_usage"),
@@ -148,7 +152,7 @@ MESSAGES = {
         [{"name": "f", "input_schema": {"type": "object"}}], ANTHROPIC_FILE, "tool_use_block"
     ),
     "tool_choice": honoured({"type": "auto"}, CONTROLS, "forced_call_is_constrained"),
-    "thinking": honoured({"type": "disabled"}, "gateway/test_policies.py", "reasoning_is_split"),
+    "thinking": honoured({"type": "disabled"}, *REASONING),
     "output_config": honoured(
         {"format": {"type": "json_schema", "schema": {"type": "object"}}},
         CONTROLS,
@@ -166,7 +170,7 @@ MESSAGES = {
     "service_tier": refused("priority"),
     "metadata": informational({"user_id": "u"}),
 }
-OLLAMA_FILE = "gateway/test_ollama.py"
+OLLAMA_FILE = "gateway/ollama/test_ollama.py"
 OLLAMA_CHAT = {
     "model": honoured("echo", OLLAMA_FILE, "chat_streamed_equals_plain"),
     "messages": honoured(HI, OLLAMA_FILE, "chat_streamed_equals_plain"),
@@ -175,7 +179,7 @@ OLLAMA_CHAT = {
     "format": honoured("", CONTROLS, "json_format_holds"),
     "options": honoured({"temperature": 0.3}, OLLAMA_FILE, "options_map_to_the_canonical"),
     "keep_alive": honoured("5m", OLLAMA_FILE, "ps_lists_what_is_loaded"),
-    "think": honoured(False, "gateway/test_policies.py", "reasoning_is_split"),
+    "think": honoured(False, *REASONING),
     "logprobs": honoured(True, CONTROLS, "responses_and_ollama_logprobs"),
     "top_logprobs": honoured(0, CONTROLS, "responses_and_ollama_logprobs"),
 }
@@ -192,7 +196,7 @@ OLLAMA_GENERATE = {
     "format": honoured("json", CONTROLS, "json_format_holds"),
     "options": honoured({"temperature": 0.3}, OLLAMA_FILE, "options_map_to_the_canonical"),
     "keep_alive": honoured("5m", OLLAMA_FILE, "ps_lists_what_is_loaded"),
-    "think": honoured(False, "gateway/test_policies.py", "reasoning_is_split"),
+    "think": honoured(False, *REASONING),
     "logprobs": honoured(True, CONTROLS, "responses_and_ollama_logprobs"),
     "top_logprobs": honoured(0, CONTROLS, "responses_and_ollama_logprobs"),
 }
@@ -207,7 +211,11 @@ OLLAMA_OPTIONS = {
         "stop": ["x"],
         "seed": 7,
     }.items()
-} | {"num_ctx": honoured(2048, "gateway/test_ollama_options.py", "num_ctx_is_the_requests_own")}
+} | {
+    "num_ctx": honoured(
+        2048, "gateway/ollama/test_ollama_options.py", "num_ctx_is_the_requests_own"
+    )
+}
 OLLAMA_OPTIONS |= {
     name: honoured(sample, *PENALTIES)
     for name, sample in {

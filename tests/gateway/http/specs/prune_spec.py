@@ -1,7 +1,7 @@
 """Cut a published OpenAPI spec down to the operations the gateway serves, keeping every
 component they reach, unchanged. How `openai-chat.json` was made from OpenAI's spec:
 
-    python tests/gateway/specs/prune_spec.py openapi.json openai-chat.json \\
+    python tests/gateway/http/specs/prune_spec.py openapi.json openai-chat.json \\
         post:/chat/completions post:/completions post:/embeddings get:/models
 
 (`openapi.json` of github.com/openai/openai-openapi, MIT licence; see SOURCES.md.)

@@ -6,11 +6,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 
 from engines.errors import ConfigInvalid
 from gateway.control.config import load_config, parse_config, summarize
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 CONFIGS = sorted((ROOT / "configs").rglob("*.yaml"))
 
 
