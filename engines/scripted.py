@@ -21,7 +21,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from engines.base import Capabilities, LoadInfo
 from engines.batch import Batch, SerialBatch, Step
 from engines.errors import ConstraintViolated, ContextOverflow
-from engines.text.constrain import ConstraintState, make_tokenizer, plan_for
+from engines.text.constrain import plan_for
+from engines.text.constraint_state import ConstraintState, make_tokenizer
 from engines.text.output import DEFAULT_TOOL_PARSER, OutputParser, load_tool_format
 from engines.text.reasoning import DEFAULT_THINK
 from engines.text.tools import template_messages

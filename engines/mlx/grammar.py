@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from engines.text.constrain import ConstraintState, make_tokenizer, plan_for
+from engines.text.constrain import plan_for
+from engines.text.constraint_state import ConstraintState, make_tokenizer
 from engines.text.output import ToolFormat
 from engines.text.reasoning import ThinkMarkers, opens_thinking
 from schemas.canonical import ChatRequest

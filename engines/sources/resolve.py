@@ -14,7 +14,8 @@ import os
 from pathlib import Path, PurePosixPath
 
 from engines.errors import SourceError
-from engines.sources.gguf import check_gguf, convert_gguf
+from engines.sources.gguf import convert_gguf
+from engines.sources.gguf_check import check_gguf
 from engines.sources.hub import HUB_PREFIX, locate
 from engines.sources.layout import check_model_dir
 

@@ -21,7 +21,9 @@ import numpy as np
 
 from engines.cache import CacheDir
 from engines.cache.store import BlockStore
-from engines.mlx.cache.disk import Worth, joined, salt_of, to_host_all
+from engines.mlx.cache.blocks import joined, to_host_all
+from engines.mlx.cache.salt import salt_of
+from engines.mlx.cache.worth import Worth
 
 # Where a block keeps its token ids and, last, the pictures' hash.
 TOKENS = "tokens"

@@ -15,11 +15,13 @@ WIRE_MODULES = ["openai", "openai_completions", "openai_responses", "anthropic",
 
 
 def structs_of(module_name: str) -> list[type[msgspec.Struct]]:
+    """The structs defined in `schemas.<module_name>`, or in its modules when a package."""
     module = importlib.import_module(f"schemas.{module_name}")
     return [
         cls
         for _, cls in inspect.getmembers(module, inspect.isclass)
-        if issubclass(cls, msgspec.Struct) and cls.__module__ == module.__name__
+        if issubclass(cls, msgspec.Struct)
+        and (cls.__module__ == module.__name__ or cls.__module__.startswith(f"{module.__name__}."))
     ]
 
 

@@ -121,7 +121,7 @@ def test_a_save_larger_than_the_writers_bound_is_taken_when_nothing_waits(tmp_pa
 
 
 def test_the_disk_is_used_where_it_is_sooner_than_the_prefill_it_replaces():
-    from engines.mlx.cache.disk import Worth
+    from engines.mlx.cache.worth import Worth
 
     worth = Worth()
     assert worth.disk_pays(6400, 4 << 30)  # nothing measured yet: try the disk

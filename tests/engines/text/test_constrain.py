@@ -11,7 +11,7 @@ from conftest import with_controls
 
 from engines.errors import BadRequest
 from engines.scripted import ConstraintViolated, ScriptedEngine
-from engines.text import constrain
+from engines.text import grammars
 from engines.text.constrain import check_request, plan_for
 from schemas.canonical import (
     ChatRequest,
@@ -201,7 +201,7 @@ def test_the_scripted_engine_reports_logprobs_of_certainty():
 
 def test_a_model_that_opens_its_own_think_block_thinks_freely_first():
     from engines.scripted import make_byte_tokenizer
-    from engines.text.constrain import ConstraintState, make_tokenizer
+    from engines.text.constraint_state import ConstraintState, make_tokenizer
 
     byte_tokenizer = make_byte_tokenizer()
     byte_tokenizer.add_special_tokens(["<|end|>", "<think>"])
@@ -235,8 +235,8 @@ def test_a_schema_sent_again_is_compiled_once(monkeypatch):
 
     monkeypatch.setattr(llguidance.LLMatcher, "grammar_from_json_schema", counting)
     schema = {"type": "object", "properties": {"cache_probe_7": {"type": "integer"}}}
-    first = constrain.format_grammar(OutputFormat(schema=schema, field="$.response_format"))
-    again = constrain.format_grammar(OutputFormat(schema=dict(schema), field="$.response_format"))
+    first = grammars.format_grammar(OutputFormat(schema=schema, field="$.response_format"))
+    again = grammars.format_grammar(OutputFormat(schema=dict(schema), field="$.response_format"))
     assert first == again and len(calls) == 1
 
 

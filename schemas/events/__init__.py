@@ -1,0 +1,90 @@
+"""Every event the gateway logs: the name is the struct's tag, the payload its fields.
+
+The kinds live by what they tell of (`requests`, `models`, `cache`, `server`), on `Event`
+(`base`); every one is importable from here, as `from schemas.events import X`."""
+
+from __future__ import annotations
+
+from schemas.events.base import Event
+from schemas.events.cache import (
+    CacheCorrupt,
+    CacheEvicted,
+    CacheRatesIgnored,
+    CacheRebuilt,
+    CacheSaved,
+    CacheUnwritable,
+)
+from schemas.events.models import (
+    BatchFailed,
+    ContextBeyondTraining,
+    ModelAttached,
+    ModelDetached,
+    ModelDownloaded,
+    ModelDownloading,
+    ModelFailed,
+    ModelLoading,
+    ModelLog,
+    ModelRestarting,
+    ReplicaDown,
+    ReplicaUp,
+    SwapWaiting,
+)
+from schemas.events.requests import (
+    Generated,
+    Guardrail,
+    ImageFetchFailed,
+    InternalError,
+    LimitReached,
+    RequestFinished,
+    RequestQueued,
+    RequestRouted,
+    RequestStarted,
+    UpstreamFailed,
+)
+from schemas.events.server import (
+    ConfigRejected,
+    ConfigReloaded,
+    ServerDraining,
+    ServerStarted,
+    ServerStopping,
+    TaskFailed,
+)
+
+__all__ = [
+    "Event",
+    "RequestStarted",
+    "RequestRouted",
+    "RequestQueued",
+    "Generated",
+    "Guardrail",
+    "RequestFinished",
+    "ImageFetchFailed",
+    "InternalError",
+    "ModelLoading",
+    "ModelDownloading",
+    "ModelDownloaded",
+    "CacheRebuilt",
+    "CacheSaved",
+    "CacheEvicted",
+    "CacheCorrupt",
+    "CacheUnwritable",
+    "CacheRatesIgnored",
+    "ModelAttached",
+    "ContextBeyondTraining",
+    "ModelDetached",
+    "ModelFailed",
+    "ModelRestarting",
+    "ModelLog",
+    "UpstreamFailed",
+    "ReplicaDown",
+    "ReplicaUp",
+    "BatchFailed",
+    "TaskFailed",
+    "ServerStarted",
+    "ConfigReloaded",
+    "ConfigRejected",
+    "ServerDraining",
+    "ServerStopping",
+    "LimitReached",
+    "SwapWaiting",
+]

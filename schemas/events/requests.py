@@ -1,0 +1,102 @@
+"""Events of one request: started, routed, queued, generated, finished; its guardrails, a
+refused image fetch, a rate limit, a replica that failed it, and an unexpected error."""
+
+from __future__ import annotations
+
+from schemas.events.base import Event
+
+
+class RequestStarted(Event, tag="request_started"):
+    method: str
+    path: str
+
+
+class RequestRouted(Event, tag="request_routed"):
+    requested: str
+    served: str
+    alias: str | None
+    fallback: bool
+    stream: bool
+    protocol: str
+
+
+class RequestQueued(Event, tag="request_queued"):
+    model: str
+    position: int
+    priority: int = 0  # as admitted: asked (x-gateway-priority) or the key's default, clamped
+
+
+class Generated(Event, tag="generated"):
+    model: str
+    prompt_tokens: int
+    new_tokens: int
+    prefill_s: float
+    decode_s: float
+    queue_wait_s: float
+    ttft_s: float | None
+    stop_reason: str
+    reused_prefix_tokens: int = 0
+    # The same tokens by tier: parked in RAM, read from the disk tier (`server.cache`).
+    reused_ram_tokens: int = 0
+    reused_disk_tokens: int = 0
+    disk_load_s: float = 0.0  # time spent reading those blocks from disk
+    session_evicted: bool = False
+    truncated_messages: int = 0  # oldest turns dropped to fit (context.overflow: truncate)
+    images: int = 0  # images in the prompt (vision models)
+    image_tokens: int = 0  # prompt tokens standing for them (counted in prompt_tokens)
+    replica: str | None = None  # engine upstream/process: the replica that served it
+    drafted_tokens: int = 0  # speculation: tokens proposed by the draft
+    accepted_tokens: int = 0  # speculation: of those, the ones decoding kept
+
+
+class Guardrail(Event, tag="guardrail"):
+    """A tool call that failed its checks (guardrails.tool_calls), and what was done."""
+
+    model: str
+    tool: str | None  # None when the call was too broken to name one
+    problem: str
+    action: str  # repaired | reasked | refused | passed | constrained
+
+
+class RequestFinished(Event, tag="request_finished"):
+    status: int
+    duration_ms: float
+    error: str | None = None
+
+
+class ImageFetchFailed(Event, tag="image_fetch_failed"):
+    """A remote image was not fetched; the client heard only `could not fetch image N`, so
+    the reason (refused address, closed port, HTTP status) is told to the operator alone."""
+
+    where: str
+    reason: str  # names the host, never the whole URL (a signed URL's query is a secret)
+
+
+class InternalError(Event, tag="internal_error"):
+    """An unexpected exception (a bug, not the request's fault), logged at level error with
+    its traceback; the client hears only a generic message with the request id."""
+
+    where: str  # the request's method and path, or the background task's name
+    type: str
+    message: str
+    traceback: str
+
+
+class UpstreamFailed(Event, tag="upstream_failed"):
+    """A request's replica failed it: before its first output (`failover` says whether
+    another replica took it) or mid-stream (the client got the protocol's in-stream error)."""
+
+    model: str
+    replica: str
+    error: str
+    phase: str  # before_first_byte | mid_stream
+    failover: bool
+    status: int | None = None  # the replica's HTTP status, when it answered one
+
+
+class LimitReached(Event, tag="rate_limited"):
+    """A key's request refused past one of its limits; the key is named by its label only."""
+
+    key_label: str
+    limit: str  # rpm | tpm | concurrent | budget
+    retry_after_s: float
