@@ -136,6 +136,18 @@ class OutputControls(msgspec.Struct, frozen=True, kw_only=True):
         return self.parallel_tool_calls is False
 
 
+class Client(msgspec.Struct, frozen=True, kw_only=True):
+    """Who a request is from, as the gateway's key guard resolved it: the key's label (None:
+    no key, so nothing is counted) and the priority it was given in the model's line. It
+    rides on the request, as vLLM's `priority` does, so the runner reads it from the job."""
+
+    key: str | None = None
+    priority: int = 0
+
+
+NO_CLIENT = Client()  # a request from no client in particular: priority 0, nothing counted
+
+
 class ChatRequest(msgspec.Struct, frozen=True, kw_only=True):
     messages: list[Message]
     max_tokens: int
@@ -171,6 +183,7 @@ class ChatRequest(msgspec.Struct, frozen=True, kw_only=True):
     # `parallel_tool_calls` is off (`OutputControls.one_call`);
     # logprobs.
     controls: OutputControls = OutputControls()
+    client: Client = NO_CLIENT
 
 
 class ChatAsk(msgspec.Struct, frozen=True, kw_only=True):
@@ -201,6 +214,7 @@ class ChatAsk(msgspec.Struct, frozen=True, kw_only=True):
     reasoning: Effort | None = None
     window: int | None = None
     controls: OutputControls = OutputControls()
+    client: Client = NO_CLIENT
 
 
 def request_images(request: ChatRequest) -> list[ImagePart]:
@@ -214,6 +228,7 @@ class EmbedRequest(msgspec.Struct, frozen=True, kw_only=True):
     truncate: bool = True
     # The vector size the client asked for: an engine refuses another before any work.
     dimensions: int | None = None
+    client: Client = NO_CLIENT
 
 
 StopReason = Literal["stop", "length", "stop_string", "tool_calls", "cancelled"]

@@ -14,7 +14,7 @@ from engines import timeline
 from engines.base import Engine, EngineState
 from engines.download import SourceFetch
 from engines.errors import ModelUnavailable
-from engines.job import Job, arrived, own
+from engines.job import Job, Meter, arrived, own
 from engines.residency import MemoryBudget
 from engines.runner.admission import (
     DEFAULT_RETRY_AFTER_S,
@@ -49,10 +49,12 @@ class Runner:
         engine: Engine,
         budget: MemoryBudget | None = None,
         fetch: SourceFetch | None = None,
+        meter: Meter | None = None,
     ):
         self.model = model  # a reload may replace it (settings that need no new engine)
         self.engine = engine
         self._budget = budget
+        self._meter = meter  # told of the tokens each keyed request spends
         # When it last loaded, and how many requests it has admitted since: a burst it
         # serves while another model waits for its memory (engines/residency.py).
         self._loaded_at = 0.0
@@ -237,7 +239,7 @@ class Runner:
             self._loader.refuse_failed()
         self._queue.refuse_when_full()
         refuse_unable(self.engine, self.model.id, request)
-        job = Job(request)
+        job = Job(request, self._meter)
         own(functools.partial(self._withdraw, job))  # it ends with its caller's scope
         self._loader.touch()
         self._queue.join(job, self._loop)

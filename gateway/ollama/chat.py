@@ -9,6 +9,7 @@ from typing import Any
 
 import msgspec
 from litestar import Request, Response, post
+from msgspec.structs import replace
 
 from engines.base import EngineState
 from engines.chat import serve_chat
@@ -17,6 +18,7 @@ from engines.runner import Runner
 from gateway.canonical.images import fetch_images, image_part, message_with_parts
 from gateway.control.registry import Generation, Route
 from gateway.http.body import decode_body
+from gateway.http.request_state import client_of
 from gateway.http.streaming import (
     Streamed,
     collect,
@@ -158,7 +160,7 @@ async def _load_or_unload(runner: Runner) -> bool:
 async def _answer(
     request: Request, route: Route, ask: ChatAsk, stream: bool, frame: Frame
 ) -> Response | Streamed:
-    _, (results,) = await serve_chat(route.runner, ask)
+    _, (results,) = await serve_chat(route.runner, replace(ask, client=client_of(request)))
     if not stream:
         whole = await unless_client_leaves(request, collect(results))
         reply = frame(whole.text, whole.tool_calls, whole.finished, whole.reasoning)

@@ -17,6 +17,7 @@ from engines.errors import BadRequest
 from engines.job import Job
 from gateway.control.registry import Generation, announce
 from gateway.http.body import decode_body
+from gateway.http.request_state import client_of
 from gateway.http.streaming import Collected, collect, sse_response, started, unless_client_leaves
 from gateway.openai.chat import FINISH_REASONS, error_chunk
 from gateway.openai.controls import sampling_asked
@@ -107,6 +108,7 @@ async def completions(request: Request, generation: Generation) -> Response | St
             **sampling,
             stop=stop,
             controls=OutputControls(logprobs=logprobs),
+            client=client_of(request),
         )
         for prompt in prompts
     ]
