@@ -14,10 +14,12 @@ import msgspec
 from litestar import Request, Response, post
 from litestar.response import Stream
 
+from engines.download import convert, converts
+from engines.download import pull as pull_source
 from engines.errors import BadRequest, DownloadFailed, ModelNotFound, SourceError
 from engines.job import arrived
 from engines.pulls import PullPool, PullStopped
-from engines.sources.hub import Snapshot, fetch, is_hub_source, parse_hub_source
+from engines.sources.hub import Snapshot, is_hub_source, parse_hub_source
 from engines.sources.hub_client import FileProgress
 from gateway.control.registry import Generation
 from gateway.http.auth import admin_refusal
@@ -91,13 +93,10 @@ def _start(
 
     def download() -> Snapshot:
         try:
-            snapshot = fetch(model.id, model.source, token=model.hf_token, offline=offline,
-                             progress=report, refresh=move)  # fmt: skip
-            if parse_hub_source(model.id, model.source).file:
-                from engines.sources.resolve import resolve_source
-
+            snapshot = pull_source(model, offline=offline, progress=report, refresh=move)
+            if converts(model):
                 loop.call_soon_threadsafe(updates.put_nowait, "converting to MLX")
-                resolve_source(model.id, model.source)
+                convert(model)
             return snapshot
         finally:
             loop.call_soon_threadsafe(updates.put_nowait, None)
