@@ -192,7 +192,8 @@ class ChatAsk(msgspec.Struct, frozen=True, kw_only=True):
     Each protocol adapter fills one from its wire request and hands it through the one door
     (`engines/chat.py`); None leaves a value to the model's settings. `reasoning` is the
     effort asked in the protocol's own field, already read as off/low/medium/high.
-    `raw_prompt` (plain completions) skips the chat template.
+    `raw_prompt` (plain completions) skips the chat template. `client` is who sent it, as
+    the key guard resolved (gateway/http/request_state.py): it rides on to the request.
     """
 
     messages: list[Message]
