@@ -40,11 +40,24 @@ class Chat(NamedTuple):
 
 
 class Prompts(NamedTuple):
-    """Plain completions as queued: each request, its job (in queue order), its outputs."""
+    """Plain completions as queued: each request, its job (in queue order), its outputs.
+    The adapter ends them through `cancel` and `close`, never through the jobs."""
 
     requests: list[ChatRequest]
     jobs: list[Job]
     answers: list[AsyncIterator[Output]]
+
+    def cancel(self) -> None:
+        """Flag every job to stop at once: one whose answer is never read too."""
+        for job in self.jobs:
+            job.cancel()
+
+    async def close(self) -> None:
+        """Stop every job: closing a started answer withdraws its job; one never read is
+        flagged so its engine stops at once."""
+        for job, stream in zip(self.jobs, self.answers, strict=True):
+            job.cancel()
+            await stream.aclose()
 
 
 async def serve_chat(runner: Runner, ask: ChatAsk, n: int | None = 1, n_field: str = "$.n") -> Chat:

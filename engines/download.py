@@ -1,13 +1,17 @@
-"""What a runner downloads before its engine loads: the model's (and its draft's) `hf:` sources.
+"""The one hub-download service: a model's `hf:` source made local (`pull`) and, for a
+GGUF, converted (`convert`), for every caller: a runner before its engine loads, `gateway
+pull` (gateway/control/pull.py) and Ollama's `/api/pull` (gateway/ollama/pull.py).
 
-The runner calls a `SourceFetch` on its own thread; progress comes back through a callback,
-which `DownloadThrottle` turns into at most one `model_downloading` event a second.
+A runner calls a `SourceFetch` (its model's and its draft's sources) on its own thread;
+progress comes back through a callback, which `DownloadThrottle` turns into at most one
+`model_downloading` event a second.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from engines.log import emit
 from engines.sources.hub import Snapshot, fetch, is_hub_source, parse_hub_source
@@ -23,23 +27,51 @@ class DownloadStopped(Exception):
     """Raised from the progress callback to abandon a transfer when its runner stops."""
 
 
+def pull(
+    model: ModelConfig,
+    *,
+    offline: bool,
+    refresh: bool = False,
+    progress: Callable[[FileProgress], None] | None = None,
+    bar: Callable[[str], type] | None = None,
+) -> Snapshot:
+    """`model`'s `hf:` source in the cache: the cached snapshot, else downloaded now.
+
+    `refresh` (the CLI, the admin's `/api/pull`) moves a branch-tracked model to the
+    branch's newest commit; `progress` hears each file's bytes, `bar(file)` draws them
+    (engines/sources/hub.py `fetch`). Raises `SourceError` naming the model and reason.
+    """
+    return fetch(model.id, model.source, token=model.hf_token, offline=offline,
+                 progress=progress, bar=bar, refresh=refresh)  # fmt: skip
+
+
+def converts(model: ModelConfig) -> bool:
+    """Whether `model`'s pulled source is a GGUF, which `convert` turns into MLX."""
+    return bool(parse_hub_source(model.id, model.source).file)
+
+
+def convert(model: ModelConfig, base_dir: Path | None = None) -> Path | None:
+    """A pulled GGUF converted to MLX now, so serving starts without the wait; None for a
+    repository (nothing to convert)."""
+    if not converts(model):
+        return None
+    from engines.sources.resolve import resolve_source  # the conversion imports mlx
+
+    return resolve_source(model.id, model.source, base_dir=base_dir)
+
+
 class SourceFetch:
     """The hub sources one runner needs, fetched in order (the model, then its draft)."""
 
     def __init__(self, models: list[ModelConfig], *, offline: bool) -> None:
-        self.sources = [
-            (m.id, m.source, m.hf_token)
-            for m in models
-            if m.engine == "mlx" and is_hub_source(m.source)  # the engine that reads weights
-        ]
+        # The engine that reads weights, on the hub.
+        self.models = [m for m in models if m.engine == "mlx" and is_hub_source(m.source)]
+        self.sources = [(m.id, m.source, m.hf_token) for m in self.models]
         self.offline = offline
 
     def __call__(self, progress: Callable[[FileProgress], None]) -> list[Snapshot]:
         """Download what is not cached; raises `SourceError` naming the model and reason."""
-        return [
-            fetch(model_id, source, token=token, offline=self.offline, progress=progress)
-            for model_id, source, token in self.sources
-        ]
+        return [pull(m, offline=self.offline, progress=progress) for m in self.models]
 
 
 def make_fetch(

@@ -8,7 +8,6 @@ import contextvars
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import NamedTuple
 
 from schemas.canonical import (
     ChatRequest,
@@ -21,24 +20,14 @@ from schemas.canonical import (
     ToolCallOutput,
 )
 
-
-class Ticket(NamedTuple):
-    """What the gateway tells the engines of the client behind a request: its priority in
-    the model's line, and whom to tell of the tokens its jobs spend, as they are spent."""
-
-    priority: int = 0
-    spend: Callable[[int], None] | None = None
-
-
-NO_TICKET = Ticket()  # a request from no client in particular: priority 0, nothing counted
-# The current request's ticket, set by the HTTP guard; each job takes it when submitted.
-TICKET: contextvars.ContextVar[Ticket] = contextvars.ContextVar("ticket", default=NO_TICKET)
+# Whom to tell of the tokens a key's jobs spend, as they are spent: (key label, tokens).
+Meter = Callable[[str, int], None]
 
 
 class Job:
     """One request in a runner: its place in line, its cancel flag and its own result channel."""
 
-    def __init__(self, request: ChatRequest | EmbedRequest) -> None:
+    def __init__(self, request: ChatRequest | EmbedRequest, meter: Meter | None = None) -> None:
         self.request = request
         self.enqueued_at = time.perf_counter()
         self.started_at: float | None = None
@@ -50,13 +39,16 @@ class Job:
         # The request's log context (request_id), for events emitted from the model's thread.
         self.context = contextvars.copy_context()
         self._cancelled = threading.Event()
-        self.ticket = TICKET.get()
-        self._spent = 0  # tokens told to `ticket.spend` so far
+        # The client behind it (its key's label, its priority) rides on the request; its
+        # tokens are told to `meter` under that label.
+        self.client = request.client
+        self._meter = meter if request.client.key is not None else None
+        self._spent = 0  # tokens told to the meter so far
 
     def spend(self, output: Output | BaseException) -> None:
         """On the loop, for each output: a step's output counts as the token it took; the
         last one brings the count to the engine's own total (prompt + completion)."""
-        if self.ticket.spend is None:
+        if self._meter is None or self.client.key is None:
             return
         if isinstance(output, Finished | Embedded):
             made = getattr(output, "new_tokens", 0)
@@ -66,7 +58,7 @@ class Job:
         else:
             return
         self._spent += tokens
-        self.ticket.spend(tokens)
+        self._meter(self.client.key, tokens)
 
     def cancel(self) -> None:
         self._cancelled.set()

@@ -13,13 +13,16 @@ from pathlib import Path
 from litestar import Litestar
 from litestar.datastructures import State
 from litestar.di import Provide
+from litestar.types import ASGIApp, Receive, Scope, Send
 
 from engines.errors import ConfigInvalid
+from engines.job import job_scope
 from engines.platform import PlatformPath
 from engines.pulls import PullPool
 from engines.residency import MemoryBudget, auto_budget
 from engines.tasks import Tasks
 from gateway import model_list
+from gateway.anthropic import errors as anthropic_errors
 from gateway.anthropic import messages as anthropic_messages
 from gateway.control.limits import KeyLimiter
 from gateway.control.registry import Generation, Registry
@@ -29,15 +32,18 @@ from gateway.http.errors import error_response
 from gateway.http.exposure import cors_config, host_guard, origin_guard
 from gateway.http.limits import request_limits
 from gateway.http.middleware import request_events
+from gateway.http.protocols import Protocols
 from gateway.http.shutdown import Admission
 from gateway.logs.setup import PRESENTED, LogScope, Redactor
 from gateway.ollama import chat as ollama_chat
 from gateway.ollama import embed as ollama_embed
+from gateway.ollama import errors as ollama_errors
 from gateway.ollama import models as ollama_models
 from gateway.ollama import pull as ollama_pull
 from gateway.openai import chat as openai_chat
 from gateway.openai import completions, responses
 from gateway.openai import embeddings as openai_embeddings
+from gateway.openai import errors as openai_errors
 from gateway.openai.response_store import ResponseStore, store_path
 from gateway.ops import admin, benchmark, controls, health, playground, ui, ui_api, viewer
 from gateway.ops import metrics as metrics_routes
@@ -52,6 +58,15 @@ from schemas.config import GatewayConfig, seconds, size_bytes
 def provide_generation(state: State) -> Generation:
     """Each request sees exactly one config generation, captured as it arrives."""
     return state.registry.current
+
+
+def make_protocols() -> Protocols:
+    """Every protocol, registered with http/ (its error envelope, its rate-limit headers,
+    the requests it speaks on): OpenAI's is the default, for every path no other claims."""
+    protocols = Protocols(default=openai_errors.PROTOCOL)
+    anthropic_errors.register(protocols)
+    ollama_errors.register(protocols)
+    return protocols
 
 
 def create_app(
@@ -74,10 +89,17 @@ def create_app(
     base_dir = config_path.resolve().parent
     # Opened (and checked) at start: what is wrong with it is said before the first request.
     responses_store = ResponseStore(config.server, base_dir)
-    runners = {m.id: make_runner(m, config, platform, base_dir, budget) for m in config.models}
+    # Each key's limits; every runner tells it the tokens a keyed request spends, by the key's
+    # label on the request (schemas/canonical.py `Client`).
+    limiter = KeyLimiter()
+    runners = {
+        m.id: make_runner(m, config, platform, base_dir, budget, limiter.spend)
+        for m in config.models
+    }
     registry = Registry(Generation(config, runners))
-    reloader = Reloader(registry, config_path, platform, budget)
+    reloader = Reloader(registry, config_path, platform, budget, limiter.spend)
     admission = Admission()
+    protocols = make_protocols()
     background = Tasks()
     pulls = PullPool()  # /api/pull's own threads: downloads never take the default executor's
     feed = EventsFeed()
@@ -160,7 +182,7 @@ def create_app(
         middleware=[host_guard, origin_guard, admission.middleware, request_limits],
         guards=[require_api_key],
         request_max_body_size=None,  # limits.max_body_bytes rules, in request_limits
-        cors_config=cors_config(config.server),
+        cors_config=cors_config(config.server, protocols.cors_headers()),
         lifespan=[lifespan],
         state=State(
             {
@@ -170,7 +192,8 @@ def create_app(
                 "admission": admission,
                 "feed": feed,
                 "metrics": metrics,
-                "limiter": KeyLimiter(),
+                "limiter": limiter,
+                "protocols": protocols,
                 "bind_host": bind_host,
                 "log_scope": log_scope,
                 "responses_store": responses_store,
@@ -192,8 +215,24 @@ def create_app(
     # `HEAD /`) or a method a route lacks is logged and carries `x-request-id` like the rest.
     # Inside it, the requests in flight by id (what the ops page's cancel control reaches)
     # and the bodies of those to models with `capture: true`.
-    app.asgi_handler = request_events(inflight.wrap(capture.wrap(app.asgi_handler)))
+    # Inside the events, each request's jobs end with it, however it ends (engines/job.py).
+    handler = inflight.wrap(capture.wrap(app.asgi_handler))
+    app.asgi_handler = request_events(jobs_end_with_request(handler))
     return app
+
+
+def jobs_end_with_request(app: ASGIApp) -> ASGIApp:
+    """ASGI middleware: an HTTP request is one job scope, so whatever of its jobs still
+    waits or runs when it ends is withdrawn (engines/job.py `job_scope`)."""
+
+    async def scoped(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        with job_scope():
+            await app(scope, receive, send)
+
+    return scoped
 
 
 def _reload_soon(reloader: Reloader, background: Tasks) -> None:

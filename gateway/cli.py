@@ -211,6 +211,7 @@ def serve(path: Path, host: str | None, port: int | None) -> int:
             connection_cap(server.limits.max_connections, fd_limit),
             seconds(server.limits.header_timeout),
             size_bytes(server.limits.max_header_bytes),
+            app.state.protocols.default.envelope,
         ),
         backlog=BACKLOG,
         # The drain (server.shutdown_grace) has already waited for requests by the time

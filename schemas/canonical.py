@@ -136,6 +136,18 @@ class OutputControls(msgspec.Struct, frozen=True, kw_only=True):
         return self.parallel_tool_calls is False
 
 
+class Client(msgspec.Struct, frozen=True, kw_only=True):
+    """Who a request is from, as the gateway's key guard resolved it: the key's label (None:
+    no key, so nothing is counted) and the priority it was given in the model's line. It
+    rides on the request, as vLLM's `priority` does, so the runner reads it from the job."""
+
+    key: str | None = None
+    priority: int = 0
+
+
+NO_CLIENT = Client()  # a request from no client in particular: priority 0, nothing counted
+
+
 class ChatRequest(msgspec.Struct, frozen=True, kw_only=True):
     messages: list[Message]
     max_tokens: int
@@ -171,6 +183,7 @@ class ChatRequest(msgspec.Struct, frozen=True, kw_only=True):
     # `parallel_tool_calls` is off (`OutputControls.one_call`);
     # logprobs.
     controls: OutputControls = OutputControls()
+    client: Client = NO_CLIENT
 
 
 class ChatAsk(msgspec.Struct, frozen=True, kw_only=True):
@@ -179,7 +192,8 @@ class ChatAsk(msgspec.Struct, frozen=True, kw_only=True):
     Each protocol adapter fills one from its wire request and hands it through the one door
     (`engines/chat.py`); None leaves a value to the model's settings. `reasoning` is the
     effort asked in the protocol's own field, already read as off/low/medium/high.
-    `raw_prompt` (plain completions) skips the chat template.
+    `raw_prompt` (plain completions) skips the chat template. `client` is who sent it, as
+    the key guard resolved (gateway/http/request_state.py): it rides on to the request.
     """
 
     messages: list[Message]
@@ -201,6 +215,7 @@ class ChatAsk(msgspec.Struct, frozen=True, kw_only=True):
     reasoning: Effort | None = None
     window: int | None = None
     controls: OutputControls = OutputControls()
+    client: Client = NO_CLIENT
 
 
 def request_images(request: ChatRequest) -> list[ImagePart]:
@@ -214,6 +229,7 @@ class EmbedRequest(msgspec.Struct, frozen=True, kw_only=True):
     truncate: bool = True
     # The vector size the client asked for: an engine refuses another before any work.
     dimensions: int | None = None
+    client: Client = NO_CLIENT
 
 
 StopReason = Literal["stop", "length", "stop_string", "tool_calls", "cancelled"]

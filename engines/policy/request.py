@@ -72,6 +72,7 @@ def build_chat_request(model: ModelConfig, ask: ChatAsk) -> ChatRequest:
         overflow=model.context.overflow,
         window=ask.window,
         controls=controls,
+        client=ask.client,
     )
     return request
 

@@ -67,7 +67,7 @@ class AdmissionQueue:
     def join(self, job: Job, loop: asyncio.AbstractEventLoop) -> None:
         """Step 2: the job's place by rank, and the `max_wait` timer armed (step 5)."""
         model = self._settings()
-        priority = job.ticket.priority
+        priority = job.client.priority
         rank = job.enqueued_at - priority * seconds(model.queue.aging)
         entry = (rank, next(self._arrivals), job)
         position = bisect.bisect(self._waiting, entry[:2], key=lambda e: e[:2])

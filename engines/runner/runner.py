@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import contextvars
 import functools
+import math
 import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
@@ -13,14 +14,15 @@ from concurrent.futures import ThreadPoolExecutor
 from engines import timeline
 from engines.base import Engine, EngineState
 from engines.download import SourceFetch
-from engines.errors import ModelUnavailable
-from engines.job import Job, arrived, own
+from engines.errors import BadRequest, ModelUnavailable
+from engines.job import Job, Meter, arrived, own
 from engines.residency import MemoryBudget
 from engines.runner.admission import (
     DEFAULT_RETRY_AFTER_S,
     AdmissionQueue,
     refuse_unable,
 )
+from engines.runner.keep import KeepAlive, Pin, Residency, Unpin
 from engines.runner.loader import Loader
 from engines.runner.thread import ModelThread
 from engines.sources.hub_client import FileProgress
@@ -49,10 +51,12 @@ class Runner:
         engine: Engine,
         budget: MemoryBudget | None = None,
         fetch: SourceFetch | None = None,
+        meter: Meter | None = None,
     ):
         self.model = model  # a reload may replace it (settings that need no new engine)
         self.engine = engine
         self._budget = budget
+        self._meter = meter  # told of the tokens each keyed request spends
         # When it last loaded, and how many requests it has admitted since: a burst it
         # serves while another model waits for its memory (engines/residency.py).
         self._loaded_at = 0.0
@@ -124,10 +128,6 @@ class Runner:
     def keep_alive(self) -> float | None:
         """Ollama's `keep_alive` in idle seconds (inf: stay); None follows `idle_ttl`."""
         return self._loader.keep_alive
-
-    @keep_alive.setter
-    def keep_alive(self, value: float | None) -> None:
-        self._loader.keep_alive = value
 
     @property
     def model_id(self) -> str:
@@ -237,7 +237,7 @@ class Runner:
             self._loader.refuse_failed()
         self._queue.refuse_when_full()
         refuse_unable(self.engine, self.model.id, request)
-        job = Job(request)
+        job = Job(request, self._meter)
         own(functools.partial(self._withdraw, job))  # it ends with its caller's scope
         self._loader.touch()
         self._queue.join(job, self._loop)
@@ -289,6 +289,33 @@ class Runner:
         on-demand request after the back-off).
         """
         await self._loader.load(retry=retry)
+
+    async def reside(self, ask: Residency) -> bool:
+        """Change the model's residency as a client asks (engines/runner/keep.py); True when
+        the model unloaded for it."""
+        match ask:
+            case KeepAlive(seconds=seconds, now=now):
+                if not self.model.pinned:
+                    self._loader.keep_alive = seconds
+                if not now:
+                    return False
+                if self._loader.keep_alive == 0:
+                    # Busy: it unloads when its requests finish (keep_alive 0 applies to them).
+                    await self.unload("keep_alive")
+                    return True
+                await self.load()
+                if self.state is not EngineState.READY:
+                    raise ModelUnavailable(f"model {self.model.id!r} failed to load: {self.error}")
+            case Pin():
+                self._loader.keep_alive = math.inf
+                await self.load(retry=True)
+            case Unpin():
+                if self.model.pinned:
+                    raise BadRequest(
+                        f"model {self.model.id!r} is pinned in models.yaml (residency: pinned)"
+                    )
+                self._loader.keep_alive = None
+        return False
 
     def forget_failure(self) -> None:
         """After a failed load whose cause is gone (its files downloaded since): the next

@@ -7,6 +7,7 @@ import uuid
 
 from litestar import Request, Response, post
 from litestar.response import Stream
+from msgspec.structs import replace
 
 from engines.chat import count_chat, serve_chat
 from engines.errors import BadRequest
@@ -16,6 +17,7 @@ from gateway.canonical.choices import refuse_set
 from gateway.canonical.images import image_part, message_with_parts, resolve_images
 from gateway.control.registry import Generation, announce
 from gateway.http.body import decode_body
+from gateway.http.request_state import client_of
 from gateway.http.streaming import Collected, collect, sse_response, started, unless_client_leaves
 from schemas import anthropic as wire
 from schemas.canonical import (
@@ -267,7 +269,7 @@ async def create_message(request: Request, generation: Generation) -> Response |
     # Its images may be fetched: a fetch stops with its client.
     ask = await unless_client_leaves(request, to_ask(data, generation.config.server))
     runner = route.runner
-    chat, (results,) = await serve_chat(runner, ask)
+    chat, (results,) = await serve_chat(runner, replace(ask, client=client_of(request)))
     message_id = f"msg_{uuid.uuid4().hex[:24]}"
     if not data.stream:
         whole = await unless_client_leaves(request, collect(results))

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import msgspec
 from litestar.response.sse import ServerSentEventMessage
 
-from gateway.http.errors import error_body
+from gateway.anthropic.errors import envelope
 from schemas import anthropic as wire
 from schemas.canonical import Finished, Output, ReasoningDelta, TextDelta
 
@@ -153,5 +153,5 @@ async def stream_events(
 
 def error_event(status: int, message: str, kind: str) -> ServerSentEventMessage:
     """A failure after the 200 went out, as Anthropic reports it: an `error` event."""
-    body = error_body("anthropic", status, message, kind)
+    body = envelope(status, message, kind)
     return ServerSentEventMessage(event="error", data=msgspec.json.encode(body).decode())

@@ -11,6 +11,7 @@ from msgspec.structs import replace
 
 from engines.errors import DimensionsUnavailable
 from gateway.control.registry import Route
+from gateway.http.request_state import client_of
 from gateway.http.streaming import unless_client_leaves
 from schemas.canonical import Embedded, EmbedRequest
 
@@ -27,7 +28,8 @@ async def embed(
     known = runner.dimensions
     if dimensions is not None and known is not None and dimensions != known:
         raise DimensionsUnavailable(route.served, known)
-    results = runner.results(runner.submit(replace(embed, dimensions=dimensions)))
+    asked = replace(embed, dimensions=dimensions, client=client_of(request))
+    results = runner.results(runner.submit(asked))
     try:
         embedded = await unless_client_leaves(request, anext(results))
     finally:

@@ -10,8 +10,10 @@ import sys
 import time
 from pathlib import Path
 
+from engines.download import convert
+from engines.download import pull as pull_source
 from engines.errors import ConfigInvalid, SourceError
-from engines.sources.hub import fetch, is_hub_source, offline_env, parse_hub_source
+from engines.sources.hub import is_hub_source, offline_env, parse_hub_source
 from schemas.config import ModelConfig
 
 
@@ -78,19 +80,14 @@ def _choose(models: list[ModelConfig], names: list[str]) -> tuple[list[ModelConf
 
 
 def _pull_one(model: ModelConfig, base_dir: Path, offline: bool) -> None:
-    from engines.sources.resolve import resolve_source
-
     spec = parse_hub_source(model.id, model.source)
     print(f"{model.id}: {model.source}", flush=True)
     started = time.perf_counter()
-    snap = fetch(
-        model.id, model.source, token=model.hf_token, offline=offline, bar=file_bar, refresh=True
-    )
+    snap = pull_source(model, offline=offline, bar=file_bar, refresh=True)
     pinned = "pinned" if spec.pinned else f"{spec.revision} ->"
     took = time.perf_counter() - started
     fetched = f"{snap.downloaded / 1e6:.1f} MB in {took:.1f}s" if snap.downloaded else "up to date"
     print(f"{model.id}: {pinned} {snap.commit}, {snap.size / 1e6:.1f} MB, {fetched}")
     print(f"{model.id}: {snap.path}", flush=True)
-    if spec.file:  # a GGUF: convert it now, so serve starts without the wait
-        converted = resolve_source(model.id, model.source, base_dir=base_dir)
+    if converted := convert(model, base_dir):  # a GGUF: now, so serve starts without the wait
         print(f"{model.id}: converted to MLX in {converted}", flush=True)

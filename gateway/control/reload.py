@@ -16,6 +16,7 @@ from engines.base import EngineState
 from engines.download import make_fetch
 from engines.errors import ConfigInvalid
 from engines.factory import make_engine
+from engines.job import Meter
 from engines.log import emit
 from engines.platform import PlatformPath
 from engines.residency import MemoryBudget
@@ -57,21 +58,29 @@ def make_runner(
     platform: PlatformPath,
     base_dir: Path,
     budget: MemoryBudget,
+    meter: Meter | None = None,
 ) -> Runner:
     draft = next((m for m in config.models if model.draft and m.id == model.draft.model), None)
     fetch = make_fetch(model, draft, offline=config.server.offline)
     disk = cache_dir(config.server, base_dir)
-    return Runner(model, make_engine(model, platform, base_dir, draft, disk), budget, fetch)
+    engine = make_engine(model, platform, base_dir, draft, disk)
+    return Runner(model, engine, budget, fetch, meter)
 
 
 class Reloader:
     def __init__(
-        self, registry: Registry, path: Path, platform: PlatformPath, budget: MemoryBudget
+        self,
+        registry: Registry,
+        path: Path,
+        platform: PlatformPath,
+        budget: MemoryBudget,
+        meter: Meter | None = None,
     ) -> None:
         self.registry = registry
         self.path = path
         self._platform = platform
         self._budget = budget
+        self._meter = meter  # every runner tells it the tokens of keyed requests
         self._lock = asyncio.Lock()
         self._draining = Tasks()  # old runners draining, loads begun by a reload
         self.applied_hash = file_hash(path)
@@ -185,7 +194,9 @@ class Reloader:
         )
 
     def _make(self, model: ModelConfig, config: GatewayConfig) -> Runner:
-        return make_runner(model, config, self._platform, self.path.parent, self._budget)
+        return make_runner(
+            model, config, self._platform, self.path.parent, self._budget, self._meter
+        )
 
     def _switch(
         self, config: GatewayConfig, runners: dict[str, Runner], declared: dict[str, ModelConfig]

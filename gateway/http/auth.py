@@ -7,20 +7,20 @@ that reaches no handler is a 404 that carries no data.
 
 from __future__ import annotations
 
-import functools
 import hmac
 
 from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 
 from engines.errors import Forbidden, GatewayError, Unauthorized
-from engines.job import NO_TICKET, TICKET, Ticket, own
 from engines.log import bind
 from gateway.control.keys import ALLOWED_MODELS, KeyEntry, key_entries
 from gateway.control.limits import KeyLimiter
-from gateway.http.errors import protocol_of
+from gateway.http.errors import protocol_of, protocols_of
 from gateway.http.exposure import is_loopback
-from gateway.http.ratelimit import allowance_headers, asked_priority
+from gateway.http.ratelimit import asked_priority
+from gateway.http.request_state import at_end, leave_client
+from schemas.canonical import Client
 
 ADMIN_LOOPBACK_ONLY = (
     "admin routes answer only on this machine (a loopback peer) while server.admin_key is "
@@ -33,7 +33,7 @@ ADMIN_KEY_MISSING = (
 
 
 def presented_key(connection: ASGIConnection) -> str | None:
-    """The key a client sent, as OpenAI (`Authorization: Bearer`) or Anthropic (`x-api-key`)."""
+    """The key a client sent, as `Authorization: Bearer` or `x-api-key`."""
     authorization = connection.headers.get("authorization", "")
     scheme, _, token = authorization.partition(" ")
     if scheme.lower() == "bearer" and token.strip():
@@ -91,13 +91,12 @@ async def require_api_key(connection: ASGIConnection, handler: BaseRouteHandler)
     not carry `ALLOWED_MODELS` back.
     """
     ALLOWED_MODELS.set(None)
-    TICKET.set(NO_TICKET)
     server = connection.app.state.registry.current.config.server
     entries = key_entries(server)
     if handler.opt.get("public") or handler.opt.get("admin"):
         return
     if not entries:
-        TICKET.set(Ticket(asked_priority(connection, None)))
+        leave_client(connection, Client(priority=asked_priority(connection, None)))
         return
     key = presented_key(connection)
     matched = matched_entry(entries, [key] if key else [])
@@ -120,10 +119,12 @@ async def require_api_key(connection: ASGIConnection, handler: BaseRouteHandler)
     bind(key_label=matched.label)
     priority = asked_priority(connection, matched.priority)
     limiter: KeyLimiter = connection.app.state.limiter
-    own(limiter.admit(matched.label, matched.limits))  # its slot ends with the request
+    at_end(connection.scope, limiter.admit(matched.label, matched.limits))  # its slot
     # The answer tells what is left, as OpenAI's and Anthropic's do (gateway/http/middleware.py).
-    protocol = protocol_of(connection.scope["path"], "anthropic-version" in connection.headers)
-    connection.scope.setdefault("state", {})["key_allowance"] = lambda: allowance_headers(
+    protocol, protocols = protocol_of(connection), protocols_of(connection.app)
+    connection.scope.setdefault("state", {})["key_allowance"] = lambda: protocols.allowance_headers(
         protocol, *limiter.allowances(matched.label, matched.limits)
     )
-    TICKET.set(Ticket(priority, functools.partial(limiter.spend, matched.label)))
+    # Its label and priority ride on the request the adapter hands the door; the runners
+    # tell the limiter of the tokens it spends under that label (gateway/app.py).
+    leave_client(connection, Client(key=matched.label, priority=priority))

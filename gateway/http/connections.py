@@ -18,6 +18,7 @@ import resource
 
 from gateway.http.errors import raw_error
 from gateway.http.limits import HeaderLimitProtocol
+from gateway.http.protocols import Envelope
 
 # The listen backlog; asyncio accepts up to this many connections in one go before the
 # over-limit ones among them are closed, so the cap leaves room for a whole burst.
@@ -69,24 +70,28 @@ def connection_cap(configured: int | None, fd_limit: int) -> int:
 
 
 def make_protocol(
-    max_connections: int, header_timeout: float, max_header_bytes: int
+    max_connections: int, header_timeout: float, max_header_bytes: int, envelope: Envelope
 ) -> type[HeaderLimitProtocol]:
     """uvicorn's httptools protocol (with the 431 of `HeaderLimitProtocol`), capped and
-    timed."""
+    timed; its refusals in `envelope` (the default protocol's: no route has said which
+    protocol the client speaks)."""
     full = raw_error(
         "503 Service Unavailable",
         f"the gateway holds {max_connections} connections already (limits.max_connections); "
         "retry shortly",
+        envelope,
         retry=True,
     )
     slow = raw_error(
         "408 Request Timeout",
         f"the request head did not arrive within {header_timeout:g}s (limits.header_timeout)",
+        envelope,
         retry=True,
     )
 
     class GatewayHttp(HeaderLimitProtocol):
         max_head = max_header_bytes
+        refusal = staticmethod(envelope)
         _head_timer: asyncio.TimerHandle | None = None
         _waiting_cycle: object = None  # the cycle before the head we are waiting for
 

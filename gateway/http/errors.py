@@ -1,4 +1,5 @@
-"""Every error, rendered once per protocol in that protocol's own envelope."""
+"""Every error, rendered once, in the envelope of the protocol its request speaks (each
+protocol registers its own: gateway/http/protocols.py)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,13 @@ import traceback
 from typing import NamedTuple
 
 import msgspec
-from litestar import Request, Response
+from litestar import Litestar, Request, Response
+from litestar.connection import ASGIConnection
 from litestar.exceptions import HTTPException, ValidationException
 
 from engines import errors as e
 from engines.log import bound, emit
-from gateway.http.ratelimit import rate_limit_headers
+from gateway.http.protocols import Envelope, Protocol, Protocols
 from gateway.logs.setup import current_redactor
 from schemas.events import InternalError
 
@@ -47,42 +49,15 @@ RENDERING: dict[type[e.GatewayError], tuple[int, str]] = {
     e.GatewayError: (500, "server_error"),
 }
 
-OPENAI_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    405: "invalid_request_error",
-    413: "invalid_request_error",
-    415: "invalid_request_error",
-    429: "rate_limit_error",
-    431: "invalid_request_error",
-    503: "overloaded_error",
-}
-
-
-ANTHROPIC_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    405: "invalid_request_error",
-    413: "request_too_large",
-    415: "invalid_request_error",
-    429: "rate_limit_error",
-    500: "api_error",
-    503: "overloaded_error",
-}
-
 
 class Rendered(NamedTuple):
     status: int
     message: str
-    kind: str  # OpenAI's error `type`
+    kind: str  # the gateway's word for the error (OpenAI's `type` spelling, as RENDERING)
 
 
 def render(error: Exception) -> Rendered:
-    """Status, client-facing message and OpenAI type of any exception: a gateway error as
+    """Status, client-facing message and kind of any exception: a gateway error as
     its class says; anything else a generic 500 that tells the client no internals."""
     if not isinstance(error, e.GatewayError):
         return Rendered(500, "internal error", "server_error")
@@ -115,46 +90,23 @@ def should_retry(status: int, error: Exception | None = None) -> str | None:
     return None
 
 
-def protocol_of(path: str, anthropic_version: bool = False) -> str:
-    """Which protocol's envelope an error on `path` is written in.
-
-    `/v1/models` serves both OpenAI and Anthropic clients; an Anthropic client says so with
-    `anthropic-version` (`anthropic_version`), and hears its errors in its own shape.
-    """
-    if path.startswith("/v1/messages"):
-        return "anthropic"
-    if anthropic_version and path.startswith("/v1/models"):
-        return "anthropic"
-    if path.startswith("/api/"):
-        return "ollama"
-    return "openai"
+def protocols_of(app: Litestar) -> Protocols:
+    """The protocols the app registered (gateway/app.py)."""
+    return app.state.protocols
 
 
-def error_body(protocol: str, status: int, message: str, kind: str | None = None) -> dict:
-    """The error envelope of `protocol`: OpenAI's, Anthropic's or Ollama's."""
-    client_error = status < 500
-    if protocol == "anthropic":
-        if kind == "server_error":  # a fault, not an overload, whatever its status
-            kind = "api_error"
-        else:
-            kind = ANTHROPIC_TYPES.get(
-                status, "invalid_request_error" if client_error else "api_error"
-            )
-        return {"type": "error", "error": {"type": kind, "message": message}}
-    if protocol == "ollama":
-        return {"error": message}
-    kind = kind or OPENAI_TYPES.get(
-        status, "invalid_request_error" if client_error else "server_error"
-    )
-    return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+def protocol_of(request: ASGIConnection) -> Protocol:
+    """The protocol a request speaks, whose envelope its errors are written in."""
+    return protocols_of(request.app).of(request.url.path, request.headers)
 
 
-def raw_error(status: str, message: str, *, retry: bool = False) -> bytes:
-    """A whole HTTP/1.1 error response in OpenAI's envelope, closing the connection: for the
-    refusals made below the ASGI app (a head too large or malformed, too many connections,
-    a head too slow), where no route says which protocol the client speaks."""
+def raw_error(status: str, message: str, envelope: Envelope, *, retry: bool = False) -> bytes:
+    """A whole HTTP/1.1 error response in `envelope` (the default protocol's), closing the
+    connection: for the refusals made below the ASGI app (a head too large or malformed, too
+    many connections, a head too slow), where no route says which protocol the client
+    speaks."""
     code = int(status.split()[0])
-    body = msgspec.json.encode(error_body("openai", code, message))
+    body = msgspec.json.encode(envelope(code, message, None))
     return (
         f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\nconnection: close\r\n"
         + ("retry-after: 1\r\n" if retry else "")
@@ -179,26 +131,19 @@ def error_response(request: Request, error: Exception) -> Response:
         status, message, kind = 500, unexpected(error, _where(request)), "server_error"
     if should_retry(status, error):
         headers["x-should-retry"] = "false"
-    protocol = protocol_of(request.url.path, "anthropic-version" in request.headers)
+    protocol = protocol_of(request)
     if isinstance(error, e.RateLimited):
-        headers |= rate_limit_headers(protocol, error)
-    if protocol == "anthropic" and isinstance(error, e.ContextOverflow):
-        message = anthropic_overflow(error)
+        headers |= protocols_of(request.app).allowance_headers(
+            protocol, error.requests, error.tokens
+        )
+    if isinstance(error, e.GatewayError):
+        message = protocol.wording(error, message)
     message = current_redactor().redact(message)  # an error body never echoes a key back
     # The event log gets the real cause; the client gets no internals.
     logged = message if status != 500 else f"internal error: {error!r}"
     request.scope.setdefault("state", {})["error"] = logged
-    body = error_body(protocol, status, message, kind)
+    body = protocol.envelope(status, message, kind)
     return Response(body, status_code=status, headers=headers)
-
-
-def anthropic_overflow(error: e.ContextOverflow) -> str:
-    """Anthropic's own wording first: Claude Code reads `prompt is too long: N tokens > W
-    maximum` to know the prompt, not the request, is at fault (and to compact)."""
-    return (
-        f"prompt is too long: {error.prompt_tokens} tokens > {error.window} maximum; "
-        f"{error.message}"
-    )
 
 
 def stream_failure(request: Request, error: Exception) -> tuple[int, str, str]:

@@ -63,8 +63,9 @@ def bind_warning(server: ServerConfig, host: str) -> str | None:
     )
 
 
-def cors_config(server: ServerConfig) -> CORSConfig | None:
-    """CORS for the listed origins only; none listed means no CORS headers at all.
+def cors_config(server: ServerConfig, protocol_headers: list[str]) -> CORSConfig | None:
+    """CORS for the listed origins only; none listed means no CORS headers at all. Browser
+    clients may send the key's headers and each protocol's own (`protocol_headers`).
 
     Origins are exact (the config refuses `*`), and credentials are never allowed: a
     browser page sends keys as headers, which need no cookie.
@@ -74,7 +75,7 @@ def cors_config(server: ServerConfig) -> CORSConfig | None:
     return CORSConfig(
         allow_origins=list(server.cors_origins),
         allow_methods=["GET", "POST", "OPTIONS"],
-        allow_headers=["authorization", "x-api-key", "content-type", "anthropic-version"],
+        allow_headers=["authorization", "x-api-key", "content-type", *protocol_headers],
         allow_credentials=False,
         expose_headers=["x-request-id", "retry-after"],
     )

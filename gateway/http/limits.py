@@ -24,6 +24,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from engines.errors import BadRequest, BodyTimeout, PayloadTooLarge
 from gateway.http.errors import raw_error
 from gateway.http.middleware import send_error
+from gateway.http.protocols import Envelope
 from schemas.canonical import IMAGE_FORMATS
 from schemas.config import LimitsConfig, seconds, size_bytes
 
@@ -194,6 +195,7 @@ class HeaderLimitProtocol(HttpToolsProtocol):
     """
 
     max_head = 64 * 1024  # set by `make_protocol` from `limits.max_header_bytes`
+    refusal: Envelope  # its refusals' error body: set by `make_protocol` (the default's)
     _head_size = 0  # the head's parts handed out so far
     _head_pending: int | None = 0  # raw bytes of an incomplete head; None once it is whole
 
@@ -248,7 +250,7 @@ class HeaderLimitProtocol(HttpToolsProtocol):
         self._refuse("431 Request Header Fields Too Large", "request headers too large")
 
     def _refuse(self, status: str, message: str) -> None:
-        self.transport.write(raw_error(status, message))
+        self.transport.write(raw_error(status, message, self.refusal))
         self.transport.close()
 
 

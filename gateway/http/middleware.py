@@ -9,9 +9,10 @@ import msgspec
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from engines import timeline
-from engines.job import job_scope
 from engines.log import bind_only, emit
-from gateway.http.errors import error_body, protocol_of, should_retry
+from gateway.http.errors import should_retry
+from gateway.http.protocols import header_names
+from gateway.http.request_state import end
 from gateway.logs.setup import MIN_ENV_SECRET, PRESENTED
 from schemas.events import RequestFinished, RequestStarted
 
@@ -29,9 +30,8 @@ async def send_error(
     The message is recorded for the request's `request_finished` line as handlers' errors are.
     """
     scope.setdefault("state", {})["error"] = message
-    anthropic = any(name == b"anthropic-version" for name, _ in scope["headers"])
-    protocol = protocol_of(scope["path"], anthropic)
-    body = msgspec.json.encode(error_body(protocol, status, message, kind))
+    protocol = scope["app"].state.protocols.of(scope["path"], header_names(scope["headers"]))
+    body = msgspec.json.encode(protocol.envelope(status, message, kind))
     if should_retry(status):
         headers = [*headers, (b"x-should-retry", b"false")]
     await send(
@@ -107,10 +107,9 @@ def request_events(app: ASGIApp) -> ASGIApp:
             await send(message)
 
         try:
-            # The request's jobs end with it, however it ends (engines/job.py).
-            with job_scope():
-                await app(scope, receive_watching, send_with_id)
+            await app(scope, receive_watching, send_with_id)
         finally:
+            end(scope)  # what the request held ends with it (its key's slot)
             state = scope.get("state", {})
             if gone and not completed:
                 status = 499  # the client left before its answer was complete

@@ -9,14 +9,14 @@ from typing import Any
 
 import msgspec
 from litestar import Request, Response, post
+from msgspec.structs import replace
 
-from engines.base import EngineState
 from engines.chat import serve_chat
-from engines.errors import BadRequest, ModelUnavailable
-from engines.runner import Runner
+from engines.errors import BadRequest
 from gateway.canonical.images import fetch_images, image_part, message_with_parts
 from gateway.control.registry import Generation, Route
 from gateway.http.body import decode_body
+from gateway.http.request_state import client_of
 from gateway.http.streaming import (
     Streamed,
     collect,
@@ -143,22 +143,10 @@ def _final(finished: Finished | None, started_ns: int) -> dict[str, Any]:
     }
 
 
-async def _load_or_unload(runner: Runner) -> bool:
-    """Ollama's load request (no prompt): make the model resident, generate nothing; with
-    `keep_alive: 0` (`ollama stop`) an on-demand model unloads instead. True: it unloaded."""
-    if runner.keep_alive == 0:
-        # Busy: it unloads when its requests finish (keep_alive 0 applies to them).
-        await runner.unload("keep_alive")
-        return True
-    await runner.load()
-    if runner.state is not EngineState.READY:
-        raise ModelUnavailable(f"model {runner.model.id!r} failed to load: {runner.error}")
-
-
 async def _answer(
     request: Request, route: Route, ask: ChatAsk, stream: bool, frame: Frame
 ) -> Response | Streamed:
-    _, (results,) = await serve_chat(route.runner, ask)
+    _, (results,) = await serve_chat(route.runner, replace(ask, client=client_of(request)))
     if not stream:
         whole = await unless_client_leaves(request, collect(results))
         reply = frame(whole.text, whole.tool_calls, whole.finished, whole.reasoning)
@@ -196,7 +184,7 @@ async def chat(request: Request, generation: Generation) -> Response | Streamed:
     data = await decode_body(request, wire.ChatRequest)
     output = controls(data.format, data.logprobs, data.top_logprobs)
     route = ollama_route(generation, data.model, data.stream)
-    keep(route.runner, data.keep_alive)
+    await keep(route.runner, data.keep_alive)
     served = route.served
 
     def frame(
@@ -221,7 +209,7 @@ async def chat(request: Request, generation: Generation) -> Response | Streamed:
         loaded = wire.ChatAnswer(
             model=served, created_at=now(), message=message, done=True, done_reason="load"
         )
-        if await _load_or_unload(route.runner):
+        if await keep(route.runner, data.keep_alive, now=True):
             loaded.done_reason = "unload"
         return json_reply(loaded)
     tools = [
@@ -251,7 +239,7 @@ async def generate(request: Request, generation: Generation) -> Response | Strea
     _refuse_unsupported(data.suffix, data.template)
     output = controls(data.format, data.logprobs, data.top_logprobs)
     route = ollama_route(generation, data.model, data.stream)
-    keep(route.runner, data.keep_alive)
+    await keep(route.runner, data.keep_alive)
     served = route.served
 
     def frame(
@@ -270,7 +258,7 @@ async def generate(request: Request, generation: Generation) -> Response | Strea
         loaded = wire.GenerateAnswer(
             model=served, created_at=now(), response="", done=True, done_reason="load"
         )
-        if await _load_or_unload(route.runner):
+        if await keep(route.runner, data.keep_alive, now=True):
             loaded.done_reason = "unload"
         return json_reply(loaded)
     if data.raw:  # no template, and so no system prompt either

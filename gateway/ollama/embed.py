@@ -34,7 +34,7 @@ async def ollama_embed(request: Request, generation: Generation) -> wire.OllamaE
     inputs = ollama_inputs(data.input)
     route = ollama_route(generation, data.model, stream=False)
     _refuse_options(data.options)
-    keep(route.runner, data.keep_alive)
+    await keep(route.runner, data.keep_alive)
     canonical = EmbedRequest(inputs=inputs, truncate=data.truncate)
     embedded = await embed(request, route, canonical, data.dimensions)
     return wire.OllamaEmbedResponse(
@@ -55,7 +55,7 @@ async def ollama_legacy_embeddings(
     data = await decode_body(request, wire.OllamaLegacyEmbedRequest)
     route = ollama_route(generation, data.model, stream=False)
     _refuse_options(data.options)
-    keep(route.runner, data.keep_alive)
+    await keep(route.runner, data.keep_alive)
     inputs = [data.prompt] if data.prompt else []
     embedded = await embed(request, route, EmbedRequest(inputs=inputs), None)
     return wire.OllamaLegacyEmbedResponse(embedding=embedded.vectors[0] if embedded.vectors else [])

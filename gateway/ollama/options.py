@@ -17,6 +17,7 @@ import msgspec
 
 from engines.errors import BadRequest
 from engines.runner import Runner
+from engines.runner.keep import KeepAlive
 from schemas import ollama as wire
 
 # Go's time.ParseDuration units, which Ollama's `keep_alive` strings use ("5m", "1h30m").
@@ -57,11 +58,10 @@ def _duration(text: str) -> float:
     return sign * sum(float(n) * _UNITS[u] for n, u in parts)
 
 
-def keep(runner: Runner, value: str | float | None) -> None:
-    """Apply a request's `keep_alive` to its model (on-demand models; pinned ones stay)."""
-    seconds = keep_alive_seconds(value)
-    if not runner.model.pinned:
-        runner.keep_alive = seconds
+async def keep(runner: Runner, value: str | float | None, *, now: bool = False) -> bool:
+    """Ask the model's runner to keep it as the request's `keep_alive` says (on-demand
+    models; pinned ones stay); with `now` (a load request) at once. True: it unloaded."""
+    return await runner.reside(KeepAlive(keep_alive_seconds(value), now=now))
 
 
 def options(value: wire.Options | None) -> dict[str, Any]:

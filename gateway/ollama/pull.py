@@ -12,17 +12,18 @@ from collections.abc import AsyncIterator
 
 import msgspec
 from litestar import Request, Response, post
-from litestar.response import Stream
 
+from engines.download import convert, converts
+from engines.download import pull as pull_source
 from engines.errors import BadRequest, DownloadFailed, ModelNotFound, SourceError
 from engines.job import arrived
 from engines.pulls import PullPool, PullStopped
-from engines.sources.hub import Snapshot, fetch, is_hub_source, parse_hub_source
+from engines.sources.hub import Snapshot, is_hub_source, parse_hub_source
 from engines.sources.hub_client import FileProgress
 from gateway.control.registry import Generation
 from gateway.http.auth import admin_refusal
 from gateway.http.body import decode_body
-from gateway.http.streaming import unless_client_leaves
+from gateway.http.streaming import Streamed, stream_body, unless_client_leaves
 from gateway.ollama.models import json_reply, local_name
 from schemas import ollama as wire
 from schemas.config import ModelConfig
@@ -36,7 +37,7 @@ def _encode(line: wire.PullProgress) -> bytes:
 
 
 @post("/api/pull", status_code=200, opt={"admin_too": True})
-async def pull(request: Request, generation: Generation) -> Response | Stream:
+async def pull(request: Request, generation: Generation) -> Response | Streamed:
     """Download a declared `hf:` model into the cache now (nothing is loaded).
 
     A branch-tracked model moves to the branch's newest commit only for the admin: any
@@ -62,7 +63,9 @@ async def pull(request: Request, generation: Generation) -> Response | Stream:
     arrived()  # a download of minutes, not a request on its way to a model's queue
     lines = _start(model, offline, move, generation, request.app.state.pulls)  # 429: all busy
     if data.stream:
-        return Stream(lines, media_type=NDJSON)
+        # The stream helper: the client watched (gone: the transfer stops at its next
+        # chunk), and a failure ends the stream with Ollama's error line.
+        return Streamed(stream_body(request, lines, _error_tail, _no_cleanup), media_type=NDJSON)
     last = await unless_client_leaves(request, _last(lines))  # a client gone stops its pull
     if "error" in last:
         raise DownloadFailed(last["error"])
@@ -91,13 +94,10 @@ def _start(
 
     def download() -> Snapshot:
         try:
-            snapshot = fetch(model.id, model.source, token=model.hf_token, offline=offline,
-                             progress=report, refresh=move)  # fmt: skip
-            if parse_hub_source(model.id, model.source).file:
-                from engines.sources.resolve import resolve_source
-
+            snapshot = pull_source(model, offline=offline, progress=report, refresh=move)
+            if converts(model):
                 loop.call_soon_threadsafe(updates.put_nowait, "converting to MLX")
-                resolve_source(model.id, model.source)
+                convert(model)
             return snapshot
         finally:
             loop.call_soon_threadsafe(updates.put_nowait, None)
@@ -161,6 +161,14 @@ async def _last(lines: AsyncIterator[bytes]) -> dict:
 
 def _encode_error(reason: str) -> bytes:
     return msgspec.json.encode({"error": reason}) + b"\n"
+
+
+def _error_tail(_status: int, message: str, _kind: str) -> bytes:
+    return _encode_error(message)
+
+
+async def _no_cleanup() -> None:
+    """Nothing to stop beyond the lines themselves: closing them ends the transfer."""
 
 
 ROUTES = [pull]

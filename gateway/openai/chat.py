@@ -17,7 +17,7 @@ from gateway.canonical.choices import collect_all, merged, refuse_set
 from gateway.canonical.images import fetch_images, image_part, message_with_parts
 from gateway.control.registry import Generation, announce
 from gateway.http.body import decode_body
-from gateway.http.errors import error_body
+from gateway.http.request_state import client_of
 from gateway.http.streaming import Collected, sse_response, started, unless_client_leaves
 from gateway.openai.controls import (
     controls,
@@ -27,6 +27,7 @@ from gateway.openai.controls import (
     tool_choice,
     wire_logprobs,
 )
+from gateway.openai.errors import envelope
 from schemas import openai as wire
 from schemas.canonical import (
     ChatAsk,
@@ -166,6 +167,7 @@ async def chat_completions(request: Request, generation: Generation) -> Response
             tools=tools,
             reasoning=effort(data.reasoning_effort),
             controls=output,
+            client=client_of(request),
         ),
         n,
     )
@@ -260,7 +262,7 @@ async def _chunks(
 
 def error_chunk(status: int, message: str, kind: str) -> str:
     """A failure after the 200 went out, as OpenAI reports it: a chunk holding `error`."""
-    return msgspec.json.encode(error_body("openai", status, message, kind)).decode()
+    return msgspec.json.encode(envelope(status, message, kind)).decode()
 
 
 ROUTES = [chat_completions]

@@ -12,11 +12,11 @@ from litestar import Request, Response, post
 from litestar.response import Stream
 from msgspec import UNSET
 
-from engines.chat import check_n, serve_prompts
+from engines.chat import Prompts, check_n, serve_prompts
 from engines.errors import BadRequest
-from engines.job import Job
 from gateway.control.registry import Generation, announce
 from gateway.http.body import decode_body
+from gateway.http.request_state import client_of
 from gateway.http.streaming import Collected, collect, sse_response, started, unless_client_leaves
 from gateway.openai.chat import FINISH_REASONS, error_chunk
 from gateway.openai.controls import sampling_asked
@@ -107,18 +107,20 @@ async def completions(request: Request, generation: Generation) -> Response | St
             **sampling,
             stop=stop,
             controls=OutputControls(logprobs=logprobs),
+            client=client_of(request),
         )
         for prompt in prompts
     ]
     # n completions of each prompt, in order: choice i*n + j is prompt i's j-th.
-    _, jobs, results = await serve_prompts(route.runner, asks, n)
+    queued = await serve_prompts(route.runner, asks, n)
+    results = queued.answers
     prompts = [prompt for prompt in prompts for _ in range(n)]
     completion_id = f"cmpl-{uuid.uuid4().hex[:24]}"
     created = int(time.time())
     # A token-id prompt's echo is its tokens' text, from the prompt's logprobs.
     echoes = [p if data.echo and isinstance(p, str) else "" for p in prompts]
     if not data.stream:
-        answers = await unless_client_leaves(request, _collect_all(jobs, results))
+        answers = await unless_client_leaves(request, _collect_all(queued))
         body = wire.Completion(
             id=completion_id,
             created=created,
@@ -140,20 +142,17 @@ async def completions(request: Request, generation: Generation) -> Response | St
     try:
         results[0] = await started(request, results[0])
     except BaseException:
-        await _close_all(jobs, results)
+        await queued.close()
         raise
     include_usage = bool(data.stream_options and data.stream_options.include_usage)
     chunk = _Chunker(completion_id, created, route.served)
     chunks = _chunks(results, echoes, chunk, include_usage)
 
-    async def cleanup() -> None:
-        await _close_all(jobs, results)
-
-    return sse_response(request, chunks, error_chunk, cleanup)
+    return sse_response(request, chunks, error_chunk, queued.close)
 
 
-async def _collect_all(jobs: list[Job], results: list[AsyncIterator[Output]]) -> list[Collected]:
-    tasks = [asyncio.ensure_future(collect(r)) for r in results]
+async def _collect_all(queued: Prompts) -> list[Collected]:
+    tasks = [asyncio.ensure_future(collect(r)) for r in queued.answers]
     try:
         return [await task for task in tasks]
     finally:
@@ -162,16 +161,7 @@ async def _collect_all(jobs: list[Job], results: list[AsyncIterator[Output]]) ->
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for job in jobs:
-            job.cancel()
-
-
-async def _close_all(jobs: list[Job], results: list[AsyncIterator[Output]]) -> None:
-    """Stop every job: closing a started result stream withdraws its job; one never read is
-    flagged so its engine stops at once."""
-    for job, stream in zip(jobs, results, strict=True):
-        job.cancel()
-        await stream.aclose()
+        queued.cancel()
 
 
 class _Chunker:

@@ -22,6 +22,7 @@ from gateway.canonical.images import fetch_images, image_part, message_with_part
 from gateway.control.registry import Generation, announce
 from gateway.http.auth import presented_key
 from gateway.http.body import decode_body
+from gateway.http.request_state import client_of
 from gateway.http.streaming import sse_response, started, unless_client_leaves
 from gateway.openai import stored_responses
 from gateway.openai.chat import effort
@@ -285,6 +286,7 @@ async def responses(request: Request, generation: Generation) -> Response | Stre
         tools=tools,
         reasoning=effort(data.reasoning.effort if data.reasoning else None),
         controls=output,
+        client=client_of(request),
     )
     chat, (results,) = await serve_chat(route.runner, ask)
     skeleton = _skeleton(data, chat, route.served)

@@ -12,14 +12,14 @@ saying so, or, once its stream has started, the end of the stream.
 from __future__ import annotations
 
 import asyncio
-import math
 
 from litestar import post
 from litestar.datastructures import State
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
-from engines.errors import BadRequest, ModelNotFound
+from engines.errors import ModelNotFound
 from engines.log import bound
+from engines.runner.keep import Pin, Unpin
 from gateway.control.registry import Generation
 from gateway.http.middleware import send_error
 from gateway.ops.admin import ADMIN, ADMIN_GUARDS, runner_of
@@ -97,8 +97,7 @@ async def cancel_request(request_id: str, state: State) -> dict:
 async def pin(model_id: str, generation: Generation) -> dict:
     """Keep the model loaded (loading it now), with no idle unload."""
     runner = runner_of(generation, model_id)
-    runner.keep_alive = math.inf
-    await runner.load(retry=True)
+    await runner.reside(Pin())
     return {"model": model_id, "pinned_now": True, "state": runner.state.value}
 
 
@@ -106,9 +105,7 @@ async def pin(model_id: str, generation: Generation) -> dict:
 async def unpin(model_id: str, generation: Generation) -> dict:
     """Back to the model's `idle_ttl`; a model pinned in models.yaml is refused (400)."""
     runner = runner_of(generation, model_id)
-    if runner.model.pinned:
-        raise BadRequest(f"model {model_id!r} is pinned in models.yaml (residency: pinned)")
-    runner.keep_alive = None
+    await runner.reside(Unpin())
     return {"model": model_id, "pinned_now": False, "state": runner.state.value}
 
 

@@ -12,14 +12,15 @@ from collections.abc import AsyncIterator
 from functools import cache
 from importlib.resources import files
 
-from litestar import Response, get
+import msgspec
+from litestar import Request, Response, get
 from litestar.datastructures import State
-from litestar.response import ServerSentEvent
 from litestar.response.sse import ServerSentEventMessage
 from litestar.static_files import create_static_files_router
 
 from engines.job import arrived
 from engines.runner import Runner
+from gateway.http.streaming import SSE_HEADERS, Streamed, sse_bytes, stream_body
 from gateway.ops.health import download_state
 from gateway.ops.metrics import STATE_NAMES
 from schemas.config import ModelConfig
@@ -91,10 +92,25 @@ def ui_state(state: State) -> dict:
 
 
 @get("/ui/events", opt=OPS, sync_to_thread=False)
-def ui_events(state: State) -> ServerSentEvent:
-    """The live event feed: every log line as an SSE `data:` message, recent ones first."""
+def ui_events(state: State, request: Request | None = None) -> Streamed:
+    """The live event feed: every log line as an SSE `data:` message, recent ones first.
+
+    Through the stream helper, as every stream: the client watched (a page closed ends its
+    subscription at once) and a failure said in an `error` event."""
     arrived()  # open for as long as the page is: not a request on its way to a model
-    return ServerSentEvent(_feed(state), headers={"cache-control": "no-cache"})
+    body = stream_body(request, _feed(state), _error_event, _no_cleanup, sse_bytes)
+    # The headers litestar's ServerSentEvent response sent, with the feed's own.
+    headers = {"cache-control": "no-cache", **SSE_HEADERS}
+    return Streamed(body, media_type="text/event-stream", headers=headers)
+
+
+def _error_event(status: int, message: str, kind: str) -> ServerSentEventMessage:
+    data = msgspec.json.encode({"status": status, "message": message, "type": kind}).decode()
+    return ServerSentEventMessage(event="error", data=data)
+
+
+async def _no_cleanup() -> None:
+    """Nothing to stop beyond the feed itself: closing it ends the subscription."""
 
 
 async def _feed(state: State) -> AsyncIterator[ServerSentEventMessage]:

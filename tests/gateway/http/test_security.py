@@ -17,8 +17,8 @@ import pytest
 from conftest import REPO, free_port, leaked_secrets, raw_http
 from litestar import Router
 
+from gateway.app import make_protocols
 from gateway.control.config import parse_config
-from gateway.http.errors import protocol_of
 from gateway.http.exposure import bind_refusal, host_name, is_loopback
 from gateway.logs.setup import PRESENTED, Redactor
 
@@ -60,7 +60,7 @@ def every_route() -> list[tuple[str, str, dict]]:
 
 
 def assert_envelope(path: str, body: dict, kind: str) -> None:
-    protocol = protocol_of(path)
+    protocol = make_protocols().of(path).name
     if protocol == "anthropic":
         assert body["type"] == "error" and body["error"]["type"] == kind, body
     elif protocol == "ollama":
