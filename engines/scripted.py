@@ -26,15 +26,9 @@ from engines.text.constraint_state import ConstraintState, make_tokenizer
 from engines.text.output import DEFAULT_TOOL_PARSER, OutputParser, load_tool_format
 from engines.text.reasoning import DEFAULT_THINK
 from engines.text.tools import template_messages
-from schemas.canonical import (
-    ChatRequest,
-    Finished,
-    Logprobs,
-    Output,
-    TokenLogprob,
-    TopLogprob,
-)
+from schemas.canonical import ChatRequest, Finished, Output
 from schemas.config import ScriptConfig, size_bytes
+from schemas.logprobs import Logprobs, TokenLogprob, TopLogprob
 
 SCRIPTED_CONTEXT = 8192
 BYTE_VOCAB = 256

@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from schemas.logprobs import Logprobs, LogprobsRequest
+
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 
 
@@ -98,13 +100,6 @@ class OutputFormat(msgspec.Struct, frozen=True, kw_only=True):
 
     schema: dict[str, Any] | None = None
     field: str = "$.response_format"
-
-
-class LogprobsRequest(msgspec.Struct, frozen=True, kw_only=True):
-    """Log-probabilities to report: of each chosen token, with its `top` alternatives."""
-
-    top: int = 0
-    prompt: bool = False  # the prompt's own tokens too (completions' `echo`)
 
 
 Effort = Literal["off", "low", "medium", "high"]
@@ -254,28 +249,6 @@ class MalformedToolCall(msgspec.Struct, frozen=True, kw_only=True, tag="malforme
 
     body: str  # between the markers
     raw: str  # as the model wrote it, markers included
-
-
-class TopLogprob(msgspec.Struct, frozen=True, kw_only=True):
-    token: str
-    bytes: list[int]
-    logprob: float
-
-
-class TokenLogprob(msgspec.Struct, frozen=True, kw_only=True):
-    """One token and the model's log-probability of it (None: the prompt's first token)."""
-
-    token: str
-    bytes: list[int]
-    logprob: float | None
-    top: list[TopLogprob] = []
-
-
-class Logprobs(msgspec.Struct, frozen=True, kw_only=True, tag="logprobs"):
-    """Log-probabilities of generated tokens (or, with `prompt`, of the prompt's tokens)."""
-
-    tokens: list[TokenLogprob]
-    prompt: bool = False
 
 
 class Finished(msgspec.Struct, frozen=True, kw_only=True, tag="finished"):

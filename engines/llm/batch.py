@@ -27,8 +27,9 @@ from engines.mlx.draft_model import ModelDrafter
 from engines.mlx.logprobs import logprobs_of
 from engines.mlx.sequence import Sequence, cancelled_uids
 from engines.platform import PlatformPath
-from schemas.canonical import ChatRequest, Logprobs
+from schemas.canonical import ChatRequest
 from schemas.config import ModelConfig
+from schemas.logprobs import Logprobs
 
 # The uid of the sequence on the single-sequence path (the batch generator's start at 0).
 SOLO = -1

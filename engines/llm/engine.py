@@ -22,8 +22,9 @@ from engines.mlx.weights import FLOAT32_EXPANSION
 from engines.platform import PlatformPath
 from engines.sources.resolve import check_source
 from engines.text.reasoning import template_reasons
-from schemas.canonical import ChatRequest, Logprobs, Output
+from schemas.canonical import ChatRequest, Output
 from schemas.config import ModelConfig
+from schemas.logprobs import Logprobs
 
 # The group size of a quantized KV cache (`kv_bits`): mlx-lm's default, named because the
 # disk tier's blocks are rebuilt as `QuantizedKVCache`s of it.

@@ -18,8 +18,9 @@ from engines.mlx.template import render_chat
 from engines.text.output import DEFAULT_TOOL_PARSER, OutputParser, ToolFormat, load_tool_format
 from engines.text.reasoning import thinking_markers
 from engines.text.tools import fold_system_turns, template_messages
-from schemas.canonical import ChatRequest, Logprobs
+from schemas.canonical import ChatRequest
 from schemas.config import ModelConfig
+from schemas.logprobs import Logprobs
 
 
 class Prepared(NamedTuple):

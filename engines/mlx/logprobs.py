@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from schemas.canonical import Logprobs, TokenLogprob, TopLogprob
+from schemas.logprobs import Logprobs, TokenLogprob, TopLogprob
 
 # How a token id reads: its bytes (a token may hold part of a UTF-8 character).
 Piece = Callable[[int], bytes]

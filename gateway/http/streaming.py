@@ -18,16 +18,8 @@ from litestar.types import Receive, Send
 from engines import timeline
 from engines.errors import ClientGone
 from gateway.http.errors import stream_failure
-from schemas.canonical import (
-    Finished,
-    Logprobs,
-    Output,
-    ReasoningDelta,
-    TextDelta,
-    TokenLogprob,
-    ToolCall,
-    ToolCallOutput,
-)
+from schemas.canonical import Finished, Output, ReasoningDelta, TextDelta, ToolCall, ToolCallOutput
+from schemas.logprobs import Logprobs, TokenLogprob
 
 T = TypeVar("T")
 F = TypeVar("F")  # one frame of a stream: an SSE message, a JSON line

@@ -7,7 +7,8 @@ from typing import Any
 
 from engines.errors import BadRequest
 from schemas import ollama as wire
-from schemas.canonical import LogprobsRequest, OutputControls, OutputFormat, TokenLogprob
+from schemas.canonical import OutputControls, OutputFormat
+from schemas.logprobs import LogprobsRequest, TokenLogprob
 
 
 def controls(format: Any, logprobs: bool | None, top: int | None) -> OutputControls:

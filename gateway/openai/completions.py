@@ -21,16 +21,8 @@ from gateway.http.streaming import Collected, collect, sse_response, started, un
 from gateway.openai.chat import FINISH_REASONS, error_chunk
 from gateway.openai.controls import sampling_asked
 from schemas import openai_completions as wire
-from schemas.canonical import (
-    ChatAsk,
-    Finished,
-    Logprobs,
-    LogprobsRequest,
-    Output,
-    OutputControls,
-    TextDelta,
-    TokenLogprob,
-)
+from schemas.canonical import ChatAsk, Finished, Output, OutputControls, TextDelta
+from schemas.logprobs import Logprobs, LogprobsRequest, TokenLogprob
 from schemas.openai import Usage
 
 

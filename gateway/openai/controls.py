@@ -8,7 +8,8 @@ from typing import Any
 
 from engines.errors import BadRequest
 from schemas import openai as wire
-from schemas.canonical import LogprobsRequest, OutputControls, OutputFormat, TokenLogprob, ToolSpec
+from schemas.canonical import OutputControls, OutputFormat, ToolSpec
+from schemas.logprobs import LogprobsRequest, TokenLogprob
 
 
 def output_format(kind: str, schema: dict[str, Any] | None, field: str) -> OutputFormat | None:

@@ -34,7 +34,6 @@ from schemas import openai_responses as wire
 from schemas.canonical import (
     ChatAsk,
     ChatRequest,
-    LogprobsRequest,
     Message,
     Output,
     OutputControls,
@@ -43,6 +42,7 @@ from schemas.canonical import (
     ToolCall,
     ToolSpec,
 )
+from schemas.logprobs import LogprobsRequest
 
 NO_CONVERSATIONS = "this gateway keeps no conversation objects: use previous_response_id"
 UNSUPPORTED_PARTS = {"input_file": "file", "input_audio": "audio"}

@@ -16,7 +16,6 @@ from engines.text.constrain import check_request, plan_for
 from schemas.canonical import (
     ChatRequest,
     Finished,
-    Logprobs,
     Message,
     OutputControls,
     OutputFormat,
@@ -25,6 +24,7 @@ from schemas.canonical import (
     ToolSpec,
 )
 from schemas.config import ScriptConfig
+from schemas.logprobs import Logprobs
 
 PERSON = {
     "type": "object",
@@ -188,7 +188,7 @@ def test_a_tool_format_without_a_grammar_refuses_a_forced_call():
 
 
 def test_the_scripted_engine_reports_logprobs_of_certainty():
-    from schemas.canonical import LogprobsRequest
+    from schemas.logprobs import LogprobsRequest
 
     outputs = run("hello world", logprobs=LogprobsRequest(top=2, prompt=True))
     prompt, *generated = [o for o in outputs if isinstance(o, Logprobs)]
