@@ -46,8 +46,7 @@ def prefill_batch_size(concurrency: int) -> int:
 
 
 class BatchHost(Protocol):
-    """What a batch asks of the engine that opens it (`MLXEngine` passes itself): the batch
-    knows this, never the engine."""
+    """What a batch asks of the engine that opens it (`MLXEngine`), which it never imports."""
 
     platform: PlatformPath
     disk: DiskKV | None  # the disk tier under the parked caches (None: off)
