@@ -10,7 +10,7 @@ from pathlib import Path
 from engines.base import Capabilities, LoadInfo
 from engines.batch import Batch, SerialBatch
 from engines.cache import CacheDir
-from engines.llm.loading import Loaded, decoding_detail, load_text
+from engines.llm.loading import decoding_detail, load_text
 from engines.llm.prepared import Prepared, Preparer
 from engines.mlx.cache.disk import BLOCK_TOKENS, DiskKV, cacheable, min_tokens, why_off
 from engines.mlx.cache.prefix import reuse_min_tokens
@@ -52,7 +52,6 @@ class MLXEngine:
         self._draft_config = draft
         self._platform = platform
         self._base_dir = base_dir
-        self._loaded: Loaded | None = None
         self._preparer: Preparer | None = None
         # The loaded models (read by the benchmarks and tests too), while loaded.
         self._model = self._tokenizer = self._draft = None
@@ -99,7 +98,6 @@ class MLXEngine:
         loaded = load_text(
             config, self._platform, self._base_dir, self._draft_config, memory_left, self._loader
         )
-        self._loaded = loaded
         self._model, self._tokenizer, self._draft = loaded.model, loaded.tokenizer, loaded.draft
         self.parked_bytes, self.parked_draft_bytes = loaded.parked_bytes, loaded.parked_draft_bytes
         self._preparer = Preparer(config, loaded.model, loaded.tokenizer, loaded.context)
@@ -229,7 +227,7 @@ class MLXEngine:
         if self._preparer is not None:
             self._preparer.close()
         self._model = self._tokenizer = self._draft = None
-        self._loaded = self._preparer = None
+        self._preparer = None
         release_buffers()
 
     def _open_disk(self, model, path: Path, held: str) -> tuple[DiskKV | None, str]:
