@@ -144,7 +144,7 @@ export async function refreshModels() {
   const status = $("status");
   try {
     const state = await api("/ui/api/models");
-    Object.assign(view, { admin: state.viewer.admin, key: state.viewer.key, models: state.models });
+    Object.assign(view, { admin: state.viewer.admin, key: state.viewer.key, models: state.models, locked: false });
     document.body.classList.toggle("admin", view.admin);
     for (const tab of TABS) tab.hidden = tab.classList.contains("admin-only") && !view.admin;
     $("viewer").textContent = view.admin ? "admin" : `key ${view.key || "(open gateway)"}: your requests only`;
@@ -157,6 +157,7 @@ export async function refreshModels() {
   } catch (error) {
     status.className = "pill down";
     if (error instanceof ApiError && error.status === 401) {
+      view.locked = true;
       status.textContent = "needs a key";
       notice("This gateway needs an API key: enter it above.", true);
     } else {
@@ -206,6 +207,7 @@ function start() {
     sessionStorage.setItem("gateway-api-key", event.target.value);
     notice("");
     refreshModels().then(() => {
+      if (view.locked) return;
       refreshCurrent();
       refreshReload();
       if (view.admin) followEvents();
@@ -227,11 +229,13 @@ function start() {
   startPlayground();
   startBenchmark();
   refreshModels().then(() => {
+    if (view.locked) return;
     refreshReload();
     refreshCurrent();
     if (view.admin) followEvents();
   });
   setInterval(() => {
+    if (view.locked) return; // a 401 every 2 s helps no one: the key's change event resumes
     refreshModels();
     refreshCurrent();
   }, 2000);

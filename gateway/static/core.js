@@ -116,4 +116,5 @@ export function eventItem(event, line) {
 }
 
 // Shared state the modules read: the latest /ui/api/models answer.
-export const view = { admin: false, key: null, models: [] };
+// `locked`: the gateway answered 401; nothing more is asked until a key is entered.
+export const view = { admin: false, key: null, models: [], locked: false };

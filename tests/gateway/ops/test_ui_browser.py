@@ -110,6 +110,20 @@ def shot(page, tmp_path, name: str) -> None:
     page.screenshot(path=str(folder / f"{name}.png"), full_page=True)
 
 
+def test_a_page_without_a_key_asks_once_and_waits_for_one(browser, gateway):
+    page = browser.new_page()
+    refused: list[str] = []
+    page.on("response", lambda r: r.status == 401 and refused.append(r.url))
+    page.goto(f"{gateway.url}/ui")
+    page.wait_for_selector("#status:has-text('needs a key')")
+    page.wait_for_timeout(2500)  # past one 2 s refresh tick: nothing more is asked meanwhile
+    assert [url.removeprefix(gateway.url) for url in refused] == ["/ui/api/models"]
+    page.fill("#api-key", ADMIN)
+    page.press("#api-key", "Tab")
+    page.wait_for_selector("#status:has-text('serving')")
+    page.close()
+
+
 def test_the_admin_chats_sees_activity_and_plots_controls_models_and_benchmarks(
     browser, gateway, tmp_path
 ):
