@@ -17,6 +17,7 @@ Adapters render what comes back; they never reach past this door into the runner
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator
 from typing import NamedTuple
 
@@ -28,15 +29,18 @@ from engines.job import Job, expect_jobs
 from engines.policy.answer import answer
 from engines.policy.request import build_chat_request, check_chat, compiles_schemas
 from engines.runner import Runner
-from schemas.canonical import ChatAsk, ChatRequest, Output, request_images
+from schemas.canonical import ChatAsk, ChatRequest, Output, PromptRead, request_images
 from schemas.config import ModelConfig
 
 
 class Chat(NamedTuple):
-    """What the door gives back: the request as the model will run it, and its answers."""
+    """What the door gives back: the request as the model will run it, its answers, and
+    how each answer's prompt was read (from which cache tier), filled in before the
+    answer's first output where its engine says (`PromptRead`; None otherwise)."""
 
     request: ChatRequest
     answers: list[AsyncIterator[Output]]
+    reads: list[PromptRead | None]
 
 
 class Prompts(NamedTuple):
@@ -65,7 +69,12 @@ async def serve_chat(runner: Runner, ask: ChatAsk, n: int | None = 1, n_field: s
     count = check_n(runner.model, n, n_field)
     expect_jobs(count)  # its answers start as one group, not the first alone
     request = await prepare(runner, ask)
-    return Chat(request, [answer(runner, r) for r in variants(request, count)])
+    reads: list[PromptRead | None] = [None] * count
+    answers = [
+        answer(runner, r, told=functools.partial(reads.__setitem__, i))
+        for i, r in enumerate(variants(request, count))
+    ]
+    return Chat(request, answers, reads)
 
 
 async def serve_prompts(

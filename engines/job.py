@@ -15,6 +15,7 @@ from schemas.canonical import (
     EmbedRequest,
     Finished,
     Output,
+    PromptRead,
     ReasoningDelta,
     TextDelta,
     ToolCallOutput,
@@ -36,6 +37,7 @@ class Job:
         # that (a lone request's: engines/runner/thread.py FIRST_FRAME_WAIT_S).
         self.taken: threading.Event | None = None
         self.outputs: asyncio.Queue[Output | BaseException] = asyncio.Queue()
+        self.read: PromptRead | None = None  # how the engine read the prompt, once it said
         # The request's log context (request_id), for events emitted from the model's thread.
         self.context = contextvars.copy_context()
         self._cancelled = threading.Event()

@@ -142,8 +142,13 @@ class TokenCount(Wire, kw_only=True):
 
 
 class Usage(Wire, kw_only=True):
+    """The prompt is input + cache_creation + cache_read tokens (docs/kv-cache.md, usage)."""
+
     input_tokens: int
     output_tokens: int
+    # Written to a cache tier for later requests; read from one (RAM or disk).
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
 
 
 StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use"]
@@ -214,6 +219,8 @@ class MessageDeltaUsage(Wire, kw_only=True):
     # Cumulative totals: the engine's input count is authoritative and overrides message_start's.
     input_tokens: int
     output_tokens: int
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
 
 
 class MessageDelta(StreamEvent, kw_only=True, tag="message_delta"):

@@ -261,6 +261,9 @@ class Finished(msgspec.Struct, frozen=True, kw_only=True, tag="finished"):
     decode_s: float
     reused_prefix_tokens: int = 0  # prompt tokens served from a parked KV cache
     reused_disk_tokens: int = 0  # of those, read from the disk tier
+    # Prompt tokens past those reused that this request left in a tier (parked in RAM or
+    # saved to disk), where a later request sharing the prefix can read them.
+    cache_written_tokens: int = 0
     disk_load_s: float = 0.0
     session_evicted: bool = False  # parking this conversation evicted another one
     images: int = 0  # images the prompt carried (vision models)
@@ -270,6 +273,16 @@ class Finished(msgspec.Struct, frozen=True, kw_only=True, tag="finished"):
     accepted_tokens: int = 0  # of those, the ones the model's own decoding kept
 
 
+class PromptRead(msgspec.Struct, frozen=True, kw_only=True, tag="prompt_read"):
+    """How the engine reads the prompt, told once it has looked in its cache tiers (before
+    the first token): `cached_tokens` of `prompt_tokens` come from a tier. The runner keeps
+    it on the job (`Job.read`) for the adapters that report it before `Finished`; it is not
+    passed on as an output."""
+
+    prompt_tokens: int
+    cached_tokens: int
+
+
 class Embedded(msgspec.Struct, frozen=True, kw_only=True, tag="embedded"):
     vectors: list[list[float]]
     prompt_tokens: int
@@ -277,5 +290,12 @@ class Embedded(msgspec.Struct, frozen=True, kw_only=True, tag="embedded"):
 
 
 Output = (
-    TextDelta | ReasoningDelta | ToolCallOutput | MalformedToolCall | Logprobs | Finished | Embedded
+    TextDelta
+    | ReasoningDelta
+    | ToolCallOutput
+    | MalformedToolCall
+    | Logprobs
+    | PromptRead
+    | Finished
+    | Embedded
 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from msgspec import UNSET, Meta, UnsetType
+from msgspec import UNSET, Meta, UnsetType, field
 
 from schemas.wire import Wire
 
@@ -127,10 +127,15 @@ class ChatCompletionRequest(Wire, kw_only=True):
     prompt_cache_key: str | None = None
 
 
+class PromptTokensDetails(Wire, kw_only=True):
+    cached_tokens: int = 0  # of prompt_tokens, those read from a cache tier (RAM or disk)
+
+
 class Usage(Wire, kw_only=True):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: PromptTokensDetails = field(default_factory=PromptTokensDetails)
 
 
 class AssistantMessage(Wire, kw_only=True):

@@ -290,8 +290,10 @@ class MLXBatch:
         else:
             tokens, cache = parked()
             drafted = seq.drafter.parked if isinstance(seq.drafter, ModelDrafter) else None
-            if (evicted := self._parking.park(tokens, cache, drafted)) is not None:
-                seq.evicted = evicted
+            stored = self._parking.park(tokens, cache, drafted)
+            if stored.evicted is not None:
+                seq.evicted = stored.evicted
+            seq.kept(stored.kept)
         del self._sequences[uid]
         out += [(key, o) for o in seq.finish(reason)]
         if self._disk is not None and seq.first_at is not None:

@@ -22,7 +22,7 @@ from engines.mlx.weights import FLOAT32_EXPANSION
 from engines.platform import PlatformPath
 from engines.sources.resolve import check_source
 from engines.text.reasoning import template_reasons
-from schemas.canonical import ChatRequest, Output
+from schemas.canonical import ChatRequest, Output, PromptRead
 from schemas.config import ModelConfig
 from schemas.logprobs import Logprobs
 
@@ -200,20 +200,22 @@ class MLXEngine:
             logits_processors=list(job.logits_processors) or None,
             **extra,
         )
-        yield from run.follow(held(responses), cancelled, lead)
+        reused = hit.tokens if hit else 0
+        read = PromptRead(prompt_tokens=len(job.prompt), cached_tokens=reused)
+        yield from run.follow(held(responses), cancelled, lead, read=lambda _: read)
         last = run.last
         new_tokens = last.generation_tokens - eos(last) if last is not None else 0
+        on_disk = 0
         if self.disk is not None and run.completed and last is not None:
             self.disk.worth.prefilled(len(rest), len(rest) / max(last.prompt_tps, 1e-9))
-            self.disk.save(tokens, extra["prompt_cache"])
-        reused = hit.tokens if hit else 0
-        disk_load_s = hit.seconds if hit else 0.0
+            on_disk = self.disk.save(tokens, extra["prompt_cache"])
         yield from run.end(
             len(job.prompt),
             new_tokens,
             reused_prefix_tokens=reused,
             reused_disk_tokens=reused,
-            disk_load_s=disk_load_s,
+            cache_written_tokens=max(0, min(on_disk, len(job.prompt)) - reused),
+            disk_load_s=hit.seconds if hit else 0.0,
         )
 
     def trim(self) -> None:

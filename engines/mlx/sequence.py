@@ -9,7 +9,7 @@ from collections.abc import Callable, Container
 from dataclasses import dataclass
 
 from engines.text.output import OutputParser
-from schemas.canonical import Output
+from schemas.canonical import Output, PromptRead
 
 
 @dataclass
@@ -25,6 +25,7 @@ class Sequence:
     reused: int = 0  # prompt tokens served from a parked or block cache
     reused_disk: int = 0  # of those, read from the disk tier
     disk_load_s: float = 0.0
+    written: int = 0  # prompt tokens past `reused` it left in a tier when it ended
     evicted: bool = False  # parking this conversation evicted another one
     images: int = 0
     image_tokens: int = 0
@@ -39,9 +40,12 @@ class Sequence:
         """One generated token (None: none this step) through the detokenizer and the parser:
         its outputs, and why the sequence ends (`stop_string`, the generator's reason) or None.
 
-        An end-of-sequence token is neither counted nor detokenized."""
+        An end-of-sequence token is neither counted nor detokenized. The first call tells
+        how the prompt was read (`PromptRead`) before anything else."""
+        read: list[Output] = []
         if self.first_at is None:
             self.first_at = time.perf_counter()
+            read.append(PromptRead(prompt_tokens=self.prompt_tokens, cached_tokens=self.reused))
         detokenizer, parser = self.detokenizer, self.parser
         if token is not None:
             if token not in eos:
@@ -55,7 +59,12 @@ class Sequence:
         # the parser has nothing new to see.
         segment = detokenizer.last_segment
         outputs = parser.feed(segment) if segment else []
-        return outputs, "stop_string" if parser.stopped else finish_reason
+        return read + outputs, "stop_string" if parser.stopped else finish_reason
+
+    def kept(self, tokens: int) -> None:
+        """The conversation's first `tokens` are now in a tier: the prompt's part of them
+        past what it reused is what it wrote there."""
+        self.written = max(0, min(tokens, self.prompt_tokens) - self.reused)
 
     def finish(self, reason: str) -> list[Output]:
         """What ends it (`OutputParser.end`), with its counts."""
@@ -67,6 +76,7 @@ class Sequence:
             new_tokens=self.new_tokens,
             reused_prefix_tokens=self.reused,
             reused_disk_tokens=self.reused_disk,
+            cache_written_tokens=self.written,
             disk_load_s=self.disk_load_s,
             session_evicted=self.evicted,
             images=self.images,

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 
 from engines.text.output import OutputParser
-from schemas.canonical import Output
+from schemas.canonical import Output, PromptRead
 
 
 class StreamRun:
@@ -27,10 +27,14 @@ class StreamRun:
         responses: Iterable,
         cancelled: Callable[[], bool],
         lead: Callable[[object], Iterable[Output]] | None = None,
+        read: Callable[[object], PromptRead] | None = None,
     ) -> Iterator[Output]:
         """Each response's text through the parser, until a stop string, cancellation or the
-        end; `lead(response)` gives what goes before a response's text (its logprobs)."""
+        end; `lead(response)` gives what goes before a response's text (its logprobs),
+        `read(first response)` how the prompt was read (told before the first token)."""
         for response in responses:
+            if self.first_at is None and read is not None:
+                yield read(response)
             self.first_at = self.first_at or time.perf_counter()
             self.last = response
             if lead is not None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from msgspec.structs import replace
 
@@ -37,6 +37,7 @@ from schemas.canonical import (
     MalformedToolCall,
     Message,
     Output,
+    PromptRead,
     TextDelta,
     ToolCall,
     ToolCallOutput,
@@ -44,28 +45,38 @@ from schemas.canonical import (
 from schemas.events import Guardrail
 
 
-async def answer(runner: Runner, request: ChatRequest) -> AsyncIterator[Output]:
+async def answer(
+    runner: Runner, request: ChatRequest, told: Callable[[PromptRead], None] | None = None
+) -> AsyncIterator[Output]:
     """The request's outputs under its model's policies; closing this early cancels its job.
+    `told(read)`: how the engine read the prompt, before the first output (if it said).
 
     The request holds its model from the first step (counting its prompt) to its end, so an
     idle unload cannot come between counting, fitting and queueing, or before a re-ask.
     """
     # Closing this closes the inner generator at once, which cancels the job.
-    async with runner.hold(), contextlib.aclosing(_answer(runner, request)) as outputs:
+    inner = _answer(runner, request, told)
+    async with runner.hold(), contextlib.aclosing(inner) as outputs:
         async for output in outputs:
             yield output
 
 
-async def _answer(runner: Runner, request: ChatRequest) -> AsyncIterator[Output]:
+async def _answer(
+    runner: Runner, request: ChatRequest, told: Callable[[PromptRead], None] | None
+) -> AsyncIterator[Output]:
     request = await _fit(runner, request)
     checker = CallChecker(request.tools, request.tool_policy) if request.tools else None
     guard = _Guard(runner.model.id, checker, constrained_calls(request))
     first: Finished | None = None  # the first answer's accounting, once it is re-asked
     attempt = request
     while True:
-        results = runner.results(runner.submit(attempt))
+        job = runner.submit(attempt)
+        results = runner.results(job)
         try:
             async for output in results:
+                if told is not None and job.read is not None:  # the first answer's read
+                    told(job.read)
+                    told = None
                 if isinstance(output, ToolCallOutput | MalformedToolCall) and checker:
                     # Validation runs client-written schemas (patterns, deep nesting): on a
                     # worker thread, so one request's schema never stalls the event loop.

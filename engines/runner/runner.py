@@ -26,7 +26,7 @@ from engines.runner.keep import KeepAlive, Pin, Residency, Unpin
 from engines.runner.loader import Loader
 from engines.runner.thread import ModelThread
 from engines.sources.hub_client import FileProgress
-from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Finished, Output
+from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Finished, Output, PromptRead
 from schemas.config import ModelConfig
 
 __all__ = ["DEFAULT_RETRY_AFTER_S", "Runner"]
@@ -271,6 +271,9 @@ class Runner:
                 item = await job.outputs.get()
                 if isinstance(item, BaseException):
                     raise item
+                if isinstance(item, PromptRead):  # for the adapters, not an output
+                    job.read = item
+                    continue
                 yield item
                 if job.taken is not None:  # back for more: the first token's frame is out
                     job.taken.set()

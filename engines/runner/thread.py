@@ -388,6 +388,7 @@ class ModelThread:
                 reused_ram_tokens=done.reused_prefix_tokens - done.reused_disk_tokens,
                 reused_disk_tokens=done.reused_disk_tokens,
                 disk_load_s=round(done.disk_load_s, 4),
+                cache_written_tokens=done.cache_written_tokens,
                 session_evicted=done.session_evicted,
                 truncated_messages=truncated_messages(job.request),
                 images=done.images,

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from engines.mlx.stream import StreamRun
 from engines.vision.prepared import Prepared
 from engines.vision.sessions import Sessions
-from schemas.canonical import ChatRequest, Output
+from schemas.canonical import ChatRequest, Output, PromptRead
 
 
 def generate_one(
@@ -40,7 +40,7 @@ def generate_one(
         **tensors,
     )
     try:
-        yield from run.follow(stream, cancelled)
+        yield from run.follow(stream, cancelled, read=lambda first: read_of(first, inputs))
     finally:
         stream.close()
     last = run.last
@@ -50,13 +50,22 @@ def generate_one(
     if last is not None and last.token is not None:
         new_tokens = last.generation_tokens - (last.finish_reason == "stop")
     # Run to its end, mlx-vlm has stored the cache in `state`.
+    written = 0
     if run.completed and state is not None and state.cache is not None:
         evicted = sessions.park(inputs.keys, len(inputs.ids), state)
+        written = len(inputs.ids) - reused if sessions.slots else 0
     yield from run.end(
         len(inputs.ids),
         new_tokens,
         reused_prefix_tokens=reused,
+        cache_written_tokens=written,
         session_evicted=evicted,
         images=inputs.images,
         image_tokens=inputs.image_tokens,
     )
+
+
+def read_of(first, inputs) -> PromptRead:
+    """How mlx-vlm read the prompt, as its first response says."""
+    cached = getattr(first, "cached_tokens", 0) or 0
+    return PromptRead(prompt_tokens=len(inputs.ids), cached_tokens=cached)

@@ -12,7 +12,14 @@ from msgspec.structs import replace
 from engines.chat import count_chat, serve_chat
 from engines.errors import BadRequest
 from gateway.anthropic.models import resolve
-from gateway.anthropic.stream import NO_SIGNATURE, error_event, stop_of, stream_events, tool_input
+from gateway.anthropic.stream import (
+    NO_SIGNATURE,
+    error_event,
+    stop_of,
+    stream_events,
+    tool_input,
+    usage_of,
+)
 from gateway.canonical.choices import refuse_set
 from gateway.canonical.images import image_part, message_with_parts, resolve_images
 from gateway.control.registry import Generation, announce
@@ -269,7 +276,7 @@ async def create_message(request: Request, generation: Generation) -> Response |
     # Its images may be fetched: a fetch stops with its client.
     ask = await unless_client_leaves(request, to_ask(data, generation.config.server))
     runner = route.runner
-    chat, (results,) = await serve_chat(runner, replace(ask, client=client_of(request)))
+    chat, (results,), reads = await serve_chat(runner, replace(ask, client=client_of(request)))
     message_id = f"msg_{uuid.uuid4().hex[:24]}"
     if not data.stream:
         whole = await unless_client_leaves(request, collect(results))
@@ -277,20 +284,24 @@ async def create_message(request: Request, generation: Generation) -> Response |
     outputs = await started(request, results)
     try:
         first = await anext(outputs)  # already in: `started` waited for it
-        # message_start carries the prompt's size before the engine's own count is known.
+        # message_start tells the prompt's size before the engine's own count at the end:
+        # as the engine read it (`PromptRead`: its cache read; nothing is written yet), else
+        # counted.
         if isinstance(first, Finished):
-            input_tokens = first.prompt_tokens
+            usage = usage_of(replace(first, new_tokens=0))
+        elif (read := reads[0]) is not None:
+            usage = wire.Usage(
+                input_tokens=read.prompt_tokens - read.cached_tokens,
+                output_tokens=0,
+                cache_read_input_tokens=read.cached_tokens,
+            )
         else:
-            input_tokens = await unless_client_leaves(request, count_chat(runner, chat))
+            counted = await unless_client_leaves(request, count_chat(runner, chat))
+            usage = wire.Usage(input_tokens=counted, output_tokens=0)
     except BaseException:
         await outputs.aclose()
         raise
-    start = wire.Message(
-        id=message_id,
-        model=route.served,
-        content=[],
-        usage=wire.Usage(input_tokens=input_tokens, output_tokens=0),
-    )
+    start = wire.Message(id=message_id, model=route.served, content=[], usage=usage)
     events = stream_events(start, first, outputs, chat.stop)
     return sse_response(request, events, error_event, outputs.aclose)
 
@@ -317,7 +328,7 @@ def _message(message_id: str, model: str, answer: Collected, stops: list[str]) -
         content=blocks,
         stop_reason=reason,
         stop_sequence=matched,
-        usage=wire.Usage(input_tokens=finished.prompt_tokens, output_tokens=finished.new_tokens),
+        usage=usage_of(finished),
     )
 
 

@@ -48,6 +48,18 @@ def stop_of(finished: Finished, has_calls: bool, stops: list[str]) -> tuple[str,
     return reason, matched
 
 
+def usage_of(finished: Finished, usage: type[wire.Usage | wire.MessageDeltaUsage] = wire.Usage):
+    """The engine's accounting as Anthropic's usage: the prompt split into what came from a
+    cache tier, what this request wrote to one, and the rest."""
+    read, written = finished.reused_prefix_tokens, finished.cache_written_tokens
+    return usage(
+        input_tokens=max(0, finished.prompt_tokens - read - written),
+        output_tokens=finished.new_tokens,
+        cache_creation_input_tokens=written,
+        cache_read_input_tokens=read,
+    )
+
+
 class Framer:
     """Turns the canonical output stream into Anthropic's stream events, block by block.
 
@@ -82,9 +94,7 @@ class Framer:
             events.append(
                 wire.MessageDelta(
                     delta=wire.MessageDeltaBody(stop_reason=reason, stop_sequence=matched),
-                    usage=wire.MessageDeltaUsage(
-                        input_tokens=output.prompt_tokens, output_tokens=output.new_tokens
-                    ),
+                    usage=usage_of(output, wire.MessageDeltaUsage),
                 )
             )
             events.append(wire.MessageStop())

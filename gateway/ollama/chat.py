@@ -146,7 +146,7 @@ def _final(finished: Finished | None, started_ns: int) -> dict[str, Any]:
 async def _answer(
     request: Request, route: Route, ask: ChatAsk, stream: bool, frame: Frame
 ) -> Response | Streamed:
-    _, (results,) = await serve_chat(route.runner, replace(ask, client=client_of(request)))
+    _, (results,), _ = await serve_chat(route.runner, replace(ask, client=client_of(request)))
     if not stream:
         whole = await unless_client_leaves(request, collect(results))
         reply = frame(whole.text, whole.tool_calls, whole.finished, whole.reasoning)

@@ -157,7 +157,7 @@ async def chat_completions(request: Request, generation: Generation) -> Response
     stop = [data.stop] if isinstance(data.stop, str) else data.stop
     messages = await fetch_images(request, to_messages(data.messages), generation.config.server)
     tools, output = chat_controls(data)
-    chat, streams = await serve_chat(
+    chat, streams, _ = await serve_chat(
         route.runner,
         ChatAsk(
             messages=messages,
@@ -205,10 +205,17 @@ def _choice(index: int, whole: Collected, logprobs: bool) -> wire.Choice:
 
 
 def _usage_of(finished: list[Finished]) -> wire.Usage:
-    # The prompt is counted once, as OpenAI counts it for n choices.
+    # The prompt is counted once, as OpenAI counts it for n choices (and its cache read).
     prompt = finished[0].prompt_tokens
     new = sum(f.new_tokens for f in finished)
-    return wire.Usage(prompt_tokens=prompt, completion_tokens=new, total_tokens=prompt + new)
+    return wire.Usage(
+        prompt_tokens=prompt,
+        completion_tokens=new,
+        total_tokens=prompt + new,
+        prompt_tokens_details=wire.PromptTokensDetails(
+            cached_tokens=finished[0].reused_prefix_tokens
+        ),
+    )
 
 
 async def _chunks(

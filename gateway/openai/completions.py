@@ -23,7 +23,7 @@ from gateway.openai.controls import sampling_asked
 from schemas import openai_completions as wire
 from schemas.canonical import ChatAsk, Finished, Output, OutputControls, TextDelta
 from schemas.logprobs import Logprobs, LogprobsRequest, TokenLogprob
-from schemas.openai import Usage
+from schemas.openai import PromptTokensDetails, Usage
 
 
 def _prompts(prompt: str | list[wire.PromptItem]) -> list[str | list[int]]:
@@ -72,7 +72,13 @@ def _logprobs(tokens: list[TokenLogprob], offset: int) -> wire.CompletionLogprob
 def _usage(finished: list[Finished]) -> Usage:
     prompt = sum(f.prompt_tokens for f in finished)
     new = sum(f.new_tokens for f in finished)
-    return Usage(prompt_tokens=prompt, completion_tokens=new, total_tokens=prompt + new)
+    cached = PromptTokensDetails(cached_tokens=sum(f.reused_prefix_tokens for f in finished))
+    return Usage(
+        prompt_tokens=prompt,
+        completion_tokens=new,
+        total_tokens=prompt + new,
+        prompt_tokens_details=cached,
+    )
 
 
 @post("/v1/completions", status_code=200)

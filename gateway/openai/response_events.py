@@ -238,6 +238,10 @@ class EventBuilder:
             incomplete_details=wire.IncompleteDetails(reason="max_output_tokens") if cut else None,
             usage=wire.ResponseUsage(
                 input_tokens=finished.prompt_tokens,
+                input_tokens_details=wire.InputTokensDetails(
+                    cached_tokens=finished.reused_prefix_tokens,
+                    cache_write_tokens=finished.cache_written_tokens,
+                ),
                 output_tokens=finished.new_tokens,
                 total_tokens=finished.prompt_tokens + finished.new_tokens,
             ),

@@ -288,7 +288,7 @@ async def responses(request: Request, generation: Generation) -> Response | Stre
         controls=output,
         client=client_of(request),
     )
-    chat, (results,) = await serve_chat(route.runner, ask)
+    chat, (results,), _ = await serve_chat(route.runner, ask)
     skeleton = _skeleton(data, chat, route.served)
     summary = bool(data.reasoning and data.reasoning.summary)
     builder = EventBuilder(skeleton, summary=summary)

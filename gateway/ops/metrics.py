@@ -125,6 +125,11 @@ class Metrics:
             "gateway_key_prompt_tokens", "Prompt tokens, by API key label and model",
             ["key", "model"], **labelled,
         )  # fmt: skip
+        self.key_cached_prompt_tokens = Counter(
+            "gateway_key_cached_prompt_tokens",
+            "Of the prompt tokens, those read from a cache tier (RAM or disk), by key and model",
+            ["key", "model"], **labelled,
+        )  # fmt: skip
         self.key_generated_tokens = Counter(
             "gateway_key_generated_tokens", "Tokens generated, by API key label and model",
             ["key", "model"], **labelled,
@@ -168,6 +173,9 @@ class Metrics:
                 recent.append((time.monotonic(), event.new_tokens, event.decode_s))
                 if key:
                     self.key_prompt_tokens.labels(key, model).inc(event.prompt_tokens)
+                    self.key_cached_prompt_tokens.labels(key, model).inc(
+                        event.reused_prefix_tokens
+                    )
                     self.key_generated_tokens.labels(key, model).inc(event.new_tokens)
             case LimitReached(key_label=label, limit=limit):
                 self.key_limited.labels(label, limit).inc()

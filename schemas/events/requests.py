@@ -40,6 +40,8 @@ class Generated(Event, tag="generated"):
     reused_ram_tokens: int = 0
     reused_disk_tokens: int = 0
     disk_load_s: float = 0.0  # time spent reading those blocks from disk
+    # Prompt tokens past the reused ones this request left in a tier for later requests.
+    cache_written_tokens: int = 0
     session_evicted: bool = False
     truncated_messages: int = 0  # oldest turns dropped to fit (context.overflow: truncate)
     images: int = 0  # images in the prompt (vision models)

@@ -156,18 +156,20 @@ class DiskKV:
         self.store.touch(keys[: len(blocks)])
         return DiskHit(cache, len(blocks) * BLOCK_TOKENS, time.perf_counter() - started)
 
-    def save(self, tokens: list[int], cache: list) -> None:
-        """Queue the whole blocks of a finished conversation's cache that are not on disk."""
+    def save(self, tokens: list[int], cache: list) -> int:
+        """Queue the whole blocks of a finished conversation's cache that are not on disk;
+        how many of its first tokens the disk then holds (queued blocks included)."""
         held = min(min(c.offset for c in cache), len(tokens))
         keys = self.keys(tokens, held // BLOCK_TOKENS)
         if not keys or held < self._shortest:
-            return
+            return 0
         self._block_bytes = block_bytes(cache)
         if not self.worth.disk_pays(len(keys) * BLOCK_TOKENS, len(keys) * self._block_bytes):
-            return  # it would never be read back: prefilling it again is sooner here
+            return 0  # it would never be read back: prefilling it again is sooner here
         have = self.store.present(keys)
         missing = {i: key for i, key in enumerate(keys) if i >= have}
         if missing and not self.store.room_for(len(missing) * self._block_bytes):
-            return  # the writer is behind or the disk is full: no copy out of MLX for nothing
+            return have * BLOCK_TOKENS  # the writer is behind or the disk is full: no copy
         blocks = to_host_all({key: block_of(cache, i) for i, key in missing.items()})
         self.store.save(keys, blocks, len(keys) * BLOCK_TOKENS)
+        return len(keys) * BLOCK_TOKENS

@@ -7,12 +7,22 @@ prompt, if that prefix is worth a copy (`reuse_min_tokens`, and half the prompt)
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import NamedTuple
 
 from engines.mlx.cache.disk import DiskHit, DiskKV
 from engines.mlx.cache.prefix import parked_prefix
 
 # The cache trie keys entries by model; one batch serves one model.
 CACHE_KEY = "model"
+
+
+class Parked(NamedTuple):
+    """What parking a conversation did: whether it evicted another one (None: nothing was
+    parked in RAM), and how many of its first tokens a later request can now read from a
+    tier (RAM or disk)."""
+
+    evicted: bool | None
+    kept: int
 
 
 class ParkedCaches:
@@ -69,9 +79,9 @@ class ParkedCaches:
             rest = prompt[-1:]
         return cache, rest
 
-    def park(self, tokens, cache, draft: tuple | None = None) -> bool | None:
+    def park(self, tokens, cache, draft: tuple | None = None) -> Parked:
         """Park a finished conversation's cache (and `draft`: its draft model's tokens fed
-        and cache); whether parking it evicted another one (None: nothing parked in RAM).
+        and cache) in RAM and on disk.
 
         LRUPromptCache lists its entries nowhere public, so this keeps its own list of
         them, in the cache's own order: re-parking moves an entry to the back, entries that
@@ -86,11 +96,10 @@ class ParkedCaches:
             if fed:
                 self.draft.insert_cache(CACHE_KEY, list(fed), draft_cache)
         if cache is None:
-            return None
-        if self.disk is not None:
-            self.disk.save(tokens, cache)
+            return Parked(None, 0)
+        on_disk = self.disk.save(tokens, cache) if self.disk is not None else 0
         if self.ram is None:
-            return None
+            return Parked(None, on_disk)
         import mlx.core as mx
 
         # A cache extracted from the batch is a lazy slice of the batch's whole KV buffer:
@@ -109,4 +118,6 @@ class ParkedCaches:
         while len(self._parked) > len(self.ram):
             self._parked.popitem(last=False)
             evicted = True
-        return evicted
+        # Bytes past the RAM limit can leave it unparked at once (len(ram) falls short).
+        in_ram = len(key) if key in self._parked else 0
+        return Parked(evicted, max(in_ram, on_disk))
