@@ -1,19 +1,29 @@
-"""Anthropic Messages wire formats. Lenient: fields we do not use (cache_control, metadata,
+"""Anthropic Messages wire formats. Lenient: fields we do not use (metadata,
 service_tier, ...) are ignored; numbers out of Anthropic's ranges fail naming the field."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from msgspec import Meta
+from msgspec import UNSET, Meta, UnsetType
 
 from schemas.wire import Wire
 
 # Content blocks, tagged by their `type`. Request and response share them.
 
 
+class CacheControl(Wire, kw_only=True):
+    """A cache breakpoint: the prompt up to this block is kept cached for `ttl`."""
+
+    type: Literal["ephemeral"]
+    ttl: Literal["5m", "1h"] = "5m"
+
+
 class Block(Wire, kw_only=True, tag_field="type"):
-    """A content block; its `type` picks the struct."""
+    """A content block; its `type` picks the struct. `cache_control` marks a breakpoint
+    on a request's block (never written on an answer's)."""
+
+    cache_control: CacheControl | UnsetType = UNSET
 
 
 class TextBlock(Block, kw_only=True, tag="text"):
@@ -74,6 +84,7 @@ class Tool(Wire, kw_only=True):
     description: str = ""
     input_schema: dict[str, Any] = {}
     strict: bool | None = None  # true: the call's input is decoded under `input_schema`
+    cache_control: CacheControl | UnsetType = UNSET
 
 
 class JsonOutputFormat(Wire, kw_only=True):

@@ -143,6 +143,14 @@ class Client(msgspec.Struct, frozen=True, kw_only=True):
 NO_CLIENT = Client()  # a request from no client in particular: priority 0, nothing counted
 
 
+class KeepMark(msgspec.Struct, frozen=True, kw_only=True):
+    """A prefix the client asked to keep cached (Anthropic's `cache_control`): the prompt
+    as far as its first `messages` messages go, kept `ttl_s` seconds past its last read."""
+
+    messages: int
+    ttl_s: float
+
+
 class ChatRequest(msgspec.Struct, frozen=True, kw_only=True):
     messages: list[Message]
     max_tokens: int
@@ -179,6 +187,7 @@ class ChatRequest(msgspec.Struct, frozen=True, kw_only=True):
     # logprobs.
     controls: OutputControls = OutputControls()
     client: Client = NO_CLIENT
+    keep: tuple[KeepMark, ...] = ()  # prefixes to keep cached (engines/mlx/cache/marked.py)
 
 
 class ChatAsk(msgspec.Struct, frozen=True, kw_only=True):
@@ -211,6 +220,7 @@ class ChatAsk(msgspec.Struct, frozen=True, kw_only=True):
     window: int | None = None
     controls: OutputControls = OutputControls()
     client: Client = NO_CLIENT
+    keep: tuple[KeepMark, ...] = ()
 
 
 def request_images(request: ChatRequest) -> list[ImagePart]:

@@ -104,6 +104,7 @@ class MLXBatch:
             engine.parked_draft_bytes,
             reuse_min_tokens(engine.platform.device),
             engine.disk,
+            config.id,
         )
         self._disk = engine.disk  # the disk tier under the parked caches (None: off)
         self._sequences: dict[int, tuple[Hashable, Sequence]] = {}
@@ -290,7 +291,7 @@ class MLXBatch:
         else:
             tokens, cache = parked()
             drafted = seq.drafter.parked if isinstance(seq.drafter, ModelDrafter) else None
-            stored = self._parking.park(tokens, cache, drafted)
+            stored = self._parking.park(tokens, cache, drafted, job.keep)
             if stored.evicted is not None:
                 seq.evicted = stored.evicted
             seq.kept(stored.kept)

@@ -208,7 +208,7 @@ class MLXEngine:
         on_disk = 0
         if self.disk is not None and run.completed and last is not None:
             self.disk.worth.prefilled(len(rest), len(rest) / max(last.prompt_tps, 1e-9))
-            on_disk = self.disk.save(tokens, extra["prompt_cache"])
+            on_disk = self.disk.save(tokens, extra["prompt_cache"], force=bool(job.keep))
         yield from run.end(
             len(job.prompt),
             new_tokens,

@@ -7,8 +7,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
+from msgspec.structs import replace
+
 from engines import timeline
 from engines.errors import BadRequest
+from engines.mlx.cache.prefix import shared_prefix
 from engines.mlx.detokenize import byte_detokenizer
 from engines.mlx.encode import TextEncoder
 from engines.mlx.grammar import Grammar
@@ -34,6 +37,8 @@ class Prepared(NamedTuple):
     # The request's logprobs: top alternatives per token (None: none asked), a token's bytes.
     logprobs: int | None = None
     piece: Callable[[int], bytes] | None = None
+    # Prefixes to keep cached (`cache_control`): (prompt tokens, seconds to live) each.
+    keep: tuple[tuple[int, float], ...] = ()
 
 
 class Preparer:
@@ -93,7 +98,27 @@ class Preparer:
             tuple(processors),
             top,
             piece,
+            self.marked(request, prompt),
         )
+
+    def marked(self, request: ChatRequest, prompt: list[int]) -> tuple[tuple[int, float], ...]:
+        """The prompt tokens each marked prefix covers: its messages rendered alone share
+        that many tokens with the whole prompt (0: it could not be rendered alone)."""
+        if not request.keep or request.raw_prompt is not None or request.prompt_ids is not None:
+            return ()
+        marks = []
+        for mark in request.keep:
+            tokens = len(prompt)
+            if mark.messages < len(request.messages):
+                alone = replace(request, messages=request.messages[: mark.messages])
+                try:
+                    text = render_chat(self._tokenizer, alone, template_messages, fold_system_turns)
+                    ids = self._text_encoder(text, add_special_tokens=False)
+                except Exception:  # a template that refuses the messages alone
+                    ids = []
+                tokens = shared_prefix(ids, prompt)
+            marks.append((min(tokens, len(prompt) - 1), mark.ttl_s))
+        return tuple(marks)
 
     def prompt_logprobs(self, request: ChatRequest, prompt: list[int]) -> Logprobs | None:
         """The prompt's own token logprobs, when the request asked for them (echo)."""

@@ -13,6 +13,8 @@ compiles output controls once, on a worker thread (a client's schema can take ti
 
 from __future__ import annotations
 
+from msgspec.structs import replace
+
 from engines.errors import BadRequest
 from engines.policy.guardrails import check_tools
 from engines.text.constrain import check_request
@@ -28,6 +30,7 @@ def build_chat_request(model: ModelConfig, ask: ChatAsk) -> ChatRequest:
     """The canonical request for `model`: request > model `sampling` > file `defaults` >
     built-in, the model's `system` prompt, the output cap and the model's policies."""
     messages, raw_prompt, controls = ask.messages, ask.raw_prompt, ask.controls
+    keep = ask.keep
     if not messages and raw_prompt is None:
         raise BadRequest("messages must hold at least one message")
     if (
@@ -36,6 +39,7 @@ def build_chat_request(model: ModelConfig, ask: ChatAsk) -> ChatRequest:
         and not any(m.role in ("system", "developer") for m in messages)
     ):
         messages = [Message(role="system", content=model.system), *messages]
+        keep = tuple(replace(k, messages=k.messages + 1) for k in keep)
     defaults = model.sampling
     wanted = ask.max_tokens or defaults.max_tokens or DEFAULT_MAX_TOKENS
     cap = model.guardrails.max_output_tokens
@@ -73,6 +77,7 @@ def build_chat_request(model: ModelConfig, ask: ChatAsk) -> ChatRequest:
         window=ask.window,
         controls=controls,
         client=ask.client,
+        keep=keep,
     )
     return request
 

@@ -49,7 +49,8 @@ def fit_messages(
 
     def shortened(drop: int) -> ChatRequest:
         kept = [*messages[:head], *messages[head + drop :]]
-        return replace(request, messages=kept, truncated_messages=drop)
+        # The marked prefixes are gone with the dropped turns: nothing to keep of them.
+        return replace(request, messages=kept, truncated_messages=drop, keep=())
 
     counts: dict[int, int] = {}
 

@@ -11,6 +11,7 @@ from msgspec.structs import replace
 
 from engines.chat import count_chat, serve_chat
 from engines.errors import BadRequest
+from gateway.anthropic.cache_marks import keep_marks
 from gateway.anthropic.models import resolve
 from gateway.anthropic.stream import (
     NO_SIGNATURE,
@@ -43,8 +44,9 @@ from schemas.canonical import (
 from schemas.config import ServerConfig
 
 
-def to_messages(data: wire.PromptRequest) -> list[Message]:
+def to_messages(data: wire.PromptRequest, starts: list[int] | None = None) -> list[Message]:
     """Anthropic's system and turns as canonical messages; tool results become `tool` turns.
+    `starts` gets where each turn begins among them, and where the last one ends.
 
     `role: "system"` turns inside `messages` join the system prompt, in order: Claude Code
     sends its environment that way, after the user's words, and a small local model reads
@@ -58,6 +60,8 @@ def to_messages(data: wire.PromptRequest) -> list[Message]:
         canonical.append(Message(role="system", content="\n\n".join(system)))
     names: dict[str, str] = {}  # tool_use id -> tool name, for the results that answer them
     for i, turn in enumerate(data.messages):
+        if starts is not None:
+            starts.append(len(canonical))
         if turn.role == "system":
             continue  # joined the system prompt above
         if isinstance(turn.content, str):
@@ -93,6 +97,8 @@ def to_messages(data: wire.PromptRequest) -> list[Message]:
             canonical.append(Message(role="assistant", content=_join(texts), tool_calls=calls))
         elif texts or not answered:
             canonical.append(_user(texts))
+    if starts is not None:
+        starts.append(len(canonical))
     return canonical
 
 
@@ -189,13 +195,20 @@ async def to_ask(data: wire.PromptRequest, server: ServerConfig) -> ChatAsk:
     reasoning = effort(data.thinking)
     if reasoning is None and data.output_config and data.output_config.effort:
         reasoning = BUDGET_EFFORTS_OF.get(data.output_config.effort, data.output_config.effort)
-    messages = to_messages(data)
+    starts: list[int] = []
+    messages = to_messages(data, starts)
+    keep = keep_marks(data, starts)
     try:
         messages = await resolve_images(messages, server)
     except BadRequest as refused:
         raise _could_not(refused) from None
     return ChatAsk(
-        messages=messages, tools=tools, reasoning=reasoning, controls=controls, **sampling
+        messages=messages,
+        tools=tools,
+        reasoning=reasoning,
+        controls=controls,
+        keep=keep,
+        **sampling,
     )
 
 

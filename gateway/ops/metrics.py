@@ -173,9 +173,7 @@ class Metrics:
                 recent.append((time.monotonic(), event.new_tokens, event.decode_s))
                 if key:
                     self.key_prompt_tokens.labels(key, model).inc(event.prompt_tokens)
-                    self.key_cached_prompt_tokens.labels(key, model).inc(
-                        event.reused_prefix_tokens
-                    )
+                    self.key_cached_prompt_tokens.labels(key, model).inc(event.reused_prefix_tokens)
                     self.key_generated_tokens.labels(key, model).inc(event.new_tokens)
             case LimitReached(key_label=label, limit=limit):
                 self.key_limited.labels(label, limit).inc()

@@ -13,6 +13,7 @@ from schemas.events.cache import (
     CacheRebuilt,
     CacheSaved,
     CacheUnwritable,
+    PrefixNotKept,
 )
 from schemas.events.models import (
     BatchFailed,
@@ -67,6 +68,7 @@ __all__ = [
     "CacheSaved",
     "CacheEvicted",
     "CacheCorrupt",
+    "PrefixNotKept",
     "CacheUnwritable",
     "CacheRatesIgnored",
     "ModelAttached",

@@ -56,3 +56,12 @@ class CacheRatesIgnored(Event, tag="cache_rates_ignored"):
     model: str
     path: str
     reason: str
+
+
+class PrefixNotKept(Event, tag="cache_prefix_not_kept"):
+    """A prefix a client marked to keep (`cache_control`) could not be kept in RAM: too
+    few session slots, past its share of the memory budget, a cache that cannot be cut."""
+
+    model: str
+    tokens: int  # the prompt tokens the mark covers (0: its messages could not be rendered)
+    reason: str

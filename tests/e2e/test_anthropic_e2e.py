@@ -21,7 +21,9 @@ def test_answers_the_capital_of_france(anthropic_client):
     assert reply.model == "smollm2"
 
 
-def test_streamed_text_equals_plain_and_count_tokens_equals_input_tokens(gateway, anthropic_client):
+def test_streamed_text_equals_plain_and_count_tokens_equals_the_prompts_usage(
+    gateway, anthropic_client
+):
     raw = anthropic_client.messages.with_raw_response.create(
         model="claude-smollm2", messages=QUESTION, extra_body=GREEDY, max_tokens=40
     )
@@ -36,12 +38,11 @@ def test_streamed_text_equals_plain_and_count_tokens_equals_input_tokens(gateway
     counted = anthropic_client.messages.count_tokens(
         model="smollm2", messages=QUESTION
     ).input_tokens
-    assert counted == plain.usage.input_tokens
+    usage = plain.usage  # the prompt: the rest, what went to a cache tier, what came from one
+    prompt = usage.input_tokens + usage.cache_creation_input_tokens + usage.cache_read_input_tokens
+    assert counted == prompt
     generated = gateway.wait_event("generated", request_id=raw.headers["x-request-id"])
-    assert (generated["prompt_tokens"], generated["new_tokens"]) == (
-        plain.usage.input_tokens,
-        plain.usage.output_tokens,
-    )
+    assert (generated["prompt_tokens"], generated["new_tokens"]) == (prompt, usage.output_tokens)
 
 
 def test_the_examples_run_against_the_gateway(gateway):

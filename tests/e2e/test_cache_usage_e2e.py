@@ -128,11 +128,13 @@ def test_responses_and_completions_report_the_real_cached_figure(gateway, openai
     assert warm.usage.prompt_tokens_details.cached_tokens > warm.usage.prompt_tokens / 2
 
 
-def test_ollama_keeps_its_fields_and_the_metrics_count_a_keys_cached_tokens(start_gateway):
+def test_ollama_keeps_its_fields_and_a_keys_cached_tokens_are_counted_apart_and_in_tpm(
+    start_gateway,
+):
     gateway = start_gateway(
         """
         server:
-          api_keys: [{key: "${CACHE_KEY}", label: reader}]
+          api_keys: [{key: "${CACHE_KEY}", label: reader, limits: {tpm: 1000000}}]
           admin_key: ${CACHE_ADMIN}
         models:
           - id: smollm2
@@ -155,11 +157,17 @@ def test_ollama_keeps_its_fields_and_the_metrics_count_a_keys_cached_tokens(star
         replies = [http.post("/api/chat", json=body) for _ in range(2)]
         admin = {"Authorization": "Bearer adm-cache-usage-5678"}
         metrics = http.get("/metrics", headers=admin).text
+        # Counted when the generation ended: the next request on the key sees what is left.
+        left = int(http.get("/v1/models").headers["x-ratelimit-remaining-tokens"])
     for reply in replies:
         assert reply.status_code == 200, reply.text
         assert "prompt_eval_count" in reply.json() and "cached" not in reply.text
+    cold = gateway.wait_event("generated", request_id=replies[0].headers["x-request-id"])
     warm = gateway.wait_event("generated", request_id=replies[1].headers["x-request-id"])
     assert warm["reused_prefix_tokens"] > warm["prompt_tokens"] / 2
+    # Cached tokens count in tpm as any prompt token (docs/prefix-cache.md, per key).
+    spent = sum(e["prompt_tokens"] + e["new_tokens"] for e in (cold, warm))
+    assert left == 1000000 - spent
     series = 'gateway_key_cached_prompt_tokens_total{key="reader",model="smollm2"} '
     counted = [float(s.removeprefix(series)) for s in metrics.splitlines() if s.startswith(series)]
     assert counted == [warm["reused_prefix_tokens"]]

@@ -156,15 +156,17 @@ class DiskKV:
         self.store.touch(keys[: len(blocks)])
         return DiskHit(cache, len(blocks) * BLOCK_TOKENS, time.perf_counter() - started)
 
-    def save(self, tokens: list[int], cache: list) -> int:
+    def save(self, tokens: list[int], cache: list, force: bool = False) -> int:
         """Queue the whole blocks of a finished conversation's cache that are not on disk;
-        how many of its first tokens the disk then holds (queued blocks included)."""
+        how many of its first tokens the disk then holds (queued blocks included). `force`:
+        even where reading them back would not pay (a client marked a prefix to keep)."""
         held = min(min(c.offset for c in cache), len(tokens))
         keys = self.keys(tokens, held // BLOCK_TOKENS)
         if not keys or held < self._shortest:
             return 0
         self._block_bytes = block_bytes(cache)
-        if not self.worth.disk_pays(len(keys) * BLOCK_TOKENS, len(keys) * self._block_bytes):
+        worth = self.worth.disk_pays(len(keys) * BLOCK_TOKENS, len(keys) * self._block_bytes)
+        if not (worth or force):
             return 0  # it would never be read back: prefilling it again is sooner here
         have = self.store.present(keys)
         missing = {i: key for i, key in enumerate(keys) if i >= have}

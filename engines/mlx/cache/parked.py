@@ -9,8 +9,11 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import NamedTuple
 
+from engines.log import emit
 from engines.mlx.cache.disk import DiskHit, DiskKV
+from engines.mlx.cache.marked import MarkedPrefixes
 from engines.mlx.cache.prefix import parked_prefix
+from schemas.events import PrefixNotKept
 
 # The cache trie keys entries by model; one batch serves one model.
 CACHE_KEY = "model"
@@ -33,10 +36,16 @@ class ParkedCaches:
         draft_max_bytes: int,
         reuse_min: int,
         disk: DiskKV | None,
+        model: str = "",
     ) -> None:
         from mlx_lm.models.cache import LRUPromptCache
 
         self.ram = LRUPromptCache(max_size=slots, max_bytes=max_bytes) if slots else None
+        # Marked prefixes (`cache_control`) take up to all slots but one, and half the bytes:
+        # what they hold the parked conversations do without.
+        self.marked = MarkedPrefixes(slots - 1, max_bytes // 2) if slots else None
+        self._slots, self._max_bytes = slots, max_bytes
+        self._model = model  # the model's id, for the events
         # The draft model's caches of the same sessions (`draft:`), parked and found alike.
         self.draft = (
             LRUPromptCache(max_size=slots, max_bytes=draft_max_bytes)
@@ -52,9 +61,13 @@ class ParkedCaches:
         """The cache sharing the longest prefix with `prompt` in RAM or on disk, the tokens
         left, and the `DiskHit` when the disk tier's was the longer (else None)."""
         cache, rest = self.nearest_in(prompt, self.ram)
+        shortest = max(self._reuse_min, len(prompt) // 2) - 1
+        if self.marked is not None and len(self.marked):
+            kept, left = self.marked.nearest(prompt, shortest + 1)
+            if kept is not None and len(left) < len(rest):
+                cache, rest = kept, left
         if self.disk is None:
             return cache, rest, None
-        shortest = max(self._reuse_min, len(prompt) // 2) - 1
         hit = self.disk.find(prompt, longer_than=max(len(prompt) - len(rest), shortest))
         if hit is None:
             return cache, rest, None
@@ -79,9 +92,10 @@ class ParkedCaches:
             rest = prompt[-1:]
         return cache, rest
 
-    def park(self, tokens, cache, draft: tuple | None = None) -> Parked:
+    def park(self, tokens, cache, draft: tuple | None = None, marks=()) -> Parked:
         """Park a finished conversation's cache (and `draft`: its draft model's tokens fed
-        and cache) in RAM and on disk.
+        and cache) in RAM and on disk; `marks` ((tokens, ttl seconds) each) are prefixes to
+        keep apart (`MarkedPrefixes`), and on disk even where a read would not pay.
 
         LRUPromptCache lists its entries nowhere public, so this keeps its own list of
         them, in the cache's own order: re-parking moves an entry to the back, entries that
@@ -96,9 +110,12 @@ class ParkedCaches:
             if fed:
                 self.draft.insert_cache(CACHE_KEY, list(fed), draft_cache)
         if cache is None:
+            self._not_kept([n for n, _ in marks], "the conversation left no cache")
             return Parked(None, 0)
-        on_disk = self.disk.save(tokens, cache) if self.disk is not None else 0
+        on_disk = self.disk.save(tokens, cache, force=bool(marks)) if self.disk is not None else 0
         if self.ram is None:
+            unkept = [n for n, _ in marks if n > on_disk]
+            self._not_kept(unkept, "prefix_reuse is off or session_slots is 0")
             return Parked(None, on_disk)
         import mlx.core as mx
 
@@ -120,4 +137,30 @@ class ParkedCaches:
             evicted = True
         # Bytes past the RAM limit can leave it unparked at once (len(ram) falls short).
         in_ram = len(key) if key in self._parked else 0
-        return Parked(evicted, max(in_ram, on_disk))
+        kept = self._keep(tokens, cache, marks)
+        return Parked(evicted or kept.evicted, max(in_ram, on_disk, kept.kept))
+
+    def _keep(self, tokens, cache, marks) -> Parked:
+        """Keep the marked prefixes; the parked conversations get what they leave."""
+        if not marks:
+            return Parked(False, 0)
+        longest = 0
+        for n, ttl_s in marks:
+            why = self.marked.keep(list(tokens[:n]), cache, ttl_s) if n else "not rendered alone"
+            if why is None:
+                longest = max(longest, n)
+            else:
+                self._not_kept([n], why)
+        ram = self.ram
+        ram.max_size = max(1, self._slots - len(self.marked))
+        ram.max_bytes = self._max_bytes - self.marked.nbytes
+        ram.trim_to(n_sequences=ram.max_size, n_bytes=ram.max_bytes)
+        evicted = False
+        while len(self._parked) > len(ram):
+            self._parked.popitem(last=False)
+            evicted = True
+        return Parked(evicted, longest)
+
+    def _not_kept(self, marks: list[int], why: str) -> None:
+        for tokens in marks:
+            emit(PrefixNotKept(model=self._model, tokens=tokens, reason=why))
