@@ -11,6 +11,7 @@ import numpy as np
 from mlx_lm.models.cache import KVCache, QuantizedKVCache
 
 from engines.cache import CacheDir
+from engines.mlx.cache.blocks import layout_of
 from engines.mlx.cache.disk import BLOCK_TOKENS, DiskKV
 from engines.vision.disk import APCDisk
 
@@ -42,12 +43,13 @@ def quantized_cache(tokens: int, bits: int) -> list:
 def test_a_quantized_cache_comes_back_from_disk_as_saved(tmp_path):
     where = CacheDir(tmp_path / "kv", 1 << 30)
     path, tokens = model_dir(tmp_path), list(range(3 * BLOCK_TOKENS + 5))
-    disk = DiskKV.open(where, "m", path, "float32|8|cpu", quantized=(64, 8))
     saved = quantized_cache(len(tokens), bits=8)
+    layout = layout_of(saved)
+    disk = DiskKV.open(where, "m", path, "float32|8|cpu", quantized=(64, 8), layout=layout)
     disk.save(tokens, saved)
     disk.close()  # waits for the writer
 
-    again = DiskKV.open(where, "m", path, "float32|8|cpu", quantized=(64, 8))
+    again = DiskKV.open(where, "m", path, "float32|8|cpu", quantized=(64, 8), layout=layout)
     hit = again.find(tokens, longer_than=0)
     assert hit is not None and hit.tokens == 3 * BLOCK_TOKENS
     for back, was in zip(hit.cache, saved, strict=True):
@@ -56,7 +58,8 @@ def test_a_quantized_cache_comes_back_from_disk_as_saved(tmp_path):
         for mine, theirs in zip([*back.keys, *back.values], [*was.keys, *was.values], strict=True):
             assert mx.array_equal(mine, theirs[..., : hit.tokens, :])
     # Another kv_bits is another salt: none of the 8-bit blocks.
-    other = DiskKV.open(where, "m", path, "float32|4|cpu", quantized=(64, 4))
+    four = layout_of(quantized_cache(1, bits=4))
+    other = DiskKV.open(where, "m", path, "float32|4|cpu", quantized=(64, 4), layout=four)
     assert other.find(tokens, longer_than=0) is None
     again.close()
     other.close()
