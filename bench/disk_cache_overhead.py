@@ -30,6 +30,7 @@ def main() -> None:
     load_before = os.getloadavg()
     sys.path.insert(0, str(REPO))  # this checkout's engines, not an installed copy's
     from engines.cache import CacheDir
+    from engines.mlx.cache.blocks import model_layout
     from engines.mlx.cache.disk import DiskKV
     from engines.mlx.platform import detect, reexec_with_openblas
     from engines.sources.resolve import resolve_source
@@ -49,7 +50,9 @@ def main() -> None:
     mx.eval(model(mx.array([[1, 2, 3, 4]]), cache=warm))
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-kv-") as folder:
-        disk = DiskKV.open(CacheDir(Path(folder), 1 << 40), "bench", path, "float32|None|cpu")
+        layout = model_layout(model)
+        where = CacheDir(Path(folder), 1 << 40)
+        disk = DiskKV.open(where, "bench", path, "float32|None|cpu", layout=layout)
         for n in args.tokens:
             lookups, copies, prefills = [], [], []
             for r in range(args.repeats):
@@ -67,7 +70,7 @@ def main() -> None:
                 disk.save(prompt, cache)  # the model thread's part: copy out, queue
                 copies.append(time.perf_counter() - started)
                 disk.store.close()  # the writes, off the clock
-                disk = DiskKV.open(CacheDir(Path(folder), 1 << 40), "bench", path, f"r{r}")
+                disk = DiskKV.open(where, "bench", path, f"r{r}", layout=layout)
             share = (median(lookups) + median(copies)) / median(prefills)
             rows.append(
                 [n, fmt(median(prefills)), fmt(median(lookups) * 1000, 3),

@@ -91,12 +91,15 @@ def check(path: Path) -> int:
     """Exit 0 with a line per model when valid; exit 1 with every error otherwise.
 
     The same validation a reload applies, model sources included: a file `check` passes is
-    one a reload takes. Then the stored Responses' database: one that exists must open,
-    pass SQLite's quick check and be writable (nothing is created).
+    one a reload takes. Then the state_dir's databases (the stored Responses', the ops
+    page's history): one that exists must open, pass SQLite's quick check and be writable
+    (nothing is created). A warning on stderr for each file of state_dir or the KV cache
+    that other users may read.
     """
     from gateway.control.config import summarize, validate_config
-    from gateway.control.state import cache_summary
-    from gateway.openai.response_store import store_problem
+    from gateway.control.state import cache_summary, database_problem, open_files
+    from gateway.openai.response_store import store_path
+    from gateway.ops.activity.store import activity_path
 
     try:
         config = validate_config(path)
@@ -104,12 +107,19 @@ def check(path: Path) -> int:
         for error in invalid.errors:
             print(error, file=sys.stderr)
         return 1
-    if problem := store_problem(config.server, path.resolve().parent):
-        print(f"server.state_dir: {problem}", file=sys.stderr)
+    base_dir = path.resolve().parent
+    responses = store_path(config.server, base_dir)
+    # A history that cannot be opened is kept in memory: said at start, and here before.
+    problems = [database_problem(p) for p in (responses, activity_path(responses))]
+    if problems := [p for p in problems if p]:
+        for problem in problems:
+            print(f"server.state_dir: {problem}", file=sys.stderr)
         return 1
     for line in summarize(config):
         print(line)
-    print(cache_summary(config.server, path.resolve().parent))
+    print(cache_summary(config.server, base_dir))
+    for warning in open_files(config.server, base_dir):
+        print(f"warning: {warning}", file=sys.stderr)
     return 0
 
 

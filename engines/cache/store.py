@@ -6,6 +6,11 @@ agree on anything: a rename is atomic, a block evicted by one is a miss for the 
 The least recently used blocks go first when the directory passes `max_bytes`; a block's
 mtime is its last use, and a chain is touched tail-first so that its tail is older than its
 head: eviction shortens chains from the end rather than cutting their first block.
+
+Whoever else can write the directory must not turn it against the disk around it: a shard
+is opened as a directory with O_NOFOLLOW and every file is reached through it, so listing,
+reading, touching and deleting never follow a symbolic link out of the cache; only regular
+files are counted, read or evicted. The directories are made 0700 and the blocks 0600.
 """
 
 from __future__ import annotations
@@ -14,16 +19,25 @@ import contextlib
 import contextvars
 import os
 import queue
+import stat
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
 
 from engines.cache import CacheDir
-from engines.cache.blockfile import TEMPORARY, CorruptBlock, read_block, write_block
+from engines.cache.blockfile import (
+    TEMPORARY,
+    CorruptBlock,
+    Layout,
+    max_file_bytes,
+    read_block,
+    write_block,
+)
 from engines.log import emit
+from engines.private_files import DIR_MODE, private_dir
 from schemas.events import CacheCorrupt, CacheEvicted, CacheSaved, CacheUnwritable
 
 SUFFIX = ".safetensors"
@@ -45,39 +59,75 @@ def block_path(root: Path, key: str) -> Path:
 def disk_usage(root: Path) -> tuple[int, int]:
     """(blocks, bytes) in the directory, temporary files included in the bytes."""
     blocks = size = 0
-    for path, stat in _entries(root):
-        size += stat.st_size
-        blocks += path.name.endswith(SUFFIX)
+    for _, name, found in _entries(root):
+        size += found.st_size
+        blocks += name.endswith(SUFFIX)
     return blocks, size
 
 
-def _entries(root: Path) -> Iterable[tuple[Path, os.stat_result]]:
+@contextlib.contextmanager
+def _shard(root: Path, name: str, create: bool = False) -> Iterator[int]:
+    """A descriptor of the shard directory `name` under `root`, opened only if it is a
+    directory there and not a link to one elsewhere (OSError otherwise); made 0700 when
+    `create`."""
+    if create:
+        private_dir(root)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(root / name, DIR_MODE)
+    fd = os.open(root / name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        shards = list(os.scandir(root))
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _entries(root: Path) -> Iterable[tuple[str, str, os.stat_result]]:
+    """(shard, file name, stat) of every regular file in the shards, links not followed."""
+    try:
+        shards = [e.name for e in os.scandir(root) if e.is_dir(follow_symlinks=False)]
     except FileNotFoundError:
         return
     for shard in shards:
-        if not shard.is_dir():
-            continue
         try:
-            files = list(os.scandir(shard.path))
-        except FileNotFoundError:
+            with _shard(root, shard) as fd:
+                names = os.listdir(fd)
+                for name in names:
+                    try:
+                        found = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                    except FileNotFoundError:  # removed meanwhile (another gateway's eviction)
+                        continue
+                    if stat.S_ISREG(found.st_mode):
+                        yield shard, name, found
+        except OSError:  # gone meanwhile, or replaced by a link: not ours to walk
             continue
-        for entry in files:
-            try:
-                yield Path(entry.path), entry.stat()
-            except FileNotFoundError:  # removed meanwhile (another gateway's eviction)
-                continue
+
+
+def _remove(root: Path, shard: str, name: str) -> None:
+    """Delete a file of a shard, the shard reached without following links."""
+    with contextlib.suppress(OSError), _shard(root, shard) as fd:
+        os.unlink(name, dir_fd=fd)
 
 
 class BlockStore:
     """One model's door to the directory; reads on the caller's thread, writes on its own."""
 
     def __init__(
-        self, where: CacheDir, model: str, written: Callable[[int, float], None] | None = None
+        self,
+        where: CacheDir,
+        model: str,
+        written: Callable[[int, float], None] | None = None,
+        layout: Layout | None = None,
+        max_block_bytes: int | None = None,
     ) -> None:
-        """`written(bytes, seconds)` hears of each save's writes, on the writer's thread."""
+        """`written(bytes, seconds)` hears of each save's writes, on the writer's thread;
+        `layout`, the tensors a block of this model holds: a block read must be exactly
+        that; `max_block_bytes`, the largest file read as a block (from `layout` if not
+        given)."""
         self.root = where.path
+        self._layout = layout
+        if max_block_bytes is None and layout is not None:
+            max_block_bytes = max_file_bytes(layout)
+        self._max_block_bytes = max_block_bytes
         self._written = written
         self.max_bytes = where.max_bytes
         self._model = model
@@ -97,31 +147,39 @@ class BlockStore:
     def present(self, keys: list[str]) -> int:
         """How many of `keys`, from the first, are on disk."""
         for count, key in enumerate(keys):
-            if not block_path(self.root, key).is_file():
+            try:
+                with _shard(self.root, key[:2]) as fd:
+                    found = os.stat(f"{key}{SUFFIX}", dir_fd=fd, follow_symlinks=False)
+            except OSError:
+                return count
+            if not stat.S_ISREG(found.st_mode):
                 return count
         return len(keys)
 
     def read(self, key: str) -> Tensors | None:
         """The block's tensors; None if it is gone or damaged (then removed and reported)."""
-        path = block_path(self.root, key)
+        name = f"{key}{SUFFIX}"
         try:
-            return read_block(path)
-        except FileNotFoundError:
+            with _shard(self.root, key[:2]) as fd:
+                try:
+                    return read_block(name, self._layout, self._max_block_bytes, dir_fd=fd)
+                except CorruptBlock as error:
+                    with contextlib.suppress(OSError):  # a link goes, never where it points
+                        os.unlink(name, dir_fd=fd)
+                    reason = str(error)
+        except OSError:  # gone (a miss), or a shard that is not a directory of ours
             return None
-        except CorruptBlock as error:
-            path.unlink(missing_ok=True)
-            emit(CacheCorrupt(model=self._model, block=key, reason=str(error)), level="warning")
-            return None
-        except OSError:
-            return None
+        emit(CacheCorrupt(model=self._model, block=key, reason=reason), level="warning")
+        return None
 
     def touch(self, keys: list[str]) -> None:
         """Mark a chain used now, its head the most recent (see the module's docstring)."""
         now = time.time()
         for depth, key in enumerate(keys):
             stamp = now - depth * 1e-3
-            with contextlib.suppress(OSError):
-                os.utime(block_path(self.root, key), (stamp, stamp))
+            with contextlib.suppress(OSError), _shard(self.root, key[:2]) as fd:
+                name = f"{key}{SUFFIX}"
+                os.utime(name, (stamp, stamp), dir_fd=fd, follow_symlinks=False)
 
     def save(self, chain: list[str], blocks: dict[str, Tensors], tokens: int) -> None:
         """Write `blocks` (key → tensors, the ones of `chain` not on disk) off this thread,
@@ -161,11 +219,10 @@ class BlockStore:
         written = size = 0
         try:
             for key, tensors in blocks.items():
-                path = block_path(self.root, key)
-                if path.is_file():  # another gateway wrote it meanwhile: the same bytes
+                if self.present([key]):  # another gateway wrote it meanwhile: the same bytes
                     continue
-                path.parent.mkdir(parents=True, exist_ok=True)
-                size += write_block(path, tensors)
+                with _shard(self.root, key[:2], create=True) as fd:
+                    size += write_block(Path(f"{key}{SUFFIX}"), tensors, dir_fd=fd)
                 written += 1
         except OSError as error:
             self._writable = False
@@ -197,20 +254,20 @@ class BlockStore:
         the directory's bytes after."""
         now = time.time()
         entries, total = [], 0
-        for path, stat in _entries(self.root):
-            if path.name.endswith(TEMPORARY) and now - stat.st_mtime > STALE_TEMPORARY_S:
-                path.unlink(missing_ok=True)
+        for shard, name, found in _entries(self.root):
+            if name.endswith(TEMPORARY) and now - found.st_mtime > STALE_TEMPORARY_S:
+                _remove(self.root, shard, name)
                 continue
-            total += stat.st_size
-            if path.name.endswith(SUFFIX):
-                entries.append((stat.st_mtime, stat.st_size, path))
+            total += found.st_size
+            if name.endswith(SUFFIX):
+                entries.append((found.st_mtime, found.st_size, shard, name))
         if total <= self.max_bytes:
             return total
         removed = freed = 0
-        for _, size, path in sorted(entries):
+        for _, size, shard, name in sorted(entries):
             if total - freed <= self.max_bytes:
                 break
-            path.unlink(missing_ok=True)
+            _remove(self.root, shard, name)
             removed += 1
             freed += size
         emit(CacheEvicted(model=self._model, blocks=removed, bytes=freed, dir_bytes=total - freed))

@@ -12,6 +12,7 @@ from engines.batch import Batch, SerialBatch
 from engines.cache import CacheDir
 from engines.llm.loading import decoding_detail, load_text
 from engines.llm.prepared import Prepared, Preparer
+from engines.mlx.cache.blocks import model_layout
 from engines.mlx.cache.disk import BLOCK_TOKENS, DiskKV, cacheable, min_tokens, why_off
 from engines.mlx.cache.prefix import reuse_min_tokens
 from engines.mlx.facts import source_chat_template
@@ -246,7 +247,13 @@ class MLXEngine:
         quantized = (KV_GROUP_SIZE, config.kv_bits) if config.kv_bits else None
         meaning = f"{held}|{config.kv_bits}|{device}"
         disk = DiskKV.open(
-            self._disk_dir, config.id, path, meaning, shortest=shortest, quantized=quantized
+            self._disk_dir,
+            config.id,
+            path,
+            meaning,
+            shortest=shortest,
+            quantized=quantized,
+            layout=model_layout(model, quantized),
         )
         where = f"{self._disk_dir.path} (blocks of {BLOCK_TOKENS} tokens"
         if config.kv_bits:  # single stream: no parked caches in RAM, each request reads

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from engines.cache import CacheDir
+from engines.cache.blockfile import MAX_HEADER_BYTES
 from engines.cache.store import BlockStore
 from engines.mlx.cache.blocks import joined, to_host_all
 from engines.mlx.cache.salt import salt_of
@@ -42,11 +43,17 @@ class APCDisk:
         *,
         block_tokens: int,
         shortest: int,
+        kv_bytes_per_token: int | None = None,
     ) -> None:
-        """`block_tokens`: APC's block size; `shortest`: prompts shorter are not saved."""
+        """`block_tokens`: APC's block size; `shortest`: prompts shorter are not saved;
+        `kv_bytes_per_token`: the model's estimate, which bounds the files read as blocks."""
         self.worth = Worth()
         self.block_tokens = block_tokens
-        self.store = BlockStore(where, model_id, self.worth.moved)
+        largest = None
+        if kv_bytes_per_token:  # twice the estimate: its element size is the weights'
+            largest = 2 * kv_bytes_per_token * block_tokens + 8 * (block_tokens + 1)
+            largest += 8 + MAX_HEADER_BYTES
+        self.store = BlockStore(where, model_id, self.worth.moved, max_block_bytes=largest)
         self._salt = salt_of(path, meaning)
         self._shortest = shortest
         self._block_bytes = 0  # one block's bytes, once a block was seen
@@ -97,13 +104,16 @@ class APCDisk:
         nbytes = sum(a.nbytes for tensors in blocks for _, a in tensors.values())
         self._block_bytes = nbytes // len(blocks)
         layers = (len(blocks[0]) - 1) // 2
-        keys = [joined(blocks, f"{layer}.keys") for layer in range(layers)]
-        values = [joined(blocks, f"{layer}.values") for layer in range(layers)]
-        mx.eval(keys + values)
-        metadata = []
-        for tensors in blocks:
-            *ids, extra = tensors[TOKENS][1].tolist()
-            metadata.append({"token_ids": ",".join(map(str, ids)), "extra_hash": str(extra)})
+        try:  # blocks that checked out but do not fit together: prefilled
+            keys = [joined(blocks, f"{layer}.keys") for layer in range(layers)]
+            values = [joined(blocks, f"{layer}.values") for layer in range(layers)]
+            mx.eval(keys + values)
+            metadata = []
+            for tensors in blocks:
+                *ids, extra = tensors[TOKENS][1].tolist()
+                metadata.append({"token_ids": ",".join(map(str, ids)), "extra_hash": str(extra)})
+        except (KeyError, ValueError, TypeError):
+            return None
         seconds = time.perf_counter() - started
         self.worth.moved(nbytes, seconds)
         self.store.touch([self._key(h) for h in block_hashes])

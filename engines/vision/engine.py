@@ -136,7 +136,7 @@ class VisionEngine:
             self._inputs.plan = plan
         self._tool_format = load_tool_format(self._config.tool_parser or DEFAULT_TOOL_PARSER)
         self._think = thinking_markers(self._tokenizer)
-        self.disk, disk_detail = self._open_disk(model, path)
+        self.disk, disk_detail = self._open_disk(model, path, per_token)
         return LoadInfo(
             memory_bytes=weights + per_token * context * sequences + plan.reserved,
             context=context,
@@ -152,7 +152,7 @@ class VisionEngine:
             },
         )
 
-    def _open_disk(self, model, path: Path) -> tuple[APCDisk | None, str]:
+    def _open_disk(self, model, path: Path, per_token: int) -> tuple[APCDisk | None, str]:
         """The disk tier under mlx-vlm's block cache, or None; and what `model_attached`
         says of it."""
         from mlx_vlm.apc import model_apc_mode
@@ -175,6 +175,7 @@ class VisionEngine:
             meaning,
             block_tokens=APC_BLOCK_TOKENS,
             shortest=shortest,
+            kv_bytes_per_token=per_token,
         )
         where = f"{self._disk_dir.path} (blocks of {APC_BLOCK_TOKENS} tokens, keyed by image"
         return disk, f"{where}, prompts of {shortest} tokens or more)"

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sqlite3
 import threading
 import time
@@ -26,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from engines.errors import StoreUnavailable
-from gateway.control.state import state_dir
+from engines.private_files import private_dir, private_file
+from gateway.control.state import probe_writable, state_dir
 from schemas.config import ServerConfig, seconds, size_bytes
 
 BUSY_TIMEOUT = 5.0  # seconds a write waits for another connection's (another process's)
@@ -58,40 +58,6 @@ def store_path(server: ServerConfig, base_dir: Path) -> Path | None:
     return state_dir(server, base_dir) / "responses.sqlite3"
 
 
-def store_problem(server: ServerConfig, base_dir: Path) -> str | None:
-    """What `gateway check` reports: why the store could not be used, creating nothing."""
-    path = store_path(server, base_dir)
-    if path is None:
-        return None
-    if not path.exists():
-        ancestor = next(p for p in path.parents if p.exists())
-        if not os.access(ancestor, os.W_OK | os.X_OK):
-            return f"{path}: cannot be created ({ancestor} is not writable)"
-        return None
-    try:
-        db = sqlite3.connect(f"{path.as_uri()}?mode=rw", uri=True)
-    except sqlite3.Error as error:
-        return f"{path}: {error}"
-    try:
-        _probe(db)
-        (result,) = db.execute("PRAGMA quick_check").fetchone()
-        return None if result == "ok" else f"{path}: {result}"
-    except sqlite3.Error as error:
-        return f"{path}: {error}"
-    finally:
-        db.close()
-
-
-def _probe(db: sqlite3.Connection) -> None:
-    """Raise unless `db` can be written now: a write to the header, rolled back."""
-    (version,) = db.execute("PRAGMA user_version").fetchone()
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        db.execute(f"PRAGMA user_version = {int(version)}")
-    finally:
-        db.execute("ROLLBACK")
-
-
 class ResponseStore:
     """The stored responses of one gateway process.
 
@@ -112,16 +78,15 @@ class ResponseStore:
             self.problem = f"{self.path}: {getattr(error, 'strerror', None) or error}"
             return
         try:
-            _probe(self._db)
+            probe_writable(self._db)
         except sqlite3.Error as error:  # readable, not writable: reads still work
             self.problem = f"{self.path}: {error}"
 
     def _open(self, path: Path | None) -> sqlite3.Connection:
         if path is not None:
             # Private: the stored conversations are the users' own words.
-            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            if not path.exists():  # created 0600; SQLite's -wal and -shm files copy it
-                os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+            private_dir(path.parent)
+            private_file(path)  # SQLite's -wal and -shm files copy its mode
         db = sqlite3.connect(
             self.path, check_same_thread=False, isolation_level=None, timeout=BUSY_TIMEOUT
         )
@@ -158,7 +123,7 @@ class ResponseStore:
         """Raise `StoreUnavailable` unless a save could be written now: asked before
         generating, so that an answer that could not be stored is never computed."""
         with self._using() as db:
-            _probe(db)
+            probe_writable(db)
 
     def save(
         self,

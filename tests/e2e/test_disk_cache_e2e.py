@@ -199,6 +199,66 @@ def test_a_damaged_block_is_detected_removed_and_prefilled(gateways, tmp_path, r
     assert last_generated(gateway)["reused_disk_tokens"] >= FROM_DISK
 
 
+def _halved_heads(tensors: dict) -> dict:
+    return {n: (d, a[..., : a.shape[-1] // 2]) for n, (d, a) in tensors.items()}
+
+
+def _fewer_tokens(tensors: dict) -> dict:
+    return {n: (d, a[..., :32, :]) for n, (d, a) in tensors.items()}
+
+
+def _a_layer_missing(tensors: dict) -> dict:
+    last = max(int(name.split(".")[0]) for name in tensors)
+    return {n: t for n, t in tensors.items() if not n.startswith(f"{last}.")}
+
+
+def _nested_header(path: Path) -> None:
+    header = b'{"0.keys":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    path.write_bytes(len(header).to_bytes(8, "little") + header)
+
+
+def test_blocks_crafted_with_a_valid_crc_are_refused_and_the_prompt_prefilled(
+    gateways, tmp_path, reference
+):
+    """Whoever can write the directory can write blocks whose CRC holds: a block that is
+    not this model's (its shapes, layers, tokens) or not parseable is removed, reported,
+    and the prompt is prefilled: the cold answer, never a 500 or another answer."""
+    from engines.cache.blockfile import write_block
+
+    cache = tmp_path / "kv"
+    gateway = gateways.start(config(cache))
+    converse(gateway, "cached")
+    gateway.wait_event("cache_saved", timeout=30, model="cached")
+    unload(gateway)
+    # The chain, head first (touched head first: the newest is the prompt's first block).
+    chain = sorted(blocks_in(cache), key=lambda p: p.stat().st_mtime, reverse=True)
+    genuine = {path: read_block(path) for path in chain}
+    crafts = [
+        (_halved_heads, "not this model's"),
+        (_fewer_tokens, "not this model's"),
+        (_a_layer_missing, "missing"),
+        (None, "unreadable"),
+    ]
+    for count, (craft, reason) in enumerate(crafts, start=1):
+        if craft is None:
+            _nested_header(chain[0])
+        else:
+            for path, tensors in genuine.items():  # every block: they fit one another
+                write_block(path, craft(tensors))
+        assert converse(gateway, "cached") == reference["main"][:1], craft
+        corrupt = gateway.wait_events("cache_corrupt", count, model="cached")[-1]
+        assert corrupt["block"] == chain[0].stem and reason in corrupt["reason"], corrupt
+        assert last_generated(gateway)["reused_prefix_tokens"] == 0
+        unload(gateway)  # the head was written again when that answer was parked
+    assert not gateway.events("batch_failed")
+    # The model's own blocks are read as before.
+    for path, tensors in genuine.items():
+        write_block(path, tensors)
+    assert converse(gateway, "cached") == reference["main"][:1]
+    assert last_generated(gateway)["reused_disk_tokens"] >= FROM_DISK
+    assert len(gateway.events("cache_corrupt")) == len(crafts)
+
+
 def test_the_directory_stays_under_its_budget_least_recently_used_first(
     gateways, tmp_path, reference
 ):

@@ -3,7 +3,9 @@
 Block i of a prompt holds every layer's keys and values for tokens [i·B, (i+1)·B). This
 module slices a cache into blocks (`block_of`, `block_bytes`), copies them out of MLX into
 numpy as safetensors dtypes (`to_host_all`) and joins blocks back into a cache
-(`joined`, `cache_of`), for `KVCache` and `QuantizedKVCache` layers alike.
+(`joined`, `cache_of`), for `KVCache` and `QuantizedKVCache` layers alike. What a block of
+a model must hold (`model_layout`: every tensor's name, dtype and shape) is asked of the
+model itself, so that a block read from disk is checked against it before any use.
 """
 
 from __future__ import annotations
@@ -26,6 +28,32 @@ def block_bytes(cache: list) -> int:
             per_token = array.nbytes // array.shape[-2]  # (batch, heads, tokens, dims)
             total += per_token * BLOCK_TOKENS
     return total
+
+
+def layout_of(cache: list) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """What one block of `cache` (a cache holding a token or more) holds: each tensor's
+    safetensors dtype and shape, `BLOCK_TOKENS` on the token axis."""
+    layout = {}
+    for layer, c in enumerate(cache):
+        for name, array in layer_arrays(c):
+            dtype = DTYPE_NAMES[str(array.dtype).removeprefix("mlx.core.")]
+            *outer, _, inner = array.shape  # (batch, heads, tokens, dims)
+            layout[f"{layer}.{name}"] = (dtype, (*outer, BLOCK_TOKENS, inner))
+    return layout
+
+
+def model_layout(model, quantized: tuple[int, int] | None = None) -> dict:
+    """`layout_of` the cache `model` makes, learnt by reading one token with it (on the
+    model's thread: at load); `quantized`: (group size, bits) of a `QuantizedKVCache`."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import make_prompt_cache
+
+    cache = make_prompt_cache(model)
+    mx.eval(model(mx.array([[0]]), cache=cache))
+    if quantized:
+        group_size, bits = quantized
+        cache = [c.to_quantized(group_size=group_size, bits=bits) for c in cache]
+    return layout_of(cache)
 
 
 def block_of(cache: list, index: int) -> dict:

@@ -22,6 +22,7 @@ from typing import NamedTuple
 import numpy as np
 
 from engines.cache import CacheDir
+from engines.cache.blockfile import Layout
 from engines.cache.store import BlockStore
 from engines.mlx.cache.blocks import BLOCK_TOKENS, block_bytes, block_of, cache_of, to_host_all
 from engines.mlx.cache.rates import rates_path, read_rates, write_rates
@@ -101,11 +102,14 @@ class DiskKV:
         meaning: str,
         shortest: int = BLOCK_TOKENS,
         quantized: tuple[int, int] | None = None,
+        *,
+        layout: Layout,
     ) -> DiskKV:
         """`meaning`: how the cache is computed beyond the files (dtype, kv_bits, device);
-        `quantized`: (group size, bits) of a `QuantizedKVCache`'s blocks, None for `KVCache`."""
+        `quantized`: (group size, bits) of a `QuantizedKVCache`'s blocks, None for `KVCache`;
+        `layout`: what each block of this model holds (`model_layout`), the only blocks read."""
         worth = Worth()
-        store = BlockStore(where, model_id, worth.moved)
+        store = BlockStore(where, model_id, worth.moved, layout=layout)
         return cls(store, salt_of(path, meaning), shortest, worth, model_id, quantized)
 
     def close(self) -> None:
@@ -138,7 +142,9 @@ class DiskKV:
             return None  # prefilling them is sooner on this machine
         started = time.perf_counter()
         blocks = []
-        for key in keys:  # a damaged or vanished block ends the prefix there
+        # A damaged, crafted or vanished block ends the prefix there: the store reads only
+        # blocks of this model's layout, so the ones kept fit together.
+        for key in keys:
             tensors = self.store.read(key)
             if tensors is None:
                 break

@@ -17,9 +17,11 @@ import os
 from pathlib import Path
 
 from engines.log import emit
+from engines.private_files import NO_FOLLOW, create_private
 from schemas.events import CacheRatesIgnored
 
 PREFIX = "rates-"  # at the top of the directory: the blocks' shard folders never hold it
+MAX_BYTES = 4096  # three numbers and a model's name; a larger file is not ours
 
 
 def rates_path(root: Path, salt: bytes) -> Path:
@@ -30,10 +32,12 @@ def read_rates(path: Path, model: str) -> dict[str, float] | None:
     """`{prefill_tps, disk_bps, block_bytes}` as last written, or None: no file yet, or one
     ignored (reported) because it is not what `write_rates` writes."""
     try:
-        data = json.loads(path.read_bytes())
+        # Where it is (never through a link), and no more of it than such a file holds.
+        with open(os.open(path, os.O_RDONLY | NO_FOLLOW), "rb") as file:
+            data = json.loads(file.read(MAX_BYTES + 1))  # cut short: not JSON
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, RecursionError) as error:
         return _ignored(path, model, f"unreadable: {type(error).__name__}")
     if not isinstance(data, dict):
         return _ignored(path, model, "not a JSON object")
@@ -54,7 +58,8 @@ def write_rates(path: Path, model: str, rates: dict[str, float]) -> None:
     A failure (disk full, read-only) is not reported here: the blocks' writer reports it."""
     temporary = path.with_name(f"{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     try:
-        temporary.write_text(json.dumps({"model": model, **rates}))
+        with open(create_private(temporary), "w") as out:  # 0600, as the blocks
+            out.write(json.dumps({"model": model, **rates}))
         os.replace(temporary, path)
     except OSError:
         temporary.unlink(missing_ok=True)

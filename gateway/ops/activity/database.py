@@ -3,6 +3,8 @@ writer share under one lock.
 
 `activity.sqlite3` under `server.state_dir` (in memory with `state_dir: null`), in WAL
 mode so gateways sharing a state_dir share the file: a write waits for another's lock.
+Private (0600 in a 0700 directory, its -wal and -shm as the file): it holds the requests'
+captured bodies.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from engines.private_files import private_dir, private_file
 from gateway.ops.activity.rows import COLUMNS
 
 SCHEMA = f"""
@@ -58,7 +61,8 @@ class ActivityDB:
 
 def _open(path: Path | None) -> sqlite3.Connection:
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)
+        private_file(path)  # SQLite's -wal and -shm files copy its mode
     # Gateways sharing a state_dir share the file: a write waits for another's lock.
     db = sqlite3.connect(path or ":memory:", check_same_thread=False, timeout=BUSY_TIMEOUT)
     db.row_factory = sqlite3.Row

@@ -3,7 +3,9 @@ keeps to its budget and a write that cannot happen turns the tier off for that m
 
 from __future__ import annotations
 
+import contextvars
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -137,3 +139,136 @@ def test_the_disk_is_used_where_it_is_sooner_than_the_prefill_it_replaces():
     # Short blocks of prefill teach nothing (a one-token tail is all launch overhead).
     fast.prefilled(1, 1e-6)
     assert fast.prefill_tps == 31_500 / 2.6
+
+
+# -- a directory others could write: crafted blocks, links, files that are not blocks ---
+
+LAYOUT = {"0.keys": ("F32", (1, 2, 8, 4)), "0.values": ("BF16", (1, 2, 8, 4))}
+
+
+def crafted(path, damage) -> None:
+    """Write `tensors(9)` changed by `damage` as a block whose CRC holds."""
+    write_block(path, damage(tensors(9)))
+
+
+@pytest.mark.parametrize(
+    "damage, reason",
+    [
+        (lambda t: {n: (d, a[..., :2]) for n, (d, a) in t.items()}, "not this model's F32"),
+        (lambda t: {n: (d, a[..., :4, :]) for n, (d, a) in t.items()}, r"\[1, 2, 4, 4\]"),
+        (lambda t: {"0.keys": t["0.keys"]}, "missing"),
+        (lambda t: t | {"1.keys": t["0.keys"]}, "extra"),
+        (lambda t: t | {"0.keys": ("F16", t["0.keys"][1].astype(np.float16))}, "F16"),
+    ],
+    ids=["half the head dimension", "fewer tokens", "a layer missing", "a layer more", "dtype"],
+)
+def test_a_block_whose_crc_holds_but_is_not_the_models_is_refused(tmp_path, damage, reason):
+    path = tmp_path / "b.safetensors"
+    crafted(path, damage)
+    assert read_block(path)  # whole and checksummed: only the model's layout refuses it
+    with pytest.raises(CorruptBlock, match=reason):
+        read_block(path, LAYOUT)
+    crafted(path, lambda t: t)
+    assert read_block(path, LAYOUT).keys() == LAYOUT.keys()
+
+
+def header_block(path, header: bytes) -> None:
+    path.write_bytes(len(header).to_bytes(8, "little") + header + b"\0" * 64)
+
+
+def test_a_deeply_nested_or_huge_header_is_corrupt_not_a_crash(tmp_path):
+    path = tmp_path / "b.safetensors"
+    depth = 100_000
+    header_block(path, b'{"0.keys":' + b"[" * depth + b"]" * depth + b"}")
+    with pytest.raises(CorruptBlock, match="unreadable"):
+        read_block(path)
+    path.write_bytes((1 << 40).to_bytes(8, "little") + b"{}")
+    with pytest.raises(CorruptBlock, match="header of"):
+        read_block(path)
+    header_block(path, b'{"__metadata__": {"format": 3}, "x": {"shape": "oops"}}')
+    with pytest.raises(CorruptBlock):
+        read_block(path)
+
+
+def test_the_store_reports_and_removes_a_crafted_block_and_reads_the_good_ones(tmp_path, events):
+    store = BlockStore(CacheDir(tmp_path, 10**9), "m", layout=LAYOUT)
+    store.save(["k1", "k2"], {"k1": tensors(1), "k2": tensors(2)}, 16)
+    store.close()
+    crafted(block_path(tmp_path, "k2"), lambda t: {"0.keys": t["0.keys"]})
+    store = BlockStore(CacheDir(tmp_path, 10**9), "m", layout=LAYOUT)
+    assert store.read("k1") is not None and store.read("k2") is None
+    assert not block_path(tmp_path, "k2").exists()
+    [corrupt] = [e for e in events if type(e).__name__ == "CacheCorrupt"]
+    assert corrupt.block == "k2" and "missing" in corrupt.reason
+
+
+def test_eviction_never_follows_a_linked_shard_out_of_the_cache(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for name in ("weights.safetensors", "k9.safetensors", "upload.tmp"):
+        (elsewhere / name).write_bytes(b"x" * 100_000)
+        os.utime(elsewhere / name, (1, 1))  # the oldest and stalest there are
+    cache = tmp_path / "kv"
+    cache.mkdir()
+    (cache / "zz").symlink_to(elsewhere, target_is_directory=True)
+    size = write_block(tmp_path / "probe", tensors(0))
+    store = BlockStore(CacheDir(cache, size), "m")
+    store.save(["a1", "a2"], {"a1": tensors(1), "a2": tensors(2)}, 16)
+    store.close()
+    assert sorted(p.name for p in elsewhere.iterdir()) == [
+        "k9.safetensors",
+        "upload.tmp",
+        "weights.safetensors",
+    ]
+    assert disk_usage(cache) == (1, size)  # what is behind the link is not counted either
+    assert store.present(["zz9"]) == 0
+
+
+def test_a_block_that_is_a_link_or_not_a_regular_file_is_never_read(tmp_path, events):
+    outside = tmp_path / "secret.safetensors"
+    write_block(outside, tensors(4))
+    cache = tmp_path / "kv"
+    store = BlockStore(CacheDir(cache, 10**9), "m", layout=LAYOUT)
+    store.save(["kk1"], {"kk1": tensors(1)}, 8)
+    store.close()
+    linked = block_path(cache, "kk2")
+    linked.symlink_to(outside)
+    assert store.present(["kk2"]) == 0
+    assert store.read("kk2") is None
+    assert outside.exists() and not linked.is_symlink()  # the link went, not its target
+    fifo = block_path(cache, "kk3")
+    os.mkfifo(fifo)
+    found: list = []
+    read = contextvars.copy_context().run  # the thread's events reach the test's listener
+    reader = threading.Thread(target=read, args=(lambda: found.append(store.read("kk3")),))
+    reader.start()
+    reader.join(timeout=10)  # a FIFO would make a plain read wait for a writer forever
+    assert not reader.is_alive() and found == [None]
+    reasons = [e.reason for e in events if type(e).__name__ == "CacheCorrupt"]
+    assert reasons == ["a symbolic link", "not a regular file"]
+
+
+def test_a_block_larger_than_the_model_s_block_is_not_read(tmp_path, events):
+    store = BlockStore(CacheDir(tmp_path, 10**12), "m", layout=LAYOUT)
+    store.save(["k1"], {"k1": tensors(1)}, 8)
+    store.close()
+    path = block_path(tmp_path, "k1")
+    with open(path, "r+b") as grown:
+        grown.truncate(3 << 30)  # sparse: 3 GiB that take no room
+    assert store.read("k1") is None and not path.exists()
+    [corrupt] = [e for e in events if type(e).__name__ == "CacheCorrupt"]
+    assert "more than a block takes" in corrupt.reason
+
+
+def test_the_cache_is_private_to_the_gateway_s_user(tmp_path):
+    old = os.umask(0o022)
+    try:
+        cache = tmp_path / "kv"
+        store = BlockStore(CacheDir(cache, 10**9), "m")
+        store.save(["k1"], {"k1": tensors(1)}, 8)
+        store.close()
+    finally:
+        os.umask(old)
+    path = block_path(cache, "k1")
+    modes = [p.stat().st_mode & 0o777 for p in (cache, path.parent, path)]
+    assert modes == [0o700, 0o700, 0o600]

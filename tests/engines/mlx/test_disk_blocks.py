@@ -11,6 +11,7 @@ import numpy as np
 from mlx_lm.models.cache import KVCache, QuantizedKVCache
 
 from engines.cache import CacheDir
+from engines.mlx.cache.blocks import layout_of
 from engines.mlx.cache.disk import BLOCK_TOKENS, DiskKV
 from engines.vision.disk import APCDisk
 
@@ -42,12 +43,13 @@ def quantized_cache(tokens: int, bits: int) -> list:
 def test_a_quantized_cache_comes_back_from_disk_as_saved(tmp_path):
     where = CacheDir(tmp_path / "kv", 1 << 30)
     path, tokens = model_dir(tmp_path), list(range(3 * BLOCK_TOKENS + 5))
-    disk = DiskKV.open(where, "m", path, "float32|8|cpu", quantized=(64, 8))
     saved = quantized_cache(len(tokens), bits=8)
+    layout = layout_of(saved)
+    disk = DiskKV.open(where, "m", path, "float32|8|cpu", quantized=(64, 8), layout=layout)
     disk.save(tokens, saved)
     disk.close()  # waits for the writer
 
-    again = DiskKV.open(where, "m", path, "float32|8|cpu", quantized=(64, 8))
+    again = DiskKV.open(where, "m", path, "float32|8|cpu", quantized=(64, 8), layout=layout)
     hit = again.find(tokens, longer_than=0)
     assert hit is not None and hit.tokens == 3 * BLOCK_TOKENS
     for back, was in zip(hit.cache, saved, strict=True):
@@ -56,7 +58,8 @@ def test_a_quantized_cache_comes_back_from_disk_as_saved(tmp_path):
         for mine, theirs in zip([*back.keys, *back.values], [*was.keys, *was.values], strict=True):
             assert mx.array_equal(mine, theirs[..., : hit.tokens, :])
     # Another kv_bits is another salt: none of the 8-bit blocks.
-    other = DiskKV.open(where, "m", path, "float32|4|cpu", quantized=(64, 4))
+    four = layout_of(quantized_cache(1, bits=4))
+    other = DiskKV.open(where, "m", path, "float32|4|cpu", quantized=(64, 4), layout=four)
     assert other.find(tokens, longer_than=0) is None
     again.close()
     other.close()
@@ -162,3 +165,34 @@ def test_on_cuda_only_conversations_of_min_tokens_are_saved(tmp_path):
     assert saved >= 3 and f"conversations of {min_tokens('cpu')} tokens" in detail
     saved, detail = blocks_saved("gpu (cuda)")
     assert saved == 0 and f"conversations of {min_tokens('gpu (cuda)')} tokens" in detail
+
+
+def test_vision_blocks_that_do_not_fit_together_or_are_too_large_are_prefilled(tmp_path, events):
+    from engines.cache.blockfile import read_block, write_block
+    from engines.cache.store import block_path
+
+    where = CacheDir(tmp_path / "kv", 1 << 30)
+    path, size = model_dir(tmp_path), 16
+    rng = np.random.default_rng(0)
+    keys = [mx.array(rng.standard_normal((1, HEADS, 2 * size, DIMS), dtype=np.float32))] * 2
+    blocks = [Block(100 + i, 99 + i, -7, tuple(range(i * size, (i + 1) * size)), i) for i in (0, 1)]
+    per_token = 2 * 2 * HEADS * DIMS * 4  # two layers' keys and values, float32
+    disk = APCDisk(
+        where, "v", path, "v", block_tokens=size, shortest=size, kv_bytes_per_token=per_token
+    )
+    disk.save_layer_major_blocks(blocks, keys, keys, size)
+    disk.close()
+    # The second block, crafted with a valid CRC: its second layer gone.
+    second = block_path(where.path, disk._key(101))
+    write_block(second, {n: t for n, t in read_block(second).items() if not n.startswith("1.")})
+    disk = APCDisk(
+        where, "v", path, "v", block_tokens=size, shortest=size, kv_bytes_per_token=per_token
+    )
+    assert disk.load_layer_major_prefix([100, 101]) is None
+    # One larger than two such blocks' estimate is not read at all.
+    with open(second, "r+b") as grown:
+        grown.truncate(1 << 30)
+    assert disk.load_layer_major_prefix([100, 101]) is None and not second.exists()
+    disk.close()
+    [corrupt] = [e for e in events if type(e).__name__ == "CacheCorrupt"]
+    assert "more than a block takes" in corrupt.reason

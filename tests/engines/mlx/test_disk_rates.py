@@ -23,7 +23,7 @@ def weights(tmp_path):
 
 
 def open_disk(root, weights, meaning: str = MEANING) -> DiskKV:
-    return DiskKV.open(CacheDir(root, 1 << 30), "m", weights, meaning)
+    return DiskKV.open(CacheDir(root, 1 << 30), "m", weights, meaning, layout={})
 
 
 def fast_machine(disk: DiskKV) -> None:

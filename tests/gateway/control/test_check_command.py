@@ -84,3 +84,54 @@ def test_check_reports_where_the_kv_cache_lives_and_how_full_it_is(tmp_path):
         tmp_path, "server: {cache: {max_bytes: 0}}\nmodels:\n  - id: e\n    engine: scripted\n"
     )
     assert off.stdout.splitlines()[-1].startswith("kv cache: off")
+
+
+def test_check_refuses_a_corrupt_activity_history(tmp_path):
+    database = tmp_path / "state" / "activity.sqlite3"
+    database.parent.mkdir()
+    database.write_bytes(b"this is not a database " * 100)
+    result = check(
+        tmp_path, "server: {state_dir: state}\nmodels:\n  - id: echo\n    engine: scripted\n"
+    )
+    assert result.returncode == 1, result.stdout
+    [error] = result.stderr.splitlines()
+    assert error.startswith("server.state_dir:") and str(database) in error
+    assert "not a database" in error
+
+
+def test_check_warns_of_state_and_cache_files_other_users_may_read(tmp_path):
+    import sqlite3
+
+    from engines.cache.blockfile import write_block
+
+    state, cache = tmp_path / "state", tmp_path / "kv"
+    state.mkdir(mode=0o700)
+    sqlite3.connect(state / "activity.sqlite3").close()
+    (state / "activity.sqlite3").chmod(0o644)  # as gateways made it before
+    shard = cache / "ab"
+    shard.mkdir(parents=True)
+    cache.chmod(0o755)
+    shard.chmod(0o700)
+    block = shard / "ab12.safetensors"
+    write_block(block, {"0.keys": ("F32", np.zeros(4))})
+    block.chmod(0o640)
+    config = """
+        server: {state_dir: state, cache: {dir: ./kv, max_bytes: 1GiB}}
+        models:
+          - id: echo
+            engine: scripted
+    """
+    result = check(tmp_path, config)
+    assert result.returncode == 0, result.stderr
+    warnings = result.stderr.splitlines()
+    assert warnings == [
+        f"warning: {state / 'activity.sqlite3'}: file mode 0644, open to other users "
+        "(the gateway makes it 0600: chmod 600 it)",
+        f"warning: {cache}: directory mode 0755, open to other users "
+        "(the gateway makes it 0700: chmod 700 it)",
+        f"warning: {block}: file mode 0640, open to other users "
+        "(the gateway makes it 0600: chmod 600 it)",
+    ], warnings
+    for path in (state / "activity.sqlite3", cache, block):
+        path.chmod(0o600 if path.is_file() else 0o700)
+    assert check(tmp_path, config).stderr == ""
