@@ -5,6 +5,7 @@ update checks, a fresh HOME."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -103,3 +104,22 @@ def test_claude_code_answers_through_claude_smollm2(shipped_gateway, tmp_path):
     run = claude(shipped_gateway, tmp_path, *words[4:], side="claude-smollm2")
     assert run.returncode == 0, run.stderr + run.stdout
     assert run.stdout.strip() == "The capital of France is Paris."
+
+
+@pytest.mark.e2e
+def test_claude_codes_second_turn_shows_the_first_read_from_the_cache(shipped_gateway, tmp_path):
+    # The README's flags, twice in one conversation (`--continue`), the usage as JSON.
+    flags = ["--model", "claude-smollm2", "--tools", "", "--output-format", "json"]
+    flags += ["--system-prompt", "You are a helpful assistant."]
+    first = claude(shipped_gateway, tmp_path, "What is the capital of France?", *flags)
+    assert first.returncode == 0, first.stderr + first.stdout
+    before = len(shipped_gateway.events("generated", model="smollm2"))
+    second = claude(shipped_gateway, tmp_path, "--continue", "And of Italy?", *flags)
+    assert second.returncode == 0, second.stderr + second.stdout
+    usage = json.loads(second.stdout)["usage"]
+    generated = shipped_gateway.events("generated", model="smollm2")[before:]
+    assert usage["cache_read_input_tokens"] == sum(g["reused_prefix_tokens"] for g in generated)
+    prompt = sum(g["prompt_tokens"] for g in generated)
+    assert usage["cache_read_input_tokens"] > prompt / 2
+    split = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    assert sum(usage[k] for k in split) == prompt
