@@ -118,7 +118,7 @@ def create_app(
     activity = ActivityStore(
         activity_path(store_path(config.server, base_dir)),
         lambda: registry.current.config.server.activity,
-        lambda: viewer.key_label(registry.current.config.server, names, PRESENTED.get()),
+        lambda: viewer.row_key(registry.current.config.server, names, PRESENTED.get()),
     )
     capture = Capture(activity, lambda: registry.current.config)
 

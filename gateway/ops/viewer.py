@@ -24,6 +24,7 @@ from engines.errors import Forbidden, Unauthorized
 from gateway.control.key_names import KeyNames
 from gateway.control.keys import ADMIN_LABEL, has_keys, key_entries
 from gateway.http.auth import admin_refusal, key_names, matched_entry, presented_key, same_secret
+from gateway.ops.activity.rows import NO_ROW
 from schemas.config import ServerConfig
 
 # The label of no key (labels start with a letter or digit): the rows of a viewer who is
@@ -56,6 +57,14 @@ def key_label(server: ServerConfig, names: KeyNames, presented: Iterable[str]) -
     admin = bool(server.admin_key) and any(same_secret(v, server.admin_key) for v in values)
     known = _known(server, names, values)
     return ADMIN_LABEL if admin else (known[0] if known else None)
+
+
+def row_key(server: ServerConfig, names: KeyNames, presented: Iterable[str]) -> str | None:
+    """What the Activity store names a request's row by, as it starts: its key's label,
+    None on a gateway without keys, `NO_ROW` for one that presents no key the config knows
+    on a gateway with keys (it is refused before anything: a 401)."""
+    label = key_label(server, names, presented)
+    return NO_ROW if label is None and has_keys(server) else label
 
 
 def viewer_of(connection: ASGIConnection) -> Viewer:

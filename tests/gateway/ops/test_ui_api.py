@@ -289,3 +289,19 @@ def test_the_kv_cache_route_says_when_the_disk_tier_is_off(start_gateway, tmp_pa
     shown = call(gateway, ADMIN, "GET", "/ui/api/cache").json()
     assert (shown["dir"], shown["max_bytes"], shown["blocks"], shown["models"]) == (None, 0, 0, {})
 
+
+def test_requests_refused_for_want_of_a_key_are_no_rows_but_are_counted(gateway):
+    mine = chat(gateway, KEY)
+    hello = {"model": "echo", "messages": [{"role": "user", "content": "hi"}]}
+    for i in range(12):  # anyone may send these: they must not push tenants' rows out
+        headers = {"authorization": f"Bearer sk-wrong-{i:012d}"} if i % 2 else {}
+        path = "/v1/chat/completions" if i % 3 else "/api/chat"
+        answer = httpx.post(f"{gateway.url}{path}", json=hello, headers=headers, timeout=30)
+        assert answer.status_code == 401
+    chat(gateway, LIMITED, model="echo")  # a later row: the refused ones were written by now
+    every = rows(gateway, ADMIN)
+    assert mine in {r["request_id"] for r in every}
+    assert len(every) == 2 and 401 not in {r["status"] for r in every}
+    metrics = call(gateway, ADMIN, "GET", "/metrics").text
+    assert 'gateway_requests_total{model="",status="401"} 12.0' in metrics
+
