@@ -305,3 +305,19 @@ def test_requests_refused_for_want_of_a_key_are_no_rows_but_are_counted(gateway)
     metrics = call(gateway, ADMIN, "GET", "/metrics").text
     assert 'gateway_requests_total{model="",status="401"} 12.0' in metrics
 
+
+def test_a_huge_number_in_a_query_is_a_400_not_a_500(gateway):
+    huge = "9" * 40
+    for key, path in [
+        (KEY, f"/ui/api/activity?status={huge}"),
+        (ADMIN, f"/ui/api/activity?status=-{huge}"),
+        (ADMIN, f"/ui/api/models/echo/events?after={huge}"),
+    ]:
+        answer = call(gateway, key, "GET", path)
+        assert answer.status_code == 400, (path, answer.text)
+        assert answer.json()["error"]["type"] == "invalid_request_error"
+    assert call(gateway, KEY, "GET", f"/ui/api/activity?before={huge}").status_code == 200
+    assert gateway.events("request_failed") == [] and not [
+        e for e in gateway.events() if e.get("level") == "error"
+    ]
+
