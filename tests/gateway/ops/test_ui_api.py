@@ -321,3 +321,19 @@ def test_a_huge_number_in_a_query_is_a_400_not_a_500(gateway):
         e for e in gateway.events() if e.get("level") == "error"
     ]
 
+
+def test_the_benchmark_refuses_a_body_that_is_not_json_as_every_json_route_does(gateway):
+    body = '{"model": "echo", "prompt_tokens": 8, "max_tokens": 2, "streams": 1}'
+    for declared in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data"):
+        answer = call(
+            gateway, ADMIN, "POST", "/ui/api/benchmark", content=body,
+            headers={"content-type": declared},
+        )  # fmt: skip
+        assert answer.status_code == 415, (declared, answer.text)
+    assert gateway.events("generated") == []  # nothing ran
+    answer = call(gateway, ADMIN, "POST", "/ui/api/benchmark", json={"model": "echo", "streams": 1,
+                  "prompt_tokens": 8, "max_tokens": 2, "stremas": 2})  # fmt: skip
+    assert answer.status_code == 400 and "stremas" in answer.text
+    ok = call(gateway, ADMIN, "POST", "/ui/api/benchmark", content=body,
+              headers={"content-type": "application/json"})  # fmt: skip
+    assert ok.status_code == 200, ok.text
