@@ -137,7 +137,8 @@ class ApiKey(Strict):
     entry; `models` absent: every model (`[]`: none, a key that reads only the ops views)."""
 
     key: str | None
-    label: Label | None = None  # absent: `api_keys[N]`, its position in the list
+    # Absent: `key:` and a keyed hash of the key (gateway/control/key_names.py); never `admin`.
+    label: Label | None = None
     models: list[Identifier] | None = None
     priority: KeyPriority = KeyPriority()
     limits: KeyLimits = KeyLimits()
