@@ -57,8 +57,14 @@ def bind_refusal(server: ServerConfig, host: str) -> str | None:
 def bind_warning(server: ServerConfig, host: str) -> str | None:
     """What to say at start about a network bind whose admin routes no key opens."""
 
-    if is_loopback(host) or not has_keys(server) or server.admin_key:
+    if is_loopback(host) or server.admin_key:
         return None
+    if not has_keys(server):
+        return (
+            f"listening on {host} without server.admin_key: admin routes (/admin/reload, "
+            "load, unload) and the ops views (/metrics, /ui/state, /ui/events) answer 403 "
+            "until server.admin_key is set, a peer on this machine included"
+        )
     return (
         f"listening on {host} with server.api_keys but no server.admin_key: admin routes "
         "(/admin/reload, load, unload) answer 403 until server.admin_key is set"

@@ -79,3 +79,9 @@ def test_management_and_ops_views_need_the_admin_key_on_a_network_bind(start_gat
     assert ask(gateway, "GET", "/metrics", key=ADMIN).status_code == 200
     rows = ask(gateway, "GET", "/ui/api/activity", key=ADMIN).json()["rows"]
     assert chat.headers["x-request-id"] in {r["request_id"] for r in rows}
+
+
+def test_serve_on_a_network_bind_without_an_admin_key_says_what_stays_closed(start_gateway):
+    gateway = start_gateway(OPEN.replace("STATE", "state"), args=("--host", "0.0.0.0"))
+    text = gateway.log.read_text()
+    assert "without server.admin_key: admin routes" in text and "/metrics" in text
