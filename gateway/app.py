@@ -24,9 +24,11 @@ from engines.tasks import Tasks
 from gateway import model_list
 from gateway.anthropic import errors as anthropic_errors
 from gateway.anthropic import messages as anthropic_messages
+from gateway.control.key_names import key_names
 from gateway.control.limits import KeyLimiter
 from gateway.control.registry import Generation, Registry
 from gateway.control.reload import Reloader, make_runner
+from gateway.control.state import state_dir
 from gateway.http.auth import require_api_key
 from gateway.http.errors import error_response
 from gateway.http.exposure import cors_config, host_guard, origin_guard
@@ -110,10 +112,13 @@ def create_app(
     redactor.follow(lambda: registry.current.config, config_path)
     log_scope = LogScope(redactor)
     inflight = controls.InFlight()
+    # What a key without `label` is named by wherever the key may not be: its rows, its
+    # counts, its events (the secret in state_dir, so names outlive the process).
+    names = key_names(state_dir(config.server, base_dir))
     activity = ActivityStore(
         activity_path(store_path(config.server, base_dir)),
         lambda: registry.current.config.server.activity,
-        lambda: viewer.key_label(registry.current.config.server, PRESENTED.get()),
+        lambda: viewer.row_key(registry.current.config.server, names, PRESENTED.get()),
     )
     capture = Capture(activity, lambda: registry.current.config)
 
@@ -193,6 +198,7 @@ def create_app(
                 "feed": feed,
                 "metrics": metrics,
                 "limiter": limiter,
+                "key_names": names,
                 "protocols": protocols,
                 "bind_host": bind_host,
                 "log_scope": log_scope,

@@ -89,6 +89,15 @@ Network = Annotated[
 
 # A request's priority: higher is admitted first within a model's queue.
 Priority = Annotated[int, Meta(ge=-100, le=100, description="From -100 to 100; higher first.")]
+# A DNS name as a Host header carries it, without its port: "gateway.example.com".
+HostName = Annotated[
+    str,
+    Meta(
+        pattern=r"^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$",
+        max_length=253,
+        description='A DNS name the gateway is reached by, such as "gateway.example.com"',
+    ),
+]
 Label = Annotated[
     str,
     Meta(
@@ -128,7 +137,8 @@ class ApiKey(Strict):
     entry; `models` absent: every model (`[]`: none, a key that reads only the ops views)."""
 
     key: str | None
-    label: Label | None = None  # absent: `api_keys[N]`, its position in the list
+    # Absent: `key:` and a keyed hash of the key (gateway/control/key_names.py); never `admin`.
+    label: Label | None = None
     models: list[Identifier] | None = None
     priority: KeyPriority = KeyPriority()
     limits: KeyLimits = KeyLimits()
@@ -187,6 +197,9 @@ class ServerConfig(Strict):
     # Binding a non-loopback address without api_keys is refused unless this says so.
     allow_unauthenticated_network: bool = False
     cors_origins: list[Origin] = []
+    # The names a gateway on a network address answers to in the Host header, besides IP
+    # addresses and loopback names: any other is a 403 (DNS rebinding). Read at each request.
+    allowed_hosts: list[HostName] = []
     limits: LimitsConfig = LimitsConfig()
     shutdown_grace: Duration = "30s"
     memory_budget: Size = "auto"

@@ -9,10 +9,13 @@ from contextvars import ContextVar
 from typing import NamedTuple
 
 from engines.errors import Forbidden
+from gateway.control.key_names import KeyNames
 from schemas.config import ApiKey, KeyLimits, KeyPriority, ModelConfig, ServerConfig
 
 # The model names the request's key may use; None when it may use every model. Set by the
 # guard in the request's own task, read where a model name is resolved.
+# What the admin key's requests are named by; no key's `label` may be it.
+ADMIN_LABEL = "admin"
 ALLOWED_MODELS: ContextVar[tuple[str, ...] | None] = ContextVar("allowed_models", default=None)
 
 
@@ -26,24 +29,26 @@ class KeyEntry(NamedTuple):
     limits: KeyLimits
 
 
-def key_label(position: int, entry: str | ApiKey) -> str:
-    """The name a key goes by in events and metrics: its `label`, else its place in the list."""
-    if isinstance(entry, ApiKey) and entry.label:
-        return entry.label
-    return f"api_keys[{position}]"
+def has_keys(server: ServerConfig) -> bool:
+    """Whether any API key is configured (a key read from an unset ${VAR} is none)."""
+    return any(entry.key if isinstance(entry, ApiKey) else entry for entry in server.api_keys)
 
 
-def key_entries(server: ServerConfig) -> list[KeyEntry]:
-    """Each configured key, with its label, models, priority and limits."""
+def key_entries(server: ServerConfig, names: KeyNames) -> list[KeyEntry]:
+    """Each configured key, with its label, models, priority and limits.
+
+    The label is the entry's `label`, else the key's own name (`names`, a keyed hash of the
+    key): never its place in the list, so what is kept under a label stays the key's when
+    others come and go."""
     entries = []
-    for i, entry in enumerate(server.api_keys):
-        label = key_label(i, entry)
+    for entry in server.api_keys:
         if isinstance(entry, ApiKey):
             if entry.key:  # a key read from an unset ${VAR} is no key at all
+                label = entry.label or names.label(entry.key)
                 models = None if entry.models is None else tuple(entry.models)
                 entries.append(KeyEntry(entry.key, label, models, entry.priority, entry.limits))
-        else:
-            entries.append(KeyEntry(entry, label, None, KeyPriority(), KeyLimits()))
+        elif entry:
+            entries.append(KeyEntry(entry, names.label(entry), None, KeyPriority(), KeyLimits()))
     return entries
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
+from gateway.control.keys import ADMIN_LABEL
 from gateway.control.yaml_source import KeyPath, Source
 
 
@@ -81,7 +82,8 @@ def check_references(server: Any, models: list[Any], src: Source) -> None:
 
 
 def check_key_entries(keys: list[Any], src: Source) -> None:
-    """Labels unique (events and metrics name keys by them); a default priority within the
+    """Labels unique (events and metrics name keys by them) and none `admin` (the admin
+    key's, whose Activity rows a key so named would read); a default priority within the
     key's ceiling."""
     seen: dict[str, int] = {}
     for i, entry in enumerate(keys):
@@ -89,7 +91,12 @@ def check_key_entries(keys: list[Any], src: Source) -> None:
             continue
         label = entry.get("label")
         if isinstance(label, str):
-            if label in seen:
+            if label.lower() == ADMIN_LABEL:
+                src.at(
+                    ("server", "api_keys", i, "label"),
+                    f"the label {label!r} is reserved for the admin key (server.admin_key)",
+                )
+            elif label in seen:
                 src.at(
                     ("server", "api_keys", i, "label"),
                     f"duplicate key label {label!r} (also api_keys[{seen[label]}])",

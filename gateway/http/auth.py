@@ -14,7 +14,8 @@ from litestar.handlers.base import BaseRouteHandler
 
 from engines.errors import Forbidden, GatewayError, Unauthorized
 from engines.log import bind
-from gateway.control.keys import ALLOWED_MODELS, KeyEntry, key_entries
+from gateway.control.key_names import KeyNames
+from gateway.control.keys import ALLOWED_MODELS, KeyEntry, has_keys, key_entries
 from gateway.control.limits import KeyLimiter
 from gateway.http.errors import protocol_of, protocols_of
 from gateway.http.exposure import is_loopback
@@ -29,6 +30,16 @@ ADMIN_LOOPBACK_ONLY = (
 ADMIN_KEY_MISSING = (
     "admin routes are closed: server.api_keys is set but server.admin_key is not, and API "
     "keys do not open admin routes; set server.admin_key to reload, load or unload models"
+)
+ADMIN_NETWORK_BIND = (
+    "admin routes and ops views are closed: this gateway listens on a network address and "
+    "server.admin_key is not set (a peer on this machine is not enough off loopback); set "
+    "server.admin_key to reload, load or unload models and to read the ops views"
+)
+OPS_NEED_ADMIN = "the ops views show every model and every client's events: they need the admin key"
+OPS_NEED_OPS_KEY = (
+    "the ops views show every model and every client's events: they need an API key "
+    "limited to no models (models: []) while server.admin_key is not set"
 )
 
 
@@ -56,19 +67,34 @@ def matched_entry(entries: list[KeyEntry], presented: list[str]) -> KeyEntry | N
     return matched
 
 
+def key_names(connection: ASGIConnection) -> KeyNames:
+    """The app's names for keys without `label` (gateway/control/key_names.py)."""
+    return connection.app.state.key_names
+
+
+def on_loopback(connection: ASGIConnection) -> bool:
+    """Whether the gateway listens on loopback only (an app made without a bind: so too)."""
+    bind = connection.app.state.get("bind_host")
+    return bind is None or is_loopback(bind)
+
+
 def admin_refusal(connection: ASGIConnection) -> GatewayError | None:
     """Why this request is not the admin's, or None when it is.
 
     With `server.admin_key` set, the admin is who presents it (Bearer or x-api-key). With
     API keys and no admin key nobody is (403): the gateway is guarded, and no key opens
-    admin actions. With no key at all, a loopback peer is (403 to any other).
+    admin actions. With no key at all, a loopback peer of a loopback bind is (403 to any
+    other): off loopback nobody is, as a page in a browser on this machine can reach a
+    network bind under a name of its own (DNS rebinding) from a loopback peer.
     """
     server = connection.app.state.registry.current.config.server
     if server.admin_key is None:
-        if key_entries(server):
+        if has_keys(server):
             return Forbidden(ADMIN_KEY_MISSING)
-        # No key at all: the peer's own address is the guard, whatever the bind (the Host
-        # header is the client's to write; the peer address is not).
+        if not on_loopback(connection):
+            return Forbidden(ADMIN_NETWORK_BIND)
+        # No key at all: the peer's own address is the guard (the Host header is the
+        # client's to write; the peer address is not).
         peer = (connection.client.host if connection.client else "").removeprefix("::ffff:")
         return None if is_loopback(peer) else Forbidden(ADMIN_LOOPBACK_ONLY)
     if not same_secret(presented_key(connection), server.admin_key):
@@ -76,12 +102,34 @@ def admin_refusal(connection: ASGIConnection) -> GatewayError | None:
     return None
 
 
+def ops_refusal(
+    connection: ASGIConnection, matched: KeyEntry | None, admin: bool
+) -> GatewayError | None:
+    """Why this request may not read the ops views (`/metrics`, `/ui/state`, `/ui/events`),
+    or None when it may: they show every model and every client's requests.
+
+    The admin may. Where API keys are set and no admin key is, a key limited to no models
+    (`models: []`, the ops key) may too; no other key ever does. With no API keys, whoever
+    `admin_refusal` lets through (a loopback peer of a loopback bind while no admin key is
+    set; the admin key's holder once one is).
+    """
+    server = connection.app.state.registry.current.config.server
+    if admin:
+        return None
+    if not has_keys(server):
+        return admin_refusal(connection)
+    if matched is None:
+        return None  # the key check's own 401 follows
+    if server.admin_key:
+        return Forbidden(OPS_NEED_ADMIN)
+    return None if matched.models == () else Forbidden(OPS_NEED_OPS_KEY)
+
+
 async def require_api_key(connection: ASGIConnection, handler: BaseRouteHandler) -> None:
     """Litestar guard: when `server.api_keys` is set, every non-public route needs one of them.
 
     Ops reads (`opt={"ops": True}`: metrics, the ops page's data and event feed) show every
-    model and every tenant's events: once keys exist they need the admin key, or, where no
-    admin key is set, a key limited to no models. Admin routes are left to their own guard;
+    model and every tenant's events: see `ops_refusal`. Admin routes are left to their own guard;
     a route marked `admin_too` (a pull, which the admin may do more with) also takes the
     admin key.
     A request on a key is then held to the key's limits (429 past one), named by the key's
@@ -92,25 +140,22 @@ async def require_api_key(connection: ASGIConnection, handler: BaseRouteHandler)
     """
     ALLOWED_MODELS.set(None)
     server = connection.app.state.registry.current.config.server
-    entries = key_entries(server)
     if handler.opt.get("public") or handler.opt.get("admin"):
         return
-    if not entries:
-        leave_client(connection, Client(priority=asked_priority(connection, None)))
-        return
+    entries = key_entries(server, key_names(connection))
     key = presented_key(connection)
     matched = matched_entry(entries, [key] if key else [])
     admin = bool(server.admin_key and key and same_secret(key, server.admin_key))
-    if admin and handler.opt.get("admin_too"):
-        return
     if handler.opt.get("ops"):
+        if (refusal := ops_refusal(connection, matched, admin)) is not None:
+            raise refusal
         if admin:
             return
-        if matched is not None and (server.admin_key or matched.models is not None):
-            raise Forbidden(
-                "the ops views show every model and every client's events: they need the "
-                "admin key" + ("" if server.admin_key else " or an API key limited to no models")
-            )
+    if not entries:
+        leave_client(connection, Client(priority=asked_priority(connection, None)))
+        return
+    if admin and handler.opt.get("admin_too"):
+        return
     if matched is None:
         raise Unauthorized(
             "missing or invalid API key: send it as 'Authorization: Bearer <key>' or 'x-api-key'"

@@ -1,9 +1,11 @@
-"""Who can reach the gateway: the bind refusal, the loopback Host check, CORS, the Origin check.
+"""Who can reach the gateway: the bind refusal, the Host check, CORS, the Origin check.
 
-A gateway on loopback is only reachable from this machine, but a web page the user visits
-can still aim a browser at it under a hostile name that resolves to 127.0.0.1 (DNS
-rebinding). Such a request carries that name in its Host header, so on loopback every Host
-must be a loopback name. And a page on any site can send the user's browser to
+A web page the user visits can aim the browser at the gateway under a hostile name that
+resolves to its address (DNS rebinding): to the browser the gateway is then that page's own
+origin, so the Origin check passes. Such a request carries that name in its Host header, so
+on loopback every Host must be a loopback name, and on a network address a loopback name,
+an IP address (a browser sends one only when it was asked for that address) or a name in
+`server.allowed_hosts`. And a page on any site can send the user's browser to
 `http://127.0.0.1:8000` with a "simple" request (a POST of `text/plain`, no preflight): the
 browser names that site in the `Origin` header, so a request whose Origin is neither listed
 in `cors_origins` nor the gateway's own is refused before it costs anything.
@@ -16,7 +18,7 @@ import ipaddress
 from litestar.config.cors import CORSConfig
 from litestar.types import ASGIApp, Receive, Scope, Send
 
-from gateway.control.keys import key_entries
+from gateway.control.keys import has_keys
 from gateway.http.middleware import send_error
 from schemas.config import ServerConfig
 
@@ -43,7 +45,7 @@ def host_name(header: str) -> str:
 def bind_refusal(server: ServerConfig, host: str) -> str | None:
     """Why serving on `host` is refused, or None: a network address needs API keys."""
 
-    if is_loopback(host) or key_entries(server) or server.allow_unauthenticated_network:
+    if is_loopback(host) or has_keys(server) or server.allow_unauthenticated_network:
         return None
     return (
         f"refusing to listen on {host}: it is reachable from the network and server.api_keys "
@@ -55,8 +57,14 @@ def bind_refusal(server: ServerConfig, host: str) -> str | None:
 def bind_warning(server: ServerConfig, host: str) -> str | None:
     """What to say at start about a network bind whose admin routes no key opens."""
 
-    if is_loopback(host) or not key_entries(server) or server.admin_key:
+    if is_loopback(host) or server.admin_key:
         return None
+    if not has_keys(server):
+        return (
+            f"listening on {host} without server.admin_key: admin routes (/admin/reload, "
+            "load, unload) and the ops views (/metrics, /ui/state, /ui/events) answer 403 "
+            "until server.admin_key is set, a peer on this machine included"
+        )
     return (
         f"listening on {host} with server.api_keys but no server.admin_key: admin routes "
         "(/admin/reload, load, unload) answer 403 until server.admin_key is set"
@@ -81,21 +89,49 @@ def cors_config(server: ServerConfig, protocol_headers: list[str]) -> CORSConfig
     )
 
 
+def is_address(name: str) -> bool:
+    """True for an IPv4 or IPv6 address (as `host_name` leaves it: no brackets, no port)."""
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def host_refusal(bind: str, name: str, allowed: list[str]) -> str | None:
+    """Why a request naming `name` in its Host header is refused on `bind`, or None."""
+    if is_loopback(name):
+        return None
+    if is_loopback(bind):
+        return (
+            "this gateway listens on loopback and answers only to a loopback Host "
+            "(localhost, 127.0.0.1, [::1]); see server.host"
+        )
+    if is_address(name) or name.lower() in {n.lower() for n in (*allowed, bind)}:
+        return None
+    return (
+        f"this gateway answers to IP addresses, loopback names and the names in "
+        f"server.allowed_hosts, not to Host {name!r}: add it there if clients reach the "
+        "gateway by that name"
+    )
+
+
 def host_guard(app: ASGIApp) -> ASGIApp:
-    """ASGI middleware: on a loopback bind, a Host header that names anything else is a 403."""
+    """ASGI middleware: a Host header naming what the gateway is not (see `host_refusal`)
+    is a 403, on every bind."""
 
     async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
-        bind = scope["app"].state.get("bind_host")
-        if scope["type"] == "http" and bind and is_loopback(bind):
+        state = scope["app"].state
+        bind = state.get("bind_host")
+        if scope["type"] == "http" and bind:
             host = dict(scope["headers"]).get(b"host")
             # No Host at all (HTTP/1.0) cannot come from a browser: nothing to rebind.
-            if host is not None and not is_loopback(host_name(host.decode("latin-1"))):
-                message = (
-                    "this gateway listens on loopback and answers only to a loopback Host "
-                    "(localhost, 127.0.0.1, [::1]); see server.host"
-                )
-                await send_error(scope, send, 403, message)
-                return
+            if host is not None:
+                allowed = state.registry.current.config.server.allowed_hosts
+                refusal = host_refusal(bind, host_name(host.decode("latin-1")), allowed)
+                if refusal is not None:
+                    await send_error(scope, send, 403, refusal)
+                    return
         await app(scope, receive, send)
 
     return middleware

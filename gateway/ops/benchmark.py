@@ -16,7 +16,7 @@ import uuid
 from typing import Annotated
 
 import msgspec
-from litestar import post
+from litestar import Request, post
 from litestar.datastructures import State
 from msgspec import Meta
 
@@ -25,6 +25,7 @@ from engines.errors import BadRequest, ModelBusy
 from engines.runner import Runner
 from gateway.canonical.model_facts import task_of
 from gateway.control.registry import Generation
+from gateway.http.body import decode_body
 from gateway.ops.admin import ADMIN, ADMIN_GUARDS
 from schemas.canonical import ChatAsk, Finished, Message
 
@@ -84,8 +85,12 @@ async def _run(runner: Runner, ask: BenchmarkAsk, streams: int) -> dict:
 
 
 @post(["/ui/api/benchmark"], status_code=200, guards=ADMIN_GUARDS, opt=ADMIN)
-async def benchmark(data: BenchmarkAsk, state: State, generation: Generation) -> dict:
-    """Run one benchmark now (1 stream, then `streams` at once); the result is kept."""
+async def benchmark(request: Request, state: State, generation: Generation) -> dict:
+    """Run one benchmark now (1 stream, then `streams` at once); the result is kept.
+
+    Its body is read as every JSON route's is (gateway/http/body.py): a type other than
+    JSON is a 415, as a page on another site could post `text/plain` unasked."""
+    data = await decode_body(request, BenchmarkAsk)
     model_id = generation.resolve_name(data.model)
     if model_id is None:
         known = ", ".join(sorted(generation.runners))

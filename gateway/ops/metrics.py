@@ -244,7 +244,7 @@ class RunnerState(Collector):
 
 @get("/metrics", opt={"ops": True}, sync_to_thread=False)
 def metrics(state: State) -> Response:
-    """Prometheus text; behind the API key when keys are set (or the admin key)."""
+    """Prometheus text; for the admin, or the ops key (gateway/http/auth.py `ops_refusal`)."""
     return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
 

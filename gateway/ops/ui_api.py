@@ -28,6 +28,8 @@ from gateway.ops.activity.history import history
 from gateway.ops.ui import model_state
 from gateway.ops.viewer import OWN_GUARD, Viewer, only_admin, provide_viewer, require_viewer
 
+# SQLite's integers are 64-bit: a larger one in a query is a 400, not an OverflowError.
+MAX_ID = 2**63 - 1
 API = {
     "guards": [require_viewer],
     "opt": OWN_GUARD,
@@ -97,7 +99,7 @@ async def model_events(
     state: State,
     generation: Generation,
     viewer: Viewer,
-    after: Annotated[int, Parameter(ge=0)] = 0,
+    after: Annotated[int, Parameter(ge=0, le=MAX_ID)] = 0,
     limit: Annotated[int, Parameter(ge=1, le=1000)] = 200,
 ) -> dict:
     """The model's own events (`model_log` lines of a process model among them) past `after`."""
@@ -115,7 +117,7 @@ async def activity(
     viewer: Viewer,
     model: str | None = None,
     key: str | None = None,
-    status: int | None = None,
+    status: Annotated[int | None, Parameter(ge=100, le=599)] = None,
     protocol: str | None = None,
     before: float | None = None,
     limit: Annotated[int, Parameter(ge=1, le=1000)] = 100,

@@ -20,6 +20,11 @@ PROTOCOL_PREFIXES = {
     "/api/": "ollama",
     "/ui/api/playground/": "openai",  # the page's playground: /v1 handlers, admin key too
 }
+# What the store's `key_label()` answers for a request that is no row: one that presents no
+# key the config knows on a gateway with keys, refused (401) before anything else. Anyone may
+# send those by the thousand; as rows they would push every tenant's out of `max_rows`
+# (`/metrics` counts them: `gateway_requests_total{model="",status="401"}`).
+NO_ROW = "\x00no row"
 # `generated` fields with a column of their own (or folded into one).
 GENERATED_COLUMNS = {
     "event", "ts", "level", "request_id", "model", "prompt_tokens", "new_tokens",
@@ -48,9 +53,10 @@ def protocol_of(path: str) -> str | None:
 
 
 def new_row(event: dict[str, Any], key: str | None) -> dict[str, Any] | None:
-    """The row a `request_started` line opens, or None when its path is not a protocol's."""
+    """The row a `request_started` line opens, or None when its path is not a protocol's
+    or the request is refused for want of a key (`NO_ROW`)."""
     protocol = protocol_of(event.get("path", ""))
-    if protocol is None:
+    if protocol is None or key == NO_ROW:
         return None
     row: dict[str, Any] = dict.fromkeys(COLUMNS)
     row.update(

@@ -33,7 +33,8 @@ class ActivityStore:
         key_label: Callable[[], str | None],
     ) -> None:
         """`settings()` is the activity config in force; `key_label()`, called in the
-        context of a `request_started` line, names the key the request presented."""
+        context of a `request_started` line, names the key the request presented (`NO_ROW`:
+        the request is no row, rows.py)."""
         self.path, self._opened = path, None
         try:
             self._db = ActivityDB(path)

@@ -38,7 +38,8 @@ class ActivityWriter:
         key_label: Callable[[], str | None],
     ) -> None:
         """`settings()` is the activity config in force; `key_label()`, called in the
-        context of a `request_started` line, names the key the request presented."""
+        context of a `request_started` line, names the key the request presented (`NO_ROW`:
+        the request is no row, rows.py)."""
         self._db = db
         self._settings = settings
         self._key_label = key_label

@@ -205,9 +205,9 @@ def test_serve_refuses_a_network_bind_without_keys(tmp_path, start_gateway):
     assert done.returncode == 1
     assert "refusing to listen on 0.0.0.0" in done.stderr
     assert "allow_unauthenticated_network" in done.stderr
-    # With keys it serves; off loopback the Host check stands aside (keys are the guard).
+    # With keys it serves, to the names it has (tests/gateway/http/test_network_bind.py).
     gateway = start_gateway(KEYED, env=KEYS_ENV, args=("--host", "0.0.0.0"))
-    head = f"GET /v1/models HTTP/1.1\r\nHost: gateway.lan\r\nx-api-key: {KEY}\r\nConnection: close\r\n\r\n"
+    head = f"GET /v1/models HTTP/1.1\r\nHost: 10.0.0.7\r\nx-api-key: {KEY}\r\nConnection: close\r\n\r\n"
     assert raw_http(gateway.port, head.encode())[0] == 200
 
 
@@ -396,9 +396,13 @@ def test_cors_is_closed_unless_origins_are_listed(start_gateway):
     assert "access-control-allow-origin" not in answer.headers
 
 
+OPS_KEY = "sk-ops-scraper-24680"
 TENANTS = """
 server:
-  api_keys: ["${TEST_API_KEY}", {key: "${TEST_ECHO_KEY}", models: [default]}]
+  api_keys:
+    - "${TEST_API_KEY}"
+    - {key: "${TEST_ECHO_KEY}", models: [default]}
+    - {key: "${TEST_OPS_KEY}", models: []}
 models:
   - id: echo
     engine: scripted
@@ -411,7 +415,7 @@ models:
 def test_a_limited_key_sees_only_its_own_models(start_gateway):
     """Another tenant's model is not found, not named in a 404, and the ops views (every
     model, every client's events) need more than a limited key."""
-    gateway = start_gateway(TENANTS, env=KEYS_ENV)
+    gateway = start_gateway(TENANTS, env={**KEYS_ENV, "TEST_OPS_KEY": OPS_KEY})
     limited = {"authorization": f"Bearer {OTHER_KEY}"}
     full = {"authorization": f"Bearer {KEY}"}
     show = httpx.post(f"{gateway.url}/api/show", json={"model": "secret-model"}, headers=limited)
@@ -429,9 +433,11 @@ def test_a_limited_key_sees_only_its_own_models(start_gateway):
     message = missing.json()["error"]["message"]
     assert "known models: default, echo" in message and "secret-model" not in message
     for path in ("/ui/state", "/metrics", "/ui/events"):
-        refused = httpx.get(gateway.url + path, headers=limited)
-        assert refused.status_code == 403, (path, refused.text)
-        assert "secret-model" not in refused.text
-    # With no admin key set, a key limited to no models still reads them (a scraper's key).
-    assert httpx.get(f"{gateway.url}/ui/state", headers=full).status_code == 200
-    assert "secret-model" in httpx.get(f"{gateway.url}/metrics", headers=full).text
+        for headers in (limited, full):  # a key that may use every model is no ops key
+            refused = httpx.get(gateway.url + path, headers=headers)
+            assert refused.status_code == 403, (path, refused.text)
+            assert "secret-model" not in refused.text
+    # With no admin key set, a key limited to no models reads them (a scraper's key).
+    ops = {"authorization": f"Bearer {OPS_KEY}"}
+    assert httpx.get(f"{gateway.url}/ui/state", headers=ops).status_code == 200
+    assert "secret-model" in httpx.get(f"{gateway.url}/metrics", headers=ops).text

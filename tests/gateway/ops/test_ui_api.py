@@ -12,6 +12,7 @@ import pytest
 
 from engines.cache.blockfile import write_block
 from engines.cache.store import block_path
+from gateway.control.key_names import SECRET_FILE, KeyNames
 
 KEY, LIMITED, ADMIN = "sk-api-one-24681357", "sk-api-two-97531864", "adm-api-13572468"
 CONFIG = """
@@ -42,7 +43,7 @@ def gateway(start_gateway, tmp_path):
 
 
 def call(gateway, key: str, method: str, path: str, **kwargs) -> httpx.Response:
-    headers = {"authorization": f"Bearer {key}"}
+    headers = {"authorization": f"Bearer {key}", **kwargs.pop("headers", {})}
     return httpx.request(method, f"{gateway.url}{path}", headers=headers, timeout=30, **kwargs)
 
 
@@ -61,7 +62,12 @@ def rows(gateway, key: str, query: str = "") -> list[dict]:
     return found
 
 
-def test_each_key_sees_its_own_rows_and_the_admin_sees_all(gateway):
+def label_of(tmp_path, key: str) -> str:
+    """The name a key without `label` goes by: a keyed hash, the secret in state_dir."""
+    return KeyNames((tmp_path / "state" / SECRET_FILE).read_bytes()).label(key)
+
+
+def test_each_key_sees_its_own_rows_and_the_admin_sees_all(gateway, tmp_path):
     mine = chat(gateway, KEY)
     theirs = chat(gateway, LIMITED, model="echo")
     refused = call(gateway, LIMITED, "POST", "/api/chat", json={"model": "slow", "messages": []})
@@ -70,7 +76,7 @@ def test_each_key_sees_its_own_rows_and_the_admin_sees_all(gateway):
     assert {r["request_id"] for r in every} >= {mine, theirs}
     row = next(r for r in every if r["request_id"] == mine)
     assert (row["key"], row["protocol"], row["requested"], row["model"]) == (
-        "api_keys[0]", "openai", "default", "echo",
+        label_of(tmp_path, KEY), "openai", "default", "echo",
     )  # fmt: skip
     [generated] = gateway.events("generated", request_id=mine)
     assert row["status"] == 200 and row["finish"] == "stop"
@@ -80,7 +86,7 @@ def test_each_key_sees_its_own_rows_and_the_admin_sees_all(gateway):
     assert row["ttft_s"] is not None and row["decode_tps"] > 0
 
     limited = rows(gateway, LIMITED)
-    assert {r["key"] for r in limited} == {"api_keys[1]"}
+    assert {r["key"] for r in limited} == {label_of(tmp_path, LIMITED)}
     assert {r["status"] for r in limited} == {200, 403}
     assert [r["request_id"] for r in rows(gateway, ADMIN, "?status=403&protocol=ollama")] == [
         refused.headers["x-request-id"]
@@ -92,7 +98,7 @@ def test_each_key_sees_its_own_rows_and_the_admin_sees_all(gateway):
     assert "generated" in [e["event"] for e in trail]
     # A limited key sees its models only, and no controls.
     models = call(gateway, LIMITED, "GET", "/ui/api/models").json()
-    assert models["viewer"] == {"admin": False, "key": "api_keys[1]"}
+    assert models["viewer"] == {"admin": False, "key": label_of(tmp_path, LIMITED)}
     assert [m["id"] for m in models["models"]] == ["echo"]
     for method, path in [
         ("GET", "/ui/api/models/echo/settings"),
@@ -282,3 +288,52 @@ def test_the_kv_cache_route_says_when_the_disk_tier_is_off(start_gateway, tmp_pa
     gateway = start_gateway(config, env=ENV)
     shown = call(gateway, ADMIN, "GET", "/ui/api/cache").json()
     assert (shown["dir"], shown["max_bytes"], shown["blocks"], shown["models"]) == (None, 0, 0, {})
+
+
+def test_requests_refused_for_want_of_a_key_are_no_rows_but_are_counted(gateway):
+    mine = chat(gateway, KEY)
+    hello = {"model": "echo", "messages": [{"role": "user", "content": "hi"}]}
+    for i in range(12):  # anyone may send these: they must not push tenants' rows out
+        headers = {"authorization": f"Bearer sk-wrong-{i:012d}"} if i % 2 else {}
+        path = "/v1/chat/completions" if i % 3 else "/api/chat"
+        answer = httpx.post(f"{gateway.url}{path}", json=hello, headers=headers, timeout=30)
+        assert answer.status_code == 401
+    chat(gateway, LIMITED, model="echo")  # a later row: the refused ones were written by now
+    every = rows(gateway, ADMIN)
+    assert mine in {r["request_id"] for r in every}
+    assert len(every) == 2 and 401 not in {r["status"] for r in every}
+    metrics = call(gateway, ADMIN, "GET", "/metrics").text
+    assert 'gateway_requests_total{model="",status="401"} 12.0' in metrics
+
+
+def test_a_huge_number_in_a_query_is_a_400_not_a_500(gateway):
+    huge = "9" * 40
+    for key, path in [
+        (KEY, f"/ui/api/activity?status={huge}"),
+        (ADMIN, f"/ui/api/activity?status=-{huge}"),
+        (ADMIN, f"/ui/api/models/echo/events?after={huge}"),
+    ]:
+        answer = call(gateway, key, "GET", path)
+        assert answer.status_code == 400, (path, answer.text)
+        assert answer.json()["error"]["type"] == "invalid_request_error"
+    assert call(gateway, KEY, "GET", f"/ui/api/activity?before={huge}").status_code == 200
+    assert gateway.events("request_failed") == [] and not [
+        e for e in gateway.events() if e.get("level") == "error"
+    ]
+
+
+def test_the_benchmark_refuses_a_body_that_is_not_json_as_every_json_route_does(gateway):
+    body = '{"model": "echo", "prompt_tokens": 8, "max_tokens": 2, "streams": 1}'
+    for declared in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data"):
+        answer = call(
+            gateway, ADMIN, "POST", "/ui/api/benchmark", content=body,
+            headers={"content-type": declared},
+        )  # fmt: skip
+        assert answer.status_code == 415, (declared, answer.text)
+    assert gateway.events("generated") == []  # nothing ran
+    answer = call(gateway, ADMIN, "POST", "/ui/api/benchmark", json={"model": "echo", "streams": 1,
+                  "prompt_tokens": 8, "max_tokens": 2, "stremas": 2})  # fmt: skip
+    assert answer.status_code == 400 and "stremas" in answer.text
+    ok = call(gateway, ADMIN, "POST", "/ui/api/benchmark", content=body,
+              headers={"content-type": "application/json"})  # fmt: skip
+    assert ok.status_code == 200, ok.text
