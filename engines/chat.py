@@ -6,8 +6,9 @@ and makes one call here; the model's policy is applied in this one place.
 2. builds the canonical request under the model's settings (defaults, system prompt,
    output cap, reasoning, tool and overflow policies: `engines/policy/request.py`), and
    refuses images sent to a model that reads none;
-3. checks tool schemas and compiles output controls on a worker thread, so a client's
-   schema never stalls the event loop;
+3. checks tool schemas and compiles output controls on a worker thread, and large ones in
+   a worker process (`engines/policy/schema_checks.py`), so a client's schema never
+   stalls the event loop, not even through the GIL;
 4. returns `n` answers, each through `engines/policy/answer.py` (context overflow,
    tool-call guardrails and the re-ask), submitted together so they batch.
 
@@ -28,6 +29,7 @@ from engines.errors import BadRequest
 from engines.job import Job, expect_jobs
 from engines.policy.answer import answer
 from engines.policy.request import build_chat_request, check_chat, compiles_schemas
+from engines.policy.schema_checks import check_schemas
 from engines.runner import Runner
 from schemas.canonical import ChatAsk, ChatRequest, Output, PromptRead, request_images
 from schemas.config import ModelConfig
@@ -107,12 +109,13 @@ async def count_chat(runner: Runner, ask: ChatAsk | ChatRequest) -> int:
 
 
 async def prepare(runner: Runner, ask: ChatAsk) -> ChatRequest:
-    """The canonical request, checked; client-written schemas are checked on a worker
-    thread, and a request without any here, without a hop to a thread and back."""
+    """The canonical request, checked; client-written schemas are checked off the event
+    loop (large ones in a worker process), and a request without any here, without a hop
+    to a thread and back."""
     request = build_chat_request(runner.model, ask)
     refuse_images(runner.engine, runner.model.id, request)
     if compiles_schemas(request):
-        await asyncio.to_thread(check_chat, request)
+        await asyncio.to_thread(check_schemas, request)
     else:
         check_chat(request)
     return request

@@ -10,7 +10,7 @@ and renders it in each protocol's envelope, in one place.
     ├── Unauthorized            no key, or a key the gateway does not know
     ├── Forbidden               a key not allowed this model or route
     ├── PayloadTooLarge         a body past `limits.max_body_bytes`
-    ├── BodyTimeout             a body that stopped coming (`limits.body_timeout`)
+    ├── BodyTimeout             a body that stopped coming, or came too slowly (`limits.body_*`)
     ├── UnsupportedMediaType    a JSON route's body not declared JSON
     ├── ModelNotFound           a name no model or alias answers to
     ├── StoreUnavailable        the Responses store cannot be read or written
@@ -114,7 +114,8 @@ class PayloadTooLarge(GatewayError):
 
 
 class BodyTimeout(GatewayError):
-    """No part of the request body came within `limits.body_timeout`."""
+    """No part of the request body came within `limits.body_timeout`, or not all of it
+    within `limits.body_deadline`."""
 
 
 class UnsupportedMediaType(GatewayError):

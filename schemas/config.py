@@ -158,9 +158,11 @@ class LimitsConfig(Strict):
     # Connections held at once; more get a 503 at once. None: the open-file limit, less a
     # reserve for model files and logs. Read at start.
     max_connections: PositiveInt | None = None
-    # How long a request's line and headers, and then each piece of its body, may take.
+    # How long a request's line and headers, then each piece of its body, then its whole
+    # body (from its head) may take: a body a byte at a time never misses `body_timeout`.
     header_timeout: Duration = "10s"
     body_timeout: Duration = "30s"
+    body_deadline: Duration = "120s"
     # The whole fetch of one remote image (server.fetch_images), redirects included.
     fetch_timeout: Duration = "10s"
 

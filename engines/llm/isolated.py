@@ -33,6 +33,7 @@ from engines.base import Capabilities, LoadInfo
 from engines.cache import CacheDir
 from engines.errors import ModelUnavailable
 from engines.llm.distributed.group import Failure, RankGroup
+from engines.llm.distributed.wire import RingRefused
 from engines.llm.engine import MLXEngine
 from engines.llm.isolated_child import serve, unpack_error
 from engines.llm.isolated_pipes import IsolatedBatch, relay_events
@@ -41,6 +42,10 @@ from engines.platform import PlatformPath
 from schemas.canonical import ChatRequest, Output
 from schemas.config import ModelConfig
 from schemas.events import ModelAttached, ModelFailed
+
+# A sharded model's group started this many times, each with new ports and a new key, before
+# its load fails: a stranger who takes a rank's connection while the ring forms costs a start.
+RING_STARTS = 3
 
 
 class IsolatedEngine:
@@ -94,8 +99,7 @@ class IsolatedEngine:
     def load(self, memory_left: int | None = None) -> LoadInfo:
         with self._calls:
             self._memory_left = memory_left
-            self._start()
-            info = self._call("load", memory_left)
+            info = self._load_group(memory_left) if self._group else self._load(memory_left)
             memory = info.memory_bytes
             if self._group is not None:  # every rank on this machine counts against its budget
                 per_rank = [int(m) for m in info.detail["memory_per_rank"].split(",")]
@@ -112,6 +116,30 @@ class IsolatedEngine:
                     **({"disk_cache": "off (distributed)"} if self._group else {}),
                 },
             )
+
+    def _load(self, memory_left: int | None) -> LoadInfo:
+        self._start()
+        return self._call("load", memory_left)
+
+    def _load_group(self, memory_left: int | None) -> LoadInfo:
+        """The group started and loaded; started again (`RING_STARTS`) where its ring did not
+        form between the launch's ranks, or a rank died before the load's answer."""
+        for _ in range(RING_STARTS - 1):
+            try:
+                return self._load(memory_left)
+            except (RingRefused, ModelUnavailable) as error:
+                if isinstance(error, RingRefused):
+                    emit(
+                        ModelFailed(
+                            model=self._config.id,
+                            error=f"its ranks' ring did not form ({error}); starting it again",
+                        ),
+                        level="warning",
+                    )
+                self._process.join(timeout=5)
+                self._halt(self._process)
+                self._death_reported, self._failure = False, None
+        return self._load(memory_left)
 
     def count_prompt(self, request: ChatRequest) -> int:
         return self._call("count_prompt", request)
@@ -257,7 +285,8 @@ class IsolatedEngine:
         else:
             from engines.llm.distributed.rank import lead
 
-            target, args = lead, (self._group.spec, self._group.start())
+            env = self._group.start()  # draws this start's ring key: the spec after it
+            target, args = lead, (self._group.spec, env)
         self._process = context.Process(
             target=target,
             args=(control_child, batch_child, *args),

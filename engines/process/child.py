@@ -13,6 +13,7 @@ import time
 from collections import deque
 from pathlib import Path
 
+from engines.child_env import inherited
 from engines.log import emit
 from schemas.events import ModelLog
 
@@ -22,13 +23,6 @@ LOG_RATE = 20.0  # lines a second, on average, past the burst
 TAIL_LINES = 20  # the last lines kept, to say why a start failed
 
 
-# What a server inherits of the gateway's environment: what a program needs to run and find
-# its files, nothing that could hold a key (API keys, the admin key, HF_TOKEN stay here).
-# Everything else it needs is said in `process.env`.
-INHERITED = (
-    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM",
-    "TMPDIR", "TMP", "TEMP", "XDG_CACHE_HOME", "HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE",
-)  # fmt: skip
 # An option whose value is masked where a command line is shown (`--api-key X`, `--token=X`).
 SECRET_OPTION = re.compile(r"^-{1,2}[\w-]*(key|token|secret|password|passwd|auth)[\w-]*$", re.I)
 MASK = "***"
@@ -39,9 +33,9 @@ def fill_port(text: str, port: int) -> str:
 
 
 def server_environment(env: dict[str, str], port: int) -> dict[str, str]:
-    """The server's environment: `INHERITED` and every `LC_*` of the gateway's, then `env`."""
-    kept = {k: v for k, v in os.environ.items() if k in INHERITED or k.startswith("LC_")}
-    return kept | {k: fill_port(v, port) for k, v in env.items()}
+    """The server's environment: what engines/child_env.py keeps of the gateway's (nothing
+    that could hold a key), then `env` (`process.env`)."""
+    return inherited() | {k: fill_port(v, port) for k, v in env.items()}
 
 
 def shown_command(command: list[str]) -> str:

@@ -16,7 +16,7 @@ import msgspec
 from engines.errors import ConfigInvalid, SourceError
 from engines.sources.hub import NotCached, cache_status, is_hub_source
 from gateway.control.field_check import check_value, report_error, unknown_key
-from gateway.control.references import check_references
+from gateway.control.references import check_references, resolve_drafts
 from gateway.control.yaml_source import KeyPath, Source, read_yaml
 from schemas.config import GatewayConfig, ModelConfig, ModelSettings, ServerConfig, Task
 from schemas.config_keys import ENGINES, LOCAL, MODEL_KEYS
@@ -139,6 +139,7 @@ def _validate(doc: Any, src: Source) -> GatewayConfig | None:
     check_references(server, merged, src)
     if src.errors:
         return None
+    resolve_drafts(merged)
     doc = {**doc, "server": server, "defaults": defaults, "models": merged}
     try:
         # Values read from the environment are strings: let "8080" become a port.

@@ -13,7 +13,8 @@ from gateway.control.yaml_source import KeyPath, Source
 
 
 def check_references(server: Any, models: list[Any], src: Source) -> None:
-    """Ids and aliases unique; fallback, draft and key entries name a model."""
+    """Ids and aliases unique; fallback, draft and key entries name a model (by id or
+    alias; a draft's alias is then resolved: `resolve_drafts`)."""
     owner: dict[str, tuple[str, KeyPath]] = {}  # id or alias -> (model id, where)
     for i, model in enumerate(models):
         mid = model.get("id") if isinstance(model, dict) else None
@@ -79,6 +80,16 @@ def check_references(server: Any, models: list[Any], src: Source) -> None:
             ipaddress.ip_network(network, strict=False)
         except (TypeError, ValueError):
             src.at(("server", "fetch_images_allow", i), f"{network!r} is not an IP network")
+
+
+def resolve_drafts(models: list[Any]) -> None:
+    """Every `draft.model` that names a model by an alias, set to that model's id: the
+    runner finds its draft by id (checked by `check_references`: each names a model)."""
+    ids = {alias: m["id"] for m in models for alias in m.get("aliases") or []}
+    for model in models:
+        draft = model.get("draft")
+        if isinstance(draft, dict) and draft.get("model") in ids:
+            model["draft"] = {**draft, "model": ids[draft["model"]]}
 
 
 def check_key_entries(keys: list[Any], src: Source) -> None:

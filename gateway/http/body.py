@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import TypeVar
 
@@ -11,8 +12,12 @@ from litestar import Request
 from engines.errors import BadRequest, UnsupportedMediaType
 from gateway.http.limits import check_images, check_json_depth, check_schema_bytes
 from gateway.http.whole import INT_GOT_FLOAT, decode_whole
+from schemas.config import LimitsConfig
 
 T = TypeVar("T")
+# Bodies up to this size are scanned and decoded on the event loop (well under a millisecond);
+# a larger one (a tool schema of half a MiB took 0.2-0.4 s) on a worker thread.
+ON_LOOP_BYTES = 64 * 1024
 # A key or type that carries an image in some protocol (`image_url`, `input_image`, an
 # Anthropic `"type": "image"`, Ollama's `images`), outside any string (inside one, its
 # quotes would be escaped): only then is the body decoded a second time to find them. A
@@ -60,6 +65,14 @@ async def decode_body(request: Request, schema: type[T]) -> T:
     if not body.strip():
         raise BadRequest("the request body is empty; send a JSON object")
     limits = request.app.state.registry.current.config.server.limits
+    if len(body) > ON_LOOP_BYTES:  # a large body's scan and decode: not on the event loop
+        return await asyncio.to_thread(decoded, body, schema, limits)
+    return decoded(body, schema, limits)
+
+
+def decoded(body: bytes, schema: type[T], limits: LimitsConfig) -> T:
+    """`body` checked (nesting, images, schema sizes) and decoded as `schema`. Blocking for
+    a large body: `decode_body` runs it on a thread then."""
     check_json_depth(body, limits.max_json_depth)  # before the decoder recurses
     try:
         if IMAGE_PART.search(body):  # count and measure images before any adapter refuses them

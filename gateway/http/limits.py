@@ -39,11 +39,12 @@ def limits_of(scope: Scope) -> LimitsConfig:
 
 
 def request_limits(app: ASGIApp) -> ASGIApp:
-    """ASGI middleware: 431 for oversized headers, 413 for a body over `max_body_bytes`.
+    """ASGI middleware: 431 for oversized headers, 413 for a body over `max_body_bytes`,
+    408 for a body that stops coming (`body_timeout`) or is not whole by `body_deadline`.
 
     A declared Content-Length over the limit is refused before one byte of the body is read;
     a chunked body is counted as it streams and stops at the limit (the handler reading it
-    gets `PayloadTooLarge`, rendered in its protocol's envelope).
+    gets `PayloadTooLarge` or `BodyTimeout`, rendered in its protocol's envelope).
     """
 
     async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
@@ -66,15 +67,24 @@ def request_limits(app: ASGIApp) -> ASGIApp:
         received = 0
         body_done = scope["method"] in ("GET", "HEAD")
         patience = seconds(limits.body_timeout)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds(limits.body_deadline)  # the head is in: from now
 
         async def counted_receive() -> Message:
             nonlocal received, body_done
             if body_done:  # later receives wait for the client to leave: no limit on that
                 return await receive()
+            whole = deadline - loop.time() < patience  # the deadline comes first
             try:
-                async with asyncio.timeout(patience):  # wait_for made a task a receive (3.11)
+                # timeout_at, not wait_for: wait_for made a task of each receive (3.11).
+                async with asyncio.timeout_at(min(deadline, loop.time() + patience)):
                     message = await receive()
             except TimeoutError:
+                if whole:
+                    raise BodyTimeout(
+                        f"the request body did not arrive whole within {limits.body_deadline} "
+                        "of its head (limits.body_deadline)"
+                    ) from None
                 raise BodyTimeout(
                     f"no part of the request body came for {limits.body_timeout} "
                     "(limits.body_timeout)"

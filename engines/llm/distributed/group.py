@@ -4,6 +4,11 @@ when one has died or hangs (each writes a heartbeat byte a second on its stdout)
 
 Rank 0 is the model's process of `isolation: process` (engines/llm/isolated.py), started
 with the environment `start()` returns; it runs engines/llm/distributed/rank.py's `lead`.
+
+What a rank receives: its spec (the model, without `hf_token`) and the launch's ring key on
+its stdin, which neither `ps` nor /proc shows (over ssh, on the connection's stdin); in its
+environment only what MLX's backend reads and what engines/child_env.py keeps (no API key,
+admin key or HF_TOKEN). Each start draws a new key, so a rank of an earlier start cannot join.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import pickle
+import secrets
 import shlex
 import socket
 import subprocess
@@ -19,12 +24,15 @@ import sys
 import tempfile
 import threading
 import time
-from base64 import b64encode
 from pathlib import Path
 from typing import NamedTuple
 
-from engines.llm.distributed.rank import HEARTBEAT_S, SPEC_ENV
+import msgspec
+
+from engines.child_env import inherited
+from engines.llm.distributed.rank import HEARTBEAT_S, RankSpec
 from engines.llm.distributed.shard import check_split
+from engines.llm.distributed.wire import KEY_BYTES
 from engines.platform import PlatformPath
 from engines.sources.resolve import resolve_source
 from schemas.config import ModelConfig, seconds
@@ -35,6 +43,13 @@ LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
 STALE_S = 10 * HEARTBEAT_S
 FIRST_BEAT_S = 60.0  # a rank starting (importing MLX, reaching its host) may take this long
 STOP_GRACE_S = 10.0
+# What a local rank keeps of the gateway's environment past engines/child_env.py's: how it
+# finds this package and its libraries, and the backends' own settings.
+RANK_INHERITED = (
+    "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "LD_LIBRARY_PATH", "LD_PRELOAD",
+    "GATEWAY_CACHE_DIR", "GATEWAY_NO_OPENBLAS",
+)  # fmt: skip
+RANK_PREFIXES = ("MLX_", "CUDA_", "NCCL_", "OMP_", "OPENBLAS_")
 
 
 class Failure(NamedTuple):
@@ -79,31 +94,40 @@ class RankGroup:
         self.config = model.distributed
         self.hosts = self.config.hosts or ["127.0.0.1"] * self.config.ranks
         self.timeout = seconds(self.config.timeout)
-        self._spec = {
-            "model": model,
-            "platform": platform,
-            "base_dir": base_dir,
-            "mode": self.config.mode,
-            "sharing": self.sharing(),
-        }
+        self._model, self._base_dir = model, base_dir
+        self._spec = RankSpec(
+            model=msgspec.structs.replace(model, hf_token=None),  # ranks load, never download
+            platform=platform,
+            base_dir=str(base_dir) if base_dir is not None else None,
+            mode=self.config.mode,
+            sharing=self.sharing(),
+            key=b"",
+        )
         self._peers: list[Peer] = []
         self._hostfile: str | None = None
 
     @property
-    def spec(self) -> dict:
+    def spec(self) -> RankSpec:
+        """This start's spec, with its ring key (rank 0 takes it over its spawn pipe)."""
         return self._spec
 
     def start(self) -> dict[str, str]:
-        """Start ranks 1..N-1; the environment rank 0 joins the group with. A split the
-        checkpoint cannot take is refused first, by its numbers."""
+        """Start ranks 1..N-1 with a new ring key; the environment rank 0 joins the group
+        with. A split the checkpoint cannot take is refused first, by its numbers."""
         self.stop()
-        model = self._spec["model"]
-        path = resolve_source(model.id, model.source, base_dir=self._spec["base_dir"])
+        model = self._model
+        path = resolve_source(model.id, model.source, base_dir=self._base_dir)
         check_split(model.id, path, self.config.ranks, self.config.mode)
+        self._spec = msgspec.structs.replace(self._spec, key=secrets.token_bytes(KEY_BYTES))
         envs = self._environments()
         python = self.config.python or sys.executable
+        spec = msgspec.msgpack.encode(self._spec)
         for rank in range(1, self.config.ranks):
-            self._peers.append(Peer(rank, self.hosts[rank], self._launch(rank, envs[rank], python)))
+            process = self._launch(rank, envs[rank], python)
+            with contextlib.suppress(OSError):  # one that died at once is found by its exit
+                process.stdin.write(spec)
+                process.stdin.close()
+            self._peers.append(Peer(rank, self.hosts[rank], process))
         return envs[0]
 
     def failure(self) -> Failure | None:
@@ -152,8 +176,7 @@ class RankGroup:
         """What MLX's backend reads in each rank (`mlx.launch` sets the same)."""
         config, ranks = self.config, self.config.ranks
         ports = _ports(config.port, ranks)
-        spec = b64encode(pickle.dumps(self._spec)).decode()
-        common = {"GATEWAY_BACKEND": config.backend, "GATEWAY_RANKS": str(ranks), SPEC_ENV: spec}
+        common = {"GATEWAY_BACKEND": config.backend, "GATEWAY_RANKS": str(ranks)}
         if config.backend == "nccl":  # rank 0 coordinates; one GPU per rank of a host
             common |= {
                 "NCCL_HOST_IP": _address(self.hosts[0]),
@@ -170,6 +193,7 @@ class RankGroup:
         ring = [[f"{_address(h)}:{p}"] for h, p in zip(self.hosts, ports, strict=True)]
         common["GATEWAY_HOSTFILE"] = json.dumps(ring)
         if ranks > 1:
+            # mkstemp: 0600, this user's alone.
             handle, self._hostfile = tempfile.mkstemp(prefix="mlx-ring-", suffix=".json")
             os.write(handle, common["GATEWAY_HOSTFILE"].encode())
             os.close(handle)
@@ -180,12 +204,14 @@ class RankGroup:
         command = [python, "-m", "engines.llm.distributed.rank"]
         host = self.hosts[rank]
         if host in LOCAL_HOSTS:
+            environment = inherited(*RANK_INHERITED, prefixes=RANK_PREFIXES) | env
             return subprocess.Popen(
-                command, env=os.environ | env, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL
+                command, env=environment, stdout=subprocess.PIPE, stdin=subprocess.PIPE
             )
         # As `mlx.launch` reaches a host: ssh, the same directory, the environment exported,
         # the ring's hostfile written there. ssh's own end ends the rank (no -tt: stdout is
-        # the heartbeat, and a closed connection is a dead rank).
+        # the heartbeat, and a closed connection is a dead rank). The exports hold no secret:
+        # the spec and its key go down the connection's stdin.
         script = f"cd {shlex.quote(os.getcwd())} && "
         script += "".join(f"export {k}={shlex.quote(v)}; " for k, v in env.items())
         if "GATEWAY_HOSTFILE" in env and int(env["GATEWAY_RANKS"]) > 1:
@@ -196,7 +222,7 @@ class RankGroup:
         return subprocess.Popen(
             ["ssh", "-o", "BatchMode=yes", host, script],
             stdout=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,
         )
 
 

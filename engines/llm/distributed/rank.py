@@ -8,22 +8,37 @@ with the other ranks (`follow`, started by engines/llm/distributed/group.py) eac
 from __future__ import annotations
 
 import os
-import pickle
 import sys
 import threading
 import time
 import traceback
-from base64 import b64decode
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
+import msgspec
+
 from engines.base import LoadInfo
-from engines.llm.distributed.wire import gather, share
+from engines.llm.distributed.wire import Channel, RingRefused, authenticate, gather
 from engines.llm.isolated_child import Arrivals, answer, pack_error
 from engines.mlx.weights import weight_bytes
+from engines.platform import PlatformPath
 from schemas.canonical import Finished
+from schemas.config import ModelConfig
 
-SPEC_ENV = "GATEWAY_RANK_SPEC"  # the model, platform and base_dir every rank loads
+
+class RankSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """What every rank loads, and the launch's key it proves on the ring. Ranks 1..N-1 read
+    it from their stdin (never argv or the environment, which `ps` and /proc show); it holds
+    no secret the rank does not need (no `hf_token`: a rank loads, never downloads)."""
+
+    model: ModelConfig
+    platform: PlatformPath
+    base_dir: str | None
+    mode: str
+    sharing: list[int]
+    key: bytes
+
+
 # Changes every rank applies; anything else the gateway asks only rank 0 answers.
 SHARED = {"load", "open", "prepare", "add", "cancel", "stop"}
 HEARTBEAT_S = 1.0  # a rank that writes no byte for this long (x3) is taken as hung
@@ -32,8 +47,9 @@ HEARTBEAT_S = 1.0  # a rank that writes no byte for this long (x3) is taken as h
 class Replica:
     """A rank's engine and batch, changed only through `apply` and advanced by `step`."""
 
-    def __init__(self, engine, group, sharing: list[int]) -> None:
+    def __init__(self, engine, group, sharing: list[int], key: bytes) -> None:
         self.engine, self.group = engine, group
+        self.channel = Channel(group, key)
         self.sharing = sharing[group.rank()]  # ranks on the gateway's machine (0: elsewhere)
         self.batch = None
         self.cancelled: set[int] = set()
@@ -103,38 +119,55 @@ class Replica:
         )
 
 
-def make_replica(spec: dict, group) -> Replica:
+def make_replica(spec: RankSpec, group) -> Replica:
     """The engine every rank builds: an `MLXEngine` whose weights load as this rank's part."""
     from engines.llm.distributed.shard import load_shard
     from engines.llm.engine import MLXEngine
 
-    model, mode = spec["model"], spec["mode"]
+    model, mode = spec.model, spec.mode
     replica = None
 
     def loader(path: Path):
         replica.model, tokenizer, replica.share = load_shard(model.id, path, group, mode)
         return replica.model, tokenizer
 
-    engine = MLXEngine(model, spec["platform"], spec["base_dir"], loader=loader)
-    replica = Replica(engine, group, spec["sharing"])
+    base_dir = Path(spec.base_dir) if spec.base_dir is not None else None
+    engine = MLXEngine(model, spec.platform, base_dir, loader=loader)
+    replica = Replica(engine, group, spec.sharing, spec.key)
     return replica
 
 
-def join(env: dict[str, str]):
-    """This process's place in the group: MLX's own init, on the environment it was given."""
+def join(env: dict[str, str], key: bytes):
+    """This process's place in the group: MLX's own init, on the environment it was given,
+    then every rank's proof of the launch's key. RingRefused if either fails."""
     import mlx.core as mx
 
     os.environ.update(env)
     alone = env["GATEWAY_RANKS"] == "1"  # a group of one needs no backend
-    return mx.distributed.init(strict=not alone, backend=env["GATEWAY_BACKEND"])
+    try:
+        group = mx.distributed.init(strict=not alone, backend=env["GATEWAY_BACKEND"])
+        if group.size() > 1:
+            authenticate(group, key)
+    except RingRefused:
+        raise
+    except Exception as error:  # MLX's start: a connection refused, lost, or taken
+        raise RingRefused(f"{type(error).__name__}: {error}") from None
+    return group
 
 
-def lead(control: Connection, batch_pipe: Connection, spec: dict, env: dict[str, str]) -> None:
+def lead(control: Connection, batch_pipe: Connection, spec: RankSpec, env: dict[str, str]) -> None:
     """Rank 0: the gateway's calls and batch on its pipes; the changes shared with every rank
-    before each step; the step's outputs back to the gateway."""
+    before each step; the step's outputs back to the gateway. A ring that did not form is the
+    answer to the gateway's first call (the load), which starts the group again."""
     os.dup2(2, 1)  # stdout is the gateway's event stream
     sys.stdout = sys.stderr
-    replica = make_replica(spec, join(env))
+    try:
+        group = join(env, spec.key)
+    except RingRefused as error:
+        control.recv()
+        control.send((False, pack_error(error)))
+        return
+    replica = make_replica(spec, group)
     while True:
         changes: list[tuple[Connection | None, tuple]] = []
         for pipe in wait([control, batch_pipe], timeout=0 if replica.active else None):
@@ -151,7 +184,7 @@ def lead(control: Connection, batch_pipe: Connection, spec: dict, env: dict[str,
                     break
         if not changes and not replica.active:
             continue
-        share(replica.group, [m for _, m in changes] or None)  # None: one collective
+        replica.channel.share([m for _, m in changes] or None)  # None: one collective
         for pipe, message in changes:
             if message[0] == "stop":
                 replica.engine.unload()
@@ -191,10 +224,10 @@ def follow() -> None:
     os.dup2(2, 1)  # nothing else may write on the heartbeat's stream
     sys.stdout = sys.stderr
     threading.Thread(target=_beat, args=(out,), daemon=True).start()
-    spec = pickle.loads(b64decode(os.environ[SPEC_ENV]))
-    replica = make_replica(spec, join(dict(os.environ)))
+    spec = msgspec.msgpack.decode(sys.stdin.buffer.read(), type=RankSpec)
+    replica = make_replica(spec, join(dict(os.environ), spec.key))
     while True:
-        for message in share(replica.group) or []:
+        for message in replica.channel.share() or []:
             if message[0] == "stop":
                 replica.engine.unload()
                 return

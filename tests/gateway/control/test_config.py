@@ -251,9 +251,16 @@ def test_cross_field_errors_name_the_model(text: str, expected: str):
 
 
 def test_draft_naming_another_model_and_scripted_embed_are_fine():
-    text = models() + "    task: embed\n    draft: {model: x}\n"
+    text = models() + "    task: embed\n    draft: {model: a}\n"
     model = parse(text).models[1]
-    assert model.task == "embed" and model.draft.model == "x"
+    assert model.task == "embed" and model.draft.model == "a"
+
+
+def test_a_draft_named_by_an_alias_is_resolved_to_that_models_id():
+    # x is model a's alias: the runner finds the draft by id, so it must hold the id (an
+    # alias kept as is found no model, and the draft was silently dropped).
+    model = parse(models() + "    draft: {model: x}\n").models[1]
+    assert model.draft.model == "a"
 
 
 def test_env_set_unset_and_default():

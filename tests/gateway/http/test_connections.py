@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import resource
+import select
 import socket
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import time
 
 import httpx
 import pytest
-from conftest import REPO, free_port
+from conftest import REPO, free_port, serving
 
 CONFIG = """
 server:
@@ -123,3 +124,26 @@ def test_a_body_that_stops_coming_is_a_408(tmp_path):
         assert answer.startswith(b"HTTP/1.1 408"), answer
         assert b"limits.body_timeout" in answer
         assert 25 < time.perf_counter() - started < 45
+
+
+def test_a_body_sent_a_byte_a_second_is_cut_off_at_its_deadline_with_a_408(tmp_path):
+    config = CONFIG.replace("{header_timeout: 8s}", "{body_timeout: 5s, body_deadline: 6s}")
+    with serving(tmp_path, config) as gateway:
+        head = (
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            "content-type: application/json\r\ncontent-length: 1000\r\n\r\n"
+        )
+        with socket.create_connection(("127.0.0.1", gateway.port), timeout=60) as sock:
+            sock.sendall(head.encode())
+            started = time.perf_counter()
+            answer = b""
+            # Each byte comes well within body_timeout: only the whole body's deadline ends it.
+            while not select.select([sock], [], [], 1.0)[0]:
+                assert time.perf_counter() - started < 30, "the body is still being read"
+                sock.sendall(b" ")
+            while chunk := sock.recv(4096):
+                answer += chunk
+            took = time.perf_counter() - started
+    assert answer.startswith(b"HTTP/1.1 408"), answer
+    assert b'"error"' in answer and b"limits.body_deadline" in answer
+    assert 5 < took < 12  # the deadline (6 s), not the 1,000 bytes' 1,000 s; then closed

@@ -4,6 +4,8 @@ and the event loop stays quick for everyone else (issue 24.2)."""
 
 from __future__ import annotations
 
+import json
+import statistics
 import threading
 import time
 
@@ -69,3 +71,54 @@ def test_schemas_past_the_cap_are_refused_at_once_and_health_stays_quick(tmp_pat
         assert "max_tool_schema_bytes" in refused.json()["error"]["message"]
         small = {"model": "echo", "messages": HI, "tools": [tool(0, properties=20)]}
         assert httpx.post(f"{gateway.url}/v1/chat/completions", json=small).status_code == 200
+
+
+def health_latencies(url: str, until: threading.Event, into: list[float]) -> None:
+    with httpx.Client(timeout=120) as client:
+        while not until.is_set():
+            started = time.perf_counter()
+            client.get(f"{url}/health")
+            into.append(time.perf_counter() - started)
+            time.sleep(0.01)
+
+
+def test_health_stays_as_quick_as_when_idle_while_a_half_mib_schema_is_checked(tmp_path):
+    with serving(tmp_path, CONFIG) as gateway:
+        # Just under the cap: accepted, so every check and compile runs on it.
+        body = {"model": "echo", "messages": HI, "tools": [tool(0, properties=3500)]}
+        body["tool_choice"] = "required"
+        data = json.dumps(body).encode()
+        assert 450_000 < len(data) < 512 * 1024
+        idle: list[float] = []
+        done = threading.Event()
+        prober = threading.Thread(target=health_latencies, args=(gateway.url, done, idle))
+        prober.start()
+        time.sleep(2)
+        done.set()
+        prober.join()
+
+        busy: list[float] = []
+        done = threading.Event()
+        prober = threading.Thread(target=health_latencies, args=(gateway.url, done, busy))
+        prober.start()
+        try:
+            response = httpx.post(
+                f"{gateway.url}/v1/chat/completions",
+                content=data,
+                headers={"content-type": "application/json"},
+                timeout=300,
+            )
+        finally:
+            done.set()
+            prober.join()
+        # Checked whole and accepted; the scripted model then counts its prompt too long.
+        assert response.status_code == 400, response.text[:300]
+        assert "context window" in response.json()["error"]["message"]
+        # /health was answered many times while the schema was worked on, and most of them
+        # as fast as on the idle gateway: the lower quartile against the idle median, so a
+        # loaded machine's slowness (which both share) does not decide it. With the check on
+        # a thread of the gateway's, holding the GIL, every probe was 3-6 times slower.
+        assert len(busy) >= 10, busy
+        quartile = statistics.quantiles(busy, n=4)[0]
+        idle_median = statistics.median(idle)
+        assert quartile < 2 * idle_median, (quartile, idle_median)
