@@ -10,9 +10,7 @@ import stat
 import httpx
 
 
-def test_the_state_dir_and_its_databases_are_private_to_the_gateway_s_user(
-    start_gateway, tmp_path
-):
+def test_the_state_dir_and_its_databases_are_private_to_the_gateway_s_user(start_gateway, tmp_path):
     state = tmp_path / "state"
     config = f"""
         server: {{state_dir: {state}}}
