@@ -285,12 +285,14 @@ class Finished(msgspec.Struct, frozen=True, kw_only=True, tag="finished"):
 
 class PromptRead(msgspec.Struct, frozen=True, kw_only=True, tag="prompt_read"):
     """How the engine reads the prompt, told once it has looked in its cache tiers (before
-    the first token): `cached_tokens` of `prompt_tokens` come from a tier. The runner keeps
-    it on the job (`Job.read`) for the adapters that report it before `Finished`; it is not
-    passed on as an output."""
+    the first token): `cached_tokens` of `prompt_tokens` come from a tier, and it means to
+    leave `writing_tokens` more in one when it ends (`Finished.cache_written_tokens` says
+    what it did). The runner keeps it on the job (`Job.read`) for the adapters that report
+    it before `Finished`; it is not passed on as an output."""
 
     prompt_tokens: int
     cached_tokens: int
+    writing_tokens: int = 0
 
 
 class Embedded(msgspec.Struct, frozen=True, kw_only=True, tag="embedded"):

@@ -141,6 +141,7 @@ class MLXBatch:
             cancelled=cancelled,
             prompt_tokens=len(job.prompt),
             reused=reused,
+            writing=len(job.prompt) - reused if self._parking.ram is not None else 0,
             started=time.perf_counter(),
             job=job,
             drafter=self._drafter(job),

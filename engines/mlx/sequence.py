@@ -25,7 +25,8 @@ class Sequence:
     reused: int = 0  # prompt tokens served from a parked or block cache
     reused_disk: int = 0  # of those, read from the disk tier
     disk_load_s: float = 0.0
-    written: int = 0  # prompt tokens past `reused` it left in a tier when it ended
+    writing: int = 0  # prompt tokens past `reused` it means to leave in a tier at its end
+    written: int = 0  # those it left there when it ended
     evicted: bool = False  # parking this conversation evicted another one
     images: int = 0
     image_tokens: int = 0
@@ -45,7 +46,13 @@ class Sequence:
         read: list[Output] = []
         if self.first_at is None:
             self.first_at = time.perf_counter()
-            read.append(PromptRead(prompt_tokens=self.prompt_tokens, cached_tokens=self.reused))
+            read.append(
+                PromptRead(
+                    prompt_tokens=self.prompt_tokens,
+                    cached_tokens=self.reused,
+                    writing_tokens=self.writing,
+                )
+            )
         detokenizer, parser = self.detokenizer, self.parser
         if token is not None:
             if token not in eos:

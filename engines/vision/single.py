@@ -40,7 +40,8 @@ def generate_one(
         **tensors,
     )
     try:
-        yield from run.follow(stream, cancelled, read=lambda first: read_of(first, inputs))
+        keeps = bool(sessions.slots)
+        yield from run.follow(stream, cancelled, read=lambda first: read_of(first, inputs, keeps))
     finally:
         stream.close()
     last = run.last
@@ -65,7 +66,9 @@ def generate_one(
     )
 
 
-def read_of(first, inputs) -> PromptRead:
-    """How mlx-vlm read the prompt, as its first response says."""
+def read_of(first, inputs, keeps: bool) -> PromptRead:
+    """How mlx-vlm read the prompt, as its first response says; `keeps`: the conversation
+    is parked when it ends."""
     cached = getattr(first, "cached_tokens", 0) or 0
-    return PromptRead(prompt_tokens=len(inputs.ids), cached_tokens=cached)
+    writing = len(inputs.ids) - cached if keeps else 0
+    return PromptRead(prompt_tokens=len(inputs.ids), cached_tokens=cached, writing_tokens=writing)

@@ -298,14 +298,15 @@ async def create_message(request: Request, generation: Generation) -> Response |
     try:
         first = await anext(outputs)  # already in: `started` waited for it
         # message_start tells the prompt's size before the engine's own count at the end:
-        # as the engine read it (`PromptRead`: its cache read; nothing is written yet), else
-        # counted.
+        # as the engine read it and means to write it (`PromptRead`), else counted. Clients
+        # keep message_start's input_tokens where message_delta's is 0 (Claude Code does).
         if isinstance(first, Finished):
             usage = usage_of(replace(first, new_tokens=0))
         elif (read := reads[0]) is not None:
             usage = wire.Usage(
-                input_tokens=read.prompt_tokens - read.cached_tokens,
+                input_tokens=read.prompt_tokens - read.cached_tokens - read.writing_tokens,
                 output_tokens=0,
+                cache_creation_input_tokens=read.writing_tokens,
                 cache_read_input_tokens=read.cached_tokens,
             )
         else:

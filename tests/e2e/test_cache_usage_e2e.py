@@ -94,13 +94,14 @@ def test_anthropic_usage_splits_the_prompt_into_read_written_and_the_rest(
     event = generated(gateway, request_id)
     prompt = event["prompt_tokens"]
     assert event["reused_prefix_tokens"] > prompt / 2
-    # message_start: the read as the engine made it, nothing written yet; the delta: all.
-    assert start.cache_read_input_tokens == event["reused_prefix_tokens"]
-    assert start.input_tokens + start.cache_read_input_tokens == prompt
+    # message_start: the read as the engine made it and the write it meant; the delta: as done.
+    assert start.cache_read_input_tokens == delta.cache_read_input_tokens
     assert delta.cache_read_input_tokens == event["reused_prefix_tokens"]
+    assert start.cache_creation_input_tokens == delta.cache_creation_input_tokens
     assert delta.cache_creation_input_tokens == event["cache_written_tokens"]
-    split = delta.input_tokens + delta.cache_creation_input_tokens + delta.cache_read_input_tokens
-    assert split == prompt
+    for usage in (start, delta):
+        split = usage.input_tokens + usage.cache_creation_input_tokens
+        assert split + usage.cache_read_input_tokens == prompt
     assert final.usage.cache_read_input_tokens == event["reused_prefix_tokens"]
 
 
