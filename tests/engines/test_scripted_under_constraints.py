@@ -116,6 +116,10 @@ def test_a_script_whose_instances_do_not_fit_is_a_400_not_retried(gateway, opena
     assert "'given'" in message and "script.constrained" in message
     request_id = error.value.response.headers["x-request-id"]
     assert len(gateway.events("request_routed", request_id=request_id)) == 1  # no retry
+    with pytest.raises(openai.BadRequestError, match="script.constrained"):  # before a stream
+        openai_client.chat.completions.create(
+            model="given", messages=HI, tools=[OPENAI_TOOL], tool_choice=FORCED, stream=True
+        )
     client = gateway.anthropic()
     with pytest.raises(anthropic.BadRequestError, match="script.constrained"):
         client.messages.create(
