@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import struct
 
@@ -41,7 +42,10 @@ def float32_base64(vector: list[float]) -> str:
 async def openai_embeddings(request: Request, generation: Generation) -> wire.EmbeddingList:
     """One vector per input, as floats or base64 (`encoding_format`)."""
     data = await decode_body(request, wire.EmbeddingRequest)
-    inputs = openai_inputs(data.input)
+    if isinstance(data.input, str) or all(isinstance(text, str) for text in data.input):
+        inputs = openai_inputs(data.input)
+    else:  # token ids: off the event loop (the encoding's first load takes ~0.3 s)
+        inputs = await asyncio.to_thread(openai_inputs, data.input)
     route = announce(generation.resolve(data.model), stream=False, protocol="openai")
     embedded = await embed(request, route, EmbedRequest(inputs=inputs), data.dimensions)
     encode = float32_base64 if data.encoding_format == "base64" else list
