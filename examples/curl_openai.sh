@@ -1,28 +1,31 @@
-#!/usr/bin/env bash
+#!/bin/sh
 # The gateway's OpenAI routes with curl: models, chat (plain and streamed), completions,
 # responses (plain and streamed).
 #
-#   GATEWAY_URL=http://127.0.0.1:8000 examples/curl_openai.sh
+#   GATEWAY_URL=http://127.0.0.1:8000 sh examples/curl_openai.sh
 #
 # GATEWAY_MODEL picks the model (default: the shipped config's `default` alias);
 # GATEWAY_API_KEY is sent as a bearer key when set.
-set -euo pipefail
+set -eu
 
 URL="${GATEWAY_URL:-http://127.0.0.1:8000}"
 MODEL="${GATEWAY_MODEL:-default}"
-auth=()
-if [[ -n "${GATEWAY_API_KEY:-}" ]]; then
-  auth=(-H "authorization: Bearer ${GATEWAY_API_KEY}")
-fi
 
-post() {  # post PATH JSON: fail (exit 22) on an HTTP error, printing its body
-  curl -sSN --fail-with-body "${auth[@]}" -H 'content-type: application/json' \
-    "${URL}$1" -d "$2"
+send() {  # curl, with the bearer key when one is set: fail (exit 22) on an HTTP error
+  if [ -n "${GATEWAY_API_KEY:-}" ]; then
+    curl -sSN --fail-with-body -H "authorization: Bearer ${GATEWAY_API_KEY}" "$@"
+  else
+    curl -sSN --fail-with-body "$@"
+  fi
+}
+
+post() {  # post PATH JSON, printing the body (an HTTP error's too)
+  send -H 'content-type: application/json' "${URL}$1" -d "$2"
   echo
 }
 
 echo "== GET /v1/models"
-curl -sS --fail-with-body "${auth[@]}" "${URL}/v1/models"
+send "${URL}/v1/models"
 echo
 
 echo "== POST /v1/chat/completions"

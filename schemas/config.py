@@ -292,6 +292,10 @@ class ScriptConfig(Strict):
     reply: str = "hello from echo"
     # Replies used in turn, one per request (cycling); when set, `reply` is not used.
     replies: list[str] = []
+    # Under a constraint (a JSON schema, a forced tool, a grammar), when the turn's reply
+    # does not fit: the first of these that fits answers (none fits: a 400); left empty, a
+    # short instance the grammar allows does.
+    constrained: list[str] = []
     token_delay: Annotated[float, Meta(ge=0, le=60)] = 0.0
     # Seconds a load takes, as loading weights would (swap costs measurable without them).
     load_delay: Annotated[float, Meta(ge=0, le=60)] = 0.0

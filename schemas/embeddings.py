@@ -21,7 +21,7 @@ Dimensions = Annotated[int, Meta(ge=1)]
 
 
 class EmbeddingRequest(Wire, kw_only=True):
-    """OpenAI: `input` is text, a list of texts, or token ids (which we refuse by name)."""
+    """OpenAI: `input` is text, a list of texts, or token ids (cl100k_base's, decoded to text)."""
 
     model: ModelName
     input: str | Annotated[list[str | int | list[int]], Meta(min_length=1, max_length=MAX_INPUTS)]

@@ -21,10 +21,11 @@ class Reply(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 class Options(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """The `options` Ollama clients send. Each is honoured or refused by name, never ignored:
-    the ones the gateway applies are typed; those typed `Any` are Ollama's others, which a
-    request may send as null only (clients send every field they know); any other name is
-    refused by the decoder."""
+    """The `options` Ollama clients send. Each is honoured, refused by name, or (what changes
+    no output: hardware hints, a sampler set to off) accepted and said ignored: the ones the
+    gateway applies and the hints are typed; those typed `Any` are Ollama's others, which a
+    request may send as null (clients send every field they know) or as off; any other name
+    is refused by the decoder."""
 
     # -1 (no limit) and -2 (fill the context) mean "the model's default" here; so does 0.
     num_predict: Annotated[int, Meta(ge=-2)] | None = None
@@ -39,7 +40,9 @@ class Options(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     repeat_last_n: Annotated[int, Meta(ge=-1)] | None = None  # -1: the window; 0: off
     presence_penalty: Annotated[float, Meta(ge=-2, le=2)] | None = None
     frequency_penalty: Annotated[float, Meta(ge=-2, le=2)] | None = None
-    # Ollama's options the gateway does not apply (other samplers, runner knobs).
+    # Ollama's options the gateway does not apply (other samplers, the context shift's
+    # kept tokens): refused when set, but for the samplers' own "off" values
+    # (gateway/ollama/options.py).
     num_keep: Any = None
     typical_p: Any = None
     penalize_newline: Any = None
@@ -47,14 +50,16 @@ class Options(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     mirostat_tau: Any = None
     mirostat_eta: Any = None
     tfs_z: Any = None
-    num_batch: Any = None
-    num_gpu: Any = None
-    main_gpu: Any = None
-    low_vram: Any = None
-    use_mmap: Any = None
-    use_mlock: Any = None
-    num_thread: Any = None
-    numa: Any = None
+    # Hardware hints for Ollama's runner: they change no output, so they are accepted and
+    # not applied (an `options_ignored` event says so).
+    num_batch: int | None = None
+    num_gpu: int | None = None
+    main_gpu: int | None = None
+    low_vram: bool | None = None
+    use_mmap: bool | None = None
+    use_mlock: bool | None = None
+    num_thread: int | None = None
+    numa: bool | None = None
 
 
 class ToolCallFunction(Wire, kw_only=True):

@@ -103,6 +103,9 @@ class EmbeddingEngine:
         self._pooling, self._window, self._dimensions = pooling, window, args.hidden_size
         memory = weight_bytes(encoder)
         detail = {"path": str(path), "task": "embed", "dimensions": str(args.hidden_size)}
+        # OpenAI's token-id inputs are cl100k_base ids, decoded to text before this model's
+        # tokenizer reads them (gateway/openai/token_ids.py): said here, where users look.
+        detail["openai_token_ids"] = "cl100k_base"
         return LoadInfo(
             memory_bytes=memory, context=window, dimensions=args.hidden_size, detail=detail
         )

@@ -38,7 +38,7 @@ RENDERING: dict[type[e.GatewayError], tuple[int, str]] = {
     # model that failed to load will not come back by waiting.
     e.ModelUnavailable: (503, "server_error"),
     e.ToolCallRefused: (502, "invalid_tool_call"),
-    e.ConstraintViolated: (500, "server_error"),
+    e.ConstraintViolated: (400, "invalid_request_error"),
     e.DownloadFailed: (502, "server_error"),
     e.UpstreamError: (502, "bad_gateway"),
     e.UpstreamUnavailable: (503, "overloaded_error"),
@@ -80,8 +80,8 @@ def should_retry(status: int, error: Exception | None = None) -> str | None:
 
     The OpenAI and Anthropic SDKs retry 408/409/429 and every 5xx twice unless told not
     to; a request the gateway refused as written, a tool call its model got wrong past
-    the guardrails (a 502 that would cost two more generations), or a scripted reply its
-    constraint forbids (a 500), fails the same way again.
+    the guardrails (a 502 that would cost two more generations), or a script with no
+    reply its constraint allows (a 400), fails the same way again.
     """
     if isinstance(error, NOT_RETRYABLE):
         return "false"

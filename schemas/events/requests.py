@@ -1,5 +1,6 @@
-"""Events of one request: started, routed, queued, generated, finished; its guardrails, a
-refused image fetch, a rate limit, a replica that failed it, and an unexpected error."""
+"""Events of one request: started, routed, queued, generated, finished; its guardrails, its
+Ollama options ignored, a refused image fetch, a rate limit, a replica that failed it, and
+an unexpected error."""
 
 from __future__ import annotations
 
@@ -49,6 +50,14 @@ class Generated(Event, tag="generated"):
     replica: str | None = None  # engine upstream/process: the replica that served it
     drafted_tokens: int = 0  # speculation: tokens proposed by the draft
     accepted_tokens: int = 0  # speculation: of those, the ones decoding kept
+
+
+class OptionsIgnored(Event, tag="options_ignored"):
+    """Ollama options a request set that change no output here, accepted and not applied:
+    hardware hints (threads, GPU layers, mmap) and samplers set to Ollama's "off"."""
+
+    options: list[str]  # their names, sorted
+    reason: str
 
 
 class Guardrail(Event, tag="guardrail"):

@@ -24,6 +24,7 @@ def test_the_model_attaches_with_its_window_and_size(gateway):
     attached = gateway.wait_event("model_attached", model="minilm", timeout=60)
     assert attached["context"] == 256
     assert attached["detail"]["dimensions"] == "384"
+    assert attached["detail"]["openai_token_ids"] == "cl100k_base"
     assert 85_000_000 < attached["memory_bytes"] < 95_000_000
 
 
@@ -74,14 +75,29 @@ def test_the_embedding_model_refuses_to_chat(openai_client):
         openai_client.chat.completions.create(model="minilm", messages=hello, stream=True)
 
 
+def test_token_ids_are_read_as_cl100k_base_text(openai_client):
+    """OpenAI's token ids (cl100k_base: 32 = "A", 893 = " man", ...) embed as the text they
+    spell, one list of ids or several."""
+    ids = [32, 893, 374, 12459, 3691, 13]  # "A man is eating food."
+    by_text = openai_client.embeddings.create(model="minilm", input=FOOD, encoding_format="float")
+    one = openai_client.embeddings.create(model="minilm", input=ids, encoding_format="float")
+    many = openai_client.embeddings.create(
+        model="minilm", input=[ids, ids], encoding_format="float"
+    )
+    assert np.allclose(one.data[0].embedding, by_text.data[0].embedding, atol=1e-6)
+    assert len(many.data) == 2 and np.allclose(
+        many.data[1].embedding, by_text.data[0].embedding, atol=1e-6
+    )
+    assert one.usage.prompt_tokens == by_text.usage.prompt_tokens  # MiniLM's pieces, not ids
+
+
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        (
-            {"input": [[101, 102]]},
-            "$.input[0]: token-id inputs are not supported; send text (LangChain's "
-            "OpenAIEmbeddings sends token ids unless created with check_embedding_ctx_length=False)",
-        ),
+        ({"input": [[15339, 200000]]}, "$.input[0][1]: 200000 is not a cl100k_base token id"),
+        ({"input": [15339, 100262]}, "$.input[1]: 100262 is not a cl100k_base token id"),
+        ({"input": [[15339], []]}, "$.input[1]: empty input"),
+        ({"input": ["hello", 15339]}, "$.input[1]: a token id among texts"),
         ({"input": [FOOD, ""]}, "$.input[1]: empty input"),
         ({"input": ""}, "$.input: empty input"),
         ({"input": []}, "$.input"),

@@ -46,7 +46,7 @@ def test_the_openai_sdk_example_runs(gateway):
 
 
 def test_the_curl_example_runs(gateway):
-    done = run_example(gateway, "bash", "examples/curl_openai.sh")
+    done = run_example(gateway, "sh", "examples/curl_openai.sh")  # as its siblings run
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("== ") == 6
     assert "data: [DONE]" in done.stdout and "event: response.created" in done.stdout

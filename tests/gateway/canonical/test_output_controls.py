@@ -1,7 +1,7 @@
 """Output controls in every protocol, on scripted models: a scripted reply is checked
 against the request's constraint (the grammar a real model is masked with), so a reply that
-satisfies it passes and one that does not fails loudly — proof the control reached the
-engine. Logprobs and `n` come back in each protocol's shape."""
+satisfies it passes and one that does not gives way to the grammar's short instance — proof
+the control reached the engine. Logprobs and `n` come back in each protocol's shape."""
 
 from __future__ import annotations
 
@@ -115,8 +115,11 @@ def test_a_json_format_holds_in_every_protocol(gateway, protocol):
     ok = post(gateway, path, {"model": "json", **body})
     assert ok.status_code == 200, ok.text
     assert json.loads(answer_of(ok.json())) == {"name": "Ada", "age": 36}
-    broken = post(gateway, path, {"model": "prose", **body})
-    assert broken.status_code == 500 and "breaks the request's constraint" in broken.text
+    instead = post(gateway, path, {"model": "prose", **body})
+    # Prose fits no JSON: the grammar's short instance answers (any object in JSON mode).
+    json_mode = protocol in ("openai json_object", "ollama generate")
+    assert instead.status_code == 200, instead.text
+    assert json.loads(answer_of(instead.json())) == ({} if json_mode else {"name": "", "age": 0})
 
 
 def test_reasoning_stays_free_and_the_answer_after_it_is_held(gateway):
@@ -219,8 +222,8 @@ def test_a_forced_call_is_constrained_in_every_protocol(gateway, protocol):
     request_id = reply.headers["x-request-id"]
     event = gateway.wait_event("guardrail", request_id=request_id)
     assert event["action"] == "constrained" and event["tool"] == "get_weather"
-    refused = post(gateway, path, {"model": "prose", **body})
-    assert refused.status_code == 500 and "breaks the request's constraint" in refused.text
+    instead = post(gateway, path, {"model": "prose", **body})
+    assert call_of(instead.json()) == ("get_weather", {"city": ""})  # the grammar's short call
 
 
 @pytest.mark.parametrize(
@@ -270,7 +273,9 @@ def test_strict_tools_hold_calls_under_auto(gateway):
         "function": {"name": "get_weather", "parameters": narrow, "strict": True},
     }
     body = {"model": "caller", "messages": HI, "tools": [tight]}
-    assert post(gateway, "/v1/chat/completions", body).status_code == 500
+    # "Paris" breaks maxLength: the call does not go out; free text may be empty.
+    message = post(gateway, "/v1/chat/completions", body).json()["choices"][0]["message"]
+    assert not message.get("tool_calls") and not message["content"]
 
 
 def test_tool_choice_none_offers_no_tools_and_parses_no_calls(gateway):

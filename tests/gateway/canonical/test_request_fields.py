@@ -225,26 +225,34 @@ OLLAMA_OPTIONS |= {
         "frequency_penalty": 0.5,
     }.items()
 }
-# Ollama's options nothing here implements: each refused by name when set.
+# Ollama's options nothing here implements: each refused by name when set (but for the
+# samplers' "off" values: gateway/ollama/test_ollama_options.py).
 OLLAMA_OPTIONS |= {
-    name: refused(1)
-    for name in [
-        "num_keep",
-        "typical_p",
-        "penalize_newline",
-        "mirostat",
-        "mirostat_tau",
-        "mirostat_eta",
-        "tfs_z",
-        "num_batch",
-        "num_gpu",
-        "main_gpu",
-        "low_vram",
-        "use_mmap",
-        "use_mlock",
-        "num_thread",
-        "numa",
-    ]
+    name: refused(sample)
+    for name, sample in {
+        "num_keep": 1,
+        "typical_p": 0.5,
+        "penalize_newline": True,
+        "mirostat": 1,
+        "tfs_z": 0.5,
+    }.items()
+}
+# Mirostat's settings change nothing while it is off (unset here), so they are accepted, as
+# are the hardware hints of Ollama's runner: they change how it computes, not the output.
+OLLAMA_OPTIONS |= {
+    name: informational(sample)
+    for name, sample in {
+        "mirostat_tau": 5.0,
+        "mirostat_eta": 0.1,
+        "num_batch": 512,
+        "num_gpu": 99,
+        "main_gpu": 0,
+        "low_vram": False,
+        "use_mmap": True,
+        "use_mlock": False,
+        "num_thread": 8,
+        "numa": False,
+    }.items()
 }
 
 SCHEMAS = {

@@ -116,6 +116,45 @@ def test_options_the_gateway_does_not_apply_are_refused_by_name(gateway, client)
     assert httpx.post(f"{gateway.url}/api/generate", json=body).status_code == 200
 
 
+def test_samplers_set_to_off_are_accepted(gateway, client):
+    # Ollama's own "off" values change nothing: mirostat 0 (its tau and eta then unused),
+    # typical_p 1 and tfs_z 1. Any other value would change the answer: refused by name.
+    off = {"mirostat": 0, "mirostat_tau": 5.0, "mirostat_eta": 0.1, "typical_p": 1.0, "tfs_z": 1}
+    reply = client.chat(model="echo", messages=HELLO, options=off)
+    assert reply.message.content == "hello from echo, a reply of some length"
+    ignored = gateway.wait_event("options_ignored")
+    assert ignored["options"] == sorted(off)
+    for name, value in [("mirostat", 2), ("typical_p", 0.9), ("tfs_z", 0.5)]:
+        with pytest.raises(ollama.ResponseError, match=rf"\$.options.{name}") as refused:
+            client.chat(model="echo", messages=HELLO, options={**off, name: value})
+        assert refused.value.status_code == 400
+    with pytest.raises(ollama.ResponseError, match=r"\$.options.mirostat"):
+        client.generate(model="echo", prompt="hi", options={"mirostat": 1, "mirostat_tau": 5.0})
+
+
+def test_hardware_hints_are_accepted_as_no_ops_and_said_ignored(gateway, client):
+    hints = {
+        "num_thread": 8,
+        "num_gpu": 99,
+        "num_batch": 512,
+        "main_gpu": 0,
+        "use_mmap": True,
+        "use_mlock": False,
+        "numa": False,
+        "low_vram": False,
+    }
+    plain = client.generate(model="echo", prompt="hi")
+    hinted = client.generate(model="echo", prompt="hi", options=hints)
+    assert hinted.response == plain.response and hinted.eval_count == plain.eval_count
+    ignored = gateway.wait_event("options_ignored", options=sorted(hints))
+    assert "change no output" in ignored["reason"]
+    chat = client.chat(model="echo", messages=HELLO, options={"num_thread": 4})
+    assert chat.message.content.startswith("hello from echo")
+    assert gateway.wait_event("options_ignored", options=["num_thread"])
+    with pytest.raises(ollama.ResponseError, match=r"\$.options.num_keep"):
+        client.chat(model="echo", messages=HELLO, options={**hints, "num_keep": 4})
+
+
 def test_penalty_options_are_applied_not_refused(client):
     # What they do to an answer: tests/e2e/test_decoding_e2e.py; here, that they are taken.
     penalties = {
