@@ -20,6 +20,7 @@ from litestar.params import Parameter
 from engines.base import EngineState
 from engines.cache.store import disk_usage
 from engines.errors import ModelNotFound
+from engines.policy.request import build_chat_request
 from gateway.canonical.model_facts import reads_images, task_of
 from gateway.control.registry import Generation
 from gateway.control.state import cache_dir
@@ -27,6 +28,8 @@ from gateway.logs.setup import current_redactor
 from gateway.ops.activity.history import history
 from gateway.ops.ui import model_state
 from gateway.ops.viewer import OWN_GUARD, Viewer, only_admin, provide_viewer, require_viewer
+from schemas.canonical import ChatAsk, Message
+from schemas.config import ModelConfig
 
 # SQLite's integers are 64-bit: a larger one in a query is a 400, not an OverflowError.
 MAX_ID = 2**63 - 1
@@ -69,6 +72,7 @@ async def models(state: State, generation: Generation, viewer: Viewer) -> dict:
                 "memory_bytes": runner.memory_bytes if runner.state is EngineState.READY else 0,
                 "context": runner.context,
                 "unloads_in_s": runner.unloads_in(),
+                "sampling": sampling_of(model),
             }
         )
     return {
@@ -81,6 +85,18 @@ async def models(state: State, generation: Generation, viewer: Viewer) -> dict:
         "activity_store_problem": state.activity.problem,
         "activity_lines_dropped": state.activity.dropped,
         "models": rows,
+    }
+
+
+def sampling_of(model: ModelConfig) -> dict:
+    """What a chat request that sets no sampling runs with on `model` (its `sampling`, the
+    file's `defaults:`, the built-in values): the playground's placeholders."""
+    request = build_chat_request(model, ChatAsk(messages=[Message(role="user", content="")]))
+    sampling = request.sampling
+    return {
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        "max_tokens": request.max_tokens,
     }
 
 

@@ -7,9 +7,17 @@ function chosenModel() {
   return view.models.find((m) => m.id === name || m.aliases.includes(name));
 }
 
+// The sampling fields: sent only when set; empty, the model's own values apply (shown as
+// the fields' placeholders, from /ui/api/models).
+const SAMPLING = { temperature: "p-temperature", top_p: "p-top-p", max_tokens: "p-max-tokens" };
+
 function adapt() {
   const model = chosenModel();
   const embed = model && model.task === "embed";
+  for (const [field, id] of Object.entries(SAMPLING)) {
+    const value = model && model.sampling ? model.sampling[field] : null;
+    $(id).placeholder = value == null ? "" : `model: ${value}`;
+  }
   for (const node of document.querySelectorAll(".chat-only")) node.hidden = embed;
   for (const node of document.querySelectorAll(".vision-only")) node.hidden = !(model && model.images);
   $("p-input-label").textContent = embed ? "text to embed" : "message";
@@ -38,10 +46,10 @@ async function chatBody() {
     messages,
     stream: true,
     stream_options: { include_usage: true },
-    temperature: Number($("p-temperature").value),
-    top_p: Number($("p-top-p").value),
-    max_tokens: Number($("p-max-tokens").value),
   };
+  for (const [field, id] of Object.entries(SAMPLING)) {
+    if ($(id).value.trim() !== "") body[field] = Number($(id).value);
+  }
   const schema = $("p-schema").value.trim();
   if (schema) body.response_format = { type: "json_schema", json_schema: { name: "playground", schema: JSON.parse(schema) } };
   return body;

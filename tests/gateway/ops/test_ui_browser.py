@@ -8,6 +8,7 @@ import os
 import shutil
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 from playwright.sync_api import expect, sync_playwright
@@ -122,6 +123,38 @@ def test_a_page_without_a_key_asks_once_and_waits_for_one(browser, gateway):
     page.press("#api-key", "Tab")
     page.wait_for_selector("#status:has-text('serving')")
     page.close()
+
+
+def test_the_playground_leaves_sampling_to_the_model_unless_it_is_set(browser, gateway):
+    page, errors = open_page(browser, gateway, ADMIN)
+    page.click("#tab-playground")
+    page.select_option("#p-model", "echo")
+    asked = httpx.get(f"{gateway.url}/ui/api/models", headers={"Authorization": f"Bearer {ADMIN}"})
+    models = asked.json()["models"]
+    sampling = next(m for m in models if m["id"] == "echo")["sampling"]
+    # The fields are empty; their placeholders are what the model runs with.
+    expect(page.locator("#p-temperature")).to_have_value("")
+    expect(page.locator("#p-temperature")).to_have_attribute(
+        "placeholder", f"model: {sampling['temperature']}"
+    )
+    expect(page.locator("#p-max-tokens")).to_have_attribute(
+        "placeholder", f"model: {sampling['max_tokens']}"
+    )
+    sent: list[dict] = []
+    page.on("request", lambda r: "playground/chat" in r.url and sent.append(r.post_data_json))
+    page.fill("#p-message", "hello")
+    page.click("#p-send")
+    expect(page.locator("#p-stats")).to_contain_text("tokens/s")
+    page.fill("#p-top-p", "0.5")
+    page.click("#p-send")
+    expect(page.locator("#p-stats")).to_contain_text("tokens/s")
+    page.close()
+    assert [sorted(set(b) & {"temperature", "top_p", "max_tokens"}) for b in sent] == [
+        [],
+        ["top_p"],
+    ]
+    assert sent[1]["top_p"] == 0.5
+    assert errors == []
 
 
 def test_the_admin_chats_sees_activity_and_plots_controls_models_and_benchmarks(
