@@ -3,7 +3,9 @@
 One architecture in one flat file, mlx-lm style: `BertArgs` from config.json, the layers,
 then the loaders. The pooling (mean over real tokens, or the CLS token), the L2
 normalization and the window come from sentence-transformers' own files beside the weights
-(`modules.json`, `1_Pooling/config.json`, `sentence_bert_config.json`).
+(`modules.json`, `1_Pooling/config.json`, `sentence_bert_config.json`). In the toolkit, not
+in an engine: the embedding engine (`engines/embed`) pools it, the reranker
+(`engines/rerank`) puts a classification head on it and reads token types (sentence pairs).
 """
 
 from __future__ import annotations
@@ -90,11 +92,12 @@ def build_encoder(args: BertArgs):
             self.token_type_embeddings = nn.Embedding(args.type_vocab_size, args.hidden_size)
             self.norm = nn.LayerNorm(args.hidden_size, eps=args.layer_norm_eps)
 
-        def __call__(self, ids: mx.array) -> mx.array:
+        def __call__(self, ids: mx.array, types: mx.array | None = None) -> mx.array:
             positions = mx.arange(ids.shape[1])[None]
-            # One segment per sentence: token type 0 everywhere.
+            # One sentence: token type 0 everywhere; a pair (a reranker's) gives its own.
+            types = mx.zeros_like(ids) if types is None else types
             x = self.word_embeddings(ids) + self.position_embeddings(positions)
-            return self.norm(x + self.token_type_embeddings(mx.zeros_like(ids)))
+            return self.norm(x + self.token_type_embeddings(types))
 
     class Attention(nn.Module):
         def __init__(self) -> None:
@@ -137,10 +140,13 @@ def build_encoder(args: BertArgs):
             self.embeddings = Embeddings()
             self.layers = [Layer() for _ in range(args.num_hidden_layers)]
 
-        def __call__(self, ids: mx.array, real: mx.array) -> mx.array:
-            """Hidden states (batch, length, hidden); `real` is 1 on tokens, 0 on padding."""
+        def __call__(
+            self, ids: mx.array, real: mx.array, types: mx.array | None = None
+        ) -> mx.array:
+            """Hidden states (batch, length, hidden); `real` is 1 on tokens, 0 on padding;
+            `types` the token types (segment ids), 0 everywhere when None."""
             mask = real.astype(mx.bool_)[:, None, None, :]  # no query attends to padding
-            x = self.embeddings(ids)
+            x = self.embeddings(ids, types)
             for layer in self.layers:
                 x = layer(x, mask)
             return x
@@ -150,6 +156,14 @@ def build_encoder(args: BertArgs):
 
 def load_weights(encoder, path: Path) -> None:
     """Load `model*.safetensors` into the encoder, renamed; the unused pooler is dropped."""
+    encoder.load_weights(
+        [(n, v) for n, v in read_weights(path) if not n.startswith("pooler.")], strict=True
+    )
+
+
+def read_weights(path: Path) -> list[tuple[str, object]]:
+    """`model*.safetensors`' tensors under our names (`bert.` dropped, `RENAMES` applied);
+    the pooler and a classification head (`pooler.`, `classifier.`) keep theirs."""
     import mlx.core as mx
 
     weights = {}
@@ -158,12 +172,21 @@ def load_weights(encoder, path: Path) -> None:
     renamed = []
     for name, value in weights.items():
         name = name.removeprefix("bert.")
-        if name.startswith("pooler.") or name.endswith("position_ids"):
+        if name.endswith("position_ids"):
             continue
         for old, new in RENAMES:
             name = name.replace(old, new)
         renamed.append((name, value))
-    encoder.load_weights(renamed, strict=True)
+    return renamed
+
+
+def cut_text(tokenizer, text: str, tokens: int) -> str:
+    """`text` cut after its first `tokens` tokens (as `tokenizer` splits it, special tokens
+    not counted): the cut falls where a token ends, so the text re-encodes to those tokens."""
+    encoding = tokenizer.encode(text, add_special_tokens=False)
+    if len(encoding.ids) <= tokens:
+        return text
+    return text[: encoding.offsets[tokens - 1][1]] if tokens > 0 else ""
 
 
 def read_pooling(model_id: str, path: Path, args: BertArgs) -> Pooling:
