@@ -22,12 +22,14 @@ from engines.batch import Batch, SerialBatch
 from engines.compat import refuse_off_task
 from engines.errors import BadRequest, DimensionsUnavailable, GatewayError, SourceError
 from engines.mlx.bert import (
+    DEFAULT_BATCH_TOKENS,
     BertArgs,
     Pooling,
     build_encoder,
     check_activation,
     cut_text,
     load_weights,
+    padded_batches,
     read_json,
     read_pooling,
 )
@@ -39,9 +41,6 @@ from schemas.config import ModelConfig
 
 # Architectures in config.json that mean "this model embeds" (task inference, factory.py).
 EMBEDDING_ARCHITECTURES = frozenset({"BertModel"})
-# Padded tokens per forward pass: bounds one pass's activations (~50 MB of attention scores
-# at the 256-token window), so 2048 inputs need no more memory than 16.
-DEFAULT_BATCH_TOKENS = 4096
 
 
 class EmbeddingEngine:
@@ -128,7 +127,7 @@ class EmbeddingEngine:
             self._refuse_overlong(request.inputs)
         ids = [e.ids for e in self._tokenizer.encode_batch(request.inputs)]
         vectors: list[list[float]] = [[] for _ in ids]
-        for batch in _batches(sorted(range(len(ids)), key=lambda i: len(ids[i])), ids):
+        for batch in padded_batches(ids, DEFAULT_BATCH_TOKENS):
             length = max(len(ids[i]) for i in batch)
             # Padding id 0 is never seen: the mask hides it from attention and pooling.
             tokens = mx.array([ids[i] + [0] * (length - len(ids[i])) for i in batch])
@@ -210,16 +209,3 @@ class EmbeddingEngine:
                     f"{self._config.id!r} reads at most {self._window} (context.max); "
                     "shorten it or allow truncation"
                 )
-
-
-def _batches(order: list[int], ids: list[list[int]]) -> Iterator[list[int]]:
-    """Indices in ascending length, grouped so each padded batch stays within the budget."""
-    batch: list[int] = []
-    for i in order:
-        # Ascending order: the newest input is the longest, so it sets the padded length.
-        if batch and (len(batch) + 1) * len(ids[i]) > DEFAULT_BATCH_TOKENS:
-            yield batch
-            batch = []
-        batch.append(i)
-    if batch:
-        yield batch

@@ -11,11 +11,16 @@ in an engine: the embedding engine (`engines/embed`) pools it, the reranker
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
 
 from engines.errors import SourceError
+
+# Padded tokens per forward pass: bounds one pass's activations (~50 MB of attention scores
+# at a 256-token window), so 2048 inputs need no more memory than 16.
+DEFAULT_BATCH_TOKENS = 4096
 
 # Hugging Face names -> ours, applied in order (attention.output.* before output.*).
 RENAMES = (
@@ -222,3 +227,17 @@ def read_json(model_id: str, file: Path):
         return None
     except (OSError, ValueError) as e:
         raise SourceError(model_id, str(file), f"unreadable: {e}") from None
+
+
+def padded_batches(ids: list[list[int]], budget: int) -> Iterator[list[int]]:
+    """The inputs' indices in ascending length, grouped so each padded batch stays within
+    `budget` tokens (padding stays small: neighbours are of like length)."""
+    batch: list[int] = []
+    for i in sorted(range(len(ids)), key=lambda i: len(ids[i])):
+        # Ascending order: the newest input is the longest, so it sets the padded length.
+        if batch and (len(batch) + 1) * len(ids[i]) > budget:
+            yield batch
+            batch = []
+        batch.append(i)
+    if batch:
+        yield batch

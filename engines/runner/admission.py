@@ -145,7 +145,9 @@ def refuse_unable(
             )
         return
     if not engine.capabilities.chat:
+        embeds = engine.capabilities.embed
+        kind, send = ("an embedding", "embedding") if embeds else ("a reranking", "rerank")
         raise BadRequest(
-            f"model {model_id!r} is an embedding model; it does not generate text: "
-            "send it embedding requests"
+            f"model {model_id!r} is {kind} model; it does not generate text: "
+            f"send it {send} requests"
         )

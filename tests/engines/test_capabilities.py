@@ -10,6 +10,7 @@ from engines.embed.engine import EmbeddingEngine
 from engines.llm.engine import MLXEngine
 from engines.llm.isolated import IsolatedEngine
 from engines.process.engine import ProcessEngine
+from engines.rerank.engine import RerankEngine
 from engines.scripted import ScriptedEngine
 from engines.upstream.engine import UpstreamEngine
 from engines.vision.engine import VisionEngine
@@ -24,6 +25,7 @@ DECLARED = [
     (UpstreamEngine, Capabilities(chat=True)),
     (ProcessEngine, Capabilities(chat=True)),
     (EmbeddingEngine, Capabilities(chat=False, embed=True, rerank=True)),
+    (RerankEngine, Capabilities(chat=False, rerank=True)),
 ]
 
 
