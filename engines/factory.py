@@ -43,7 +43,7 @@ def make_engine(
     if task == "rerank":
         from engines.rerank.engine import RerankEngine
 
-        return RerankEngine(model, base_dir)
+        return RerankEngine(model, base_dir, platform)
     if reads_images(model, base_dir):
         from engines.vision.engine import VisionEngine
 

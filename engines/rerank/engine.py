@@ -1,4 +1,5 @@
-"""Reranking on MLX: the engine that serves a BERT cross-encoder (engines/rerank/cross_encoder.py).
+"""Reranking on MLX: the engine that serves a BERT cross-encoder (engines/rerank/cross_encoder.py)
+or an LLM-style reranker, a causal LM's yes/no (engines/rerank/causal.py), as config.json says.
 
 Each document is read with the query as one pair, `[CLS] query [SEP] document [SEP]`
 (token types 0 then 1), by the model's own tokenizer.json; its score is the sigmoid of the
@@ -32,6 +33,8 @@ from engines.mlx.bert import (
 )
 from engines.mlx.memory import release_buffers
 from engines.mlx.weights import weight_bytes
+from engines.platform import PlatformPath
+from engines.rerank.causal import CausalScorer, is_causal
 from engines.rerank.cross_encoder import (
     build_cross_encoder,
     labels_of,
@@ -43,13 +46,17 @@ from schemas.config import ModelConfig
 
 
 class RerankEngine:
-    """A cross-encoder behind the Engine protocol: `rerank`, and `count_prompt` for usage."""
+    """A reranker behind the Engine protocol: `rerank`, and `count_prompt` for usage."""
 
     capabilities = Capabilities(chat=False, embed=False, images=False, rerank=True)
 
-    def __init__(self, model: ModelConfig, base_dir: Path | None) -> None:
+    def __init__(
+        self, model: ModelConfig, base_dir: Path | None, platform: PlatformPath | None = None
+    ) -> None:
         self._config = model
         self._base_dir = base_dir
+        self._platform = platform
+        self._causal: CausalScorer | None = None  # an LLM-style reranker, else a BERT
         self._model = None
         self._tokenizer: Tokenizer | None = None  # pairs, cut to the window
         self._counter: Tokenizer | None = None  # never truncates: real lengths
@@ -71,10 +78,14 @@ class RerankEngine:
         model_id = self._config.id
         path = resolve_source(model_id, self._config.source, base_dir=self._base_dir)
         config = read_json(model_id, path / "config.json") or {}
+        if is_causal(config):
+            return self._load_causal(path)
         if config.get("model_type") != "bert":
             found = config.get("architectures") or config.get("model_type")
             raise SourceError(
-                model_id, str(path), f"architecture {found}: only BERT cross-encoders rerank here"
+                model_id,
+                str(path),
+                f"architecture {found}: only BERT cross-encoders and causal LMs rerank here",
             )
         try:
             args = msgspec.convert(config, BertArgs)
@@ -98,6 +109,17 @@ class RerankEngine:
         detail = {"path": str(path), "task": "rerank"}
         return LoadInfo(memory_bytes=weight_bytes(model), context=window, detail=detail)
 
+    def _load_causal(self, path: Path) -> LoadInfo:
+        wanted = self._config.context.max
+        scorer = CausalScorer(
+            self._config.id, path, self._platform, None if wanted == "auto" else wanted
+        )
+        self._causal, self._window = scorer, scorer.window
+        detail = {"path": str(path), "task": "rerank", "scorer": "yes/no of a causal LM"}
+        return LoadInfo(
+            memory_bytes=weight_bytes(scorer.model), context=scorer.window, detail=detail
+        )
+
     def open_batch(self) -> Batch:
         """The empty batch a runner's thread opens; reranks are answered by `rerank` and
         never join it."""
@@ -109,8 +131,14 @@ class RerankEngine:
 
         started = time.perf_counter()
         documents = request.documents
+        counter = self._causal.tokenizer if self._causal else self._counter
         if request.max_tokens_per_doc is not None:
-            documents = [cut_text(self._counter, d, request.max_tokens_per_doc) for d in documents]
+            documents = [cut_text(counter, d, request.max_tokens_per_doc) for d in documents]
+        if self._causal is not None:
+            scores, tokens = self._causal.score(request.query, documents)
+            return Reranked(
+                scores=scores, prompt_tokens=tokens, seconds=time.perf_counter() - started
+            )
         pairs = self._tokenizer.encode_batch([(request.query, d) for d in documents])
         ids = [p.ids for p in pairs]
         scores: list[float] = [0.0] * len(ids)
@@ -139,6 +167,8 @@ class RerankEngine:
         text = request.raw_prompt
         if text is None:
             text = "\n".join(m.content for m in request.messages)
+        if self._causal is not None:
+            return self._causal.count(text)
         return len(self._counter.encode(text).ids)
 
     def trim(self) -> None:
@@ -150,7 +180,7 @@ class RerankEngine:
         return False
 
     def unload(self) -> None:
-        self._model = self._tokenizer = self._counter = None
+        self._model = self._tokenizer = self._counter = self._causal = None
         release_buffers()
 
     def _window_of(self, path: Path, args: BertArgs) -> int:
