@@ -47,6 +47,16 @@ class BertArgs(msgspec.Struct, frozen=True, kw_only=True):
     type_vocab_size: int = 2
     layer_norm_eps: float = 1e-12
     hidden_act: str = "gelu"
+    model_type: str = "bert"
+    pad_token_id: int | None = None
+
+    @property
+    def position_offset(self) -> int:
+        """Where the positions of real tokens start: 0 for BERT; XLM-RoBERTa's start after
+        its padding id (transformers' `create_position_ids_from_input_ids`)."""
+        if self.model_type != "xlm-roberta":
+            return 0
+        return (1 if self.pad_token_id is None else self.pad_token_id) + 1
 
 
 # config.json's `hidden_act` -> the `mlx.nn` function that computes it, as transformers does.
@@ -98,7 +108,7 @@ def build_encoder(args: BertArgs):
             self.norm = nn.LayerNorm(args.hidden_size, eps=args.layer_norm_eps)
 
         def __call__(self, ids: mx.array, types: mx.array | None = None) -> mx.array:
-            positions = mx.arange(ids.shape[1])[None]
+            positions = mx.arange(ids.shape[1])[None] + args.position_offset
             # One sentence: token type 0 everywhere; a pair (a reranker's) gives its own.
             types = mx.zeros_like(ids) if types is None else types
             x = self.word_embeddings(ids) + self.position_embeddings(positions)
@@ -167,7 +177,8 @@ def load_weights(encoder, path: Path) -> None:
 
 
 def read_weights(path: Path) -> list[tuple[str, object]]:
-    """`model*.safetensors`' tensors under our names (`bert.` dropped, `RENAMES` applied);
+    """`model*.safetensors`' tensors under our names (`bert.` or XLM-RoBERTa's `roberta.`
+    dropped, `RENAMES` applied);
     the pooler and a classification head (`pooler.`, `classifier.`) keep theirs."""
     import mlx.core as mx
 
@@ -176,7 +187,7 @@ def read_weights(path: Path) -> list[tuple[str, object]]:
         weights.update(mx.load(str(file)))
     renamed = []
     for name, value in weights.items():
-        name = name.removeprefix("bert.")
+        name = name.removeprefix("bert.").removeprefix("roberta.")
         if name.endswith("position_ids"):
             continue
         for old, new in RENAMES:

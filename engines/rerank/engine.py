@@ -36,6 +36,7 @@ from engines.mlx.weights import weight_bytes
 from engines.platform import PlatformPath
 from engines.rerank.causal import CausalScorer, is_causal
 from engines.rerank.cross_encoder import (
+    MODEL_TYPES,
     build_cross_encoder,
     labels_of,
     load_cross_encoder_weights,
@@ -80,12 +81,13 @@ class RerankEngine:
         config = read_json(model_id, path / "config.json") or {}
         if is_causal(config):
             return self._load_causal(path)
-        if config.get("model_type") != "bert":
+        if config.get("model_type") not in MODEL_TYPES:
             found = config.get("architectures") or config.get("model_type")
             raise SourceError(
                 model_id,
                 str(path),
-                f"architecture {found}: only BERT cross-encoders and causal LMs rerank here",
+                f"architecture {found}: only BERT and XLM-RoBERTa cross-encoders and causal "
+                "LMs rerank here",
             )
         try:
             args = msgspec.convert(config, BertArgs)
@@ -106,6 +108,7 @@ class RerankEngine:
         mx.eval(model.parameters())
         self._model, self._tokenizer, self._counter = model, tokenizer, counter
         self._window = window
+        self._typed = args.type_vocab_size > 1  # XLM-RoBERTa has one token type
         detail = {"path": str(path), "task": "rerank"}
         return LoadInfo(memory_bytes=weight_bytes(model), context=window, detail=detail)
 
@@ -152,7 +155,7 @@ class RerankEngine:
             logits = self._model(
                 padded([ids[i] for i in batch]),
                 padded([[1] * len(ids[i]) for i in batch]),
-                padded([pairs[i].type_ids for i in batch]),
+                padded([pairs[i].type_ids if self._typed else [0] * len(ids[i]) for i in batch]),
             )
             for i, score in zip(batch, mx.sigmoid(logits[:, 0]).tolist(), strict=True):
                 scores[i] = score
@@ -187,15 +190,17 @@ class RerankEngine:
         """`context.max`, or the tokenizer's `model_max_length` (the positions the weights
         have when it says none or more)."""
         wanted = self._config.context.max
+        # XLM-RoBERTa's first positions stand for padding: its window is that much smaller.
+        positions = args.max_position_embeddings - args.position_offset
         if wanted == "auto":
             config = read_json(self._config.id, path / "tokenizer_config.json") or {}
             told = config.get("model_max_length")
-            fits = isinstance(told, int) and 0 < told <= args.max_position_embeddings
-            return told if fits else args.max_position_embeddings
-        if wanted > args.max_position_embeddings:
+            fits = isinstance(told, int) and 0 < told <= positions
+            return told if fits else positions
+        if wanted > positions:
             raise GatewayError(
                 f"model {self._config.id!r}: context.max {wanted} exceeds the "
-                f"{args.max_position_embeddings} positions the model was trained with"
+                f"{positions} positions the model was trained with"
             )
         return wanted
 

@@ -1,6 +1,7 @@
-"""The cross-encoder engine on a test-built BERT (random weights, seeded, saved in Hugging
-Face's format with all-MiniLM's tokenizer), checked against a float64 numpy forward of
-BertForSequenceClassification: shape, batching, truncation and the scores themselves."""
+"""The cross-encoder engine on a test-built BERT and XLM-RoBERTa (random weights, seeded,
+saved in Hugging Face's format with all-MiniLM's tokenizer), checked against a float64
+numpy forward of transformers' BertForSequenceClassification and
+XLMRobertaForSequenceClassification: shape, batching, truncation and the scores."""
 
 from __future__ import annotations
 
@@ -35,26 +36,45 @@ DOCUMENTS = [
 ]
 
 
-def hf_weights(seed: int = 54) -> dict[str, np.ndarray]:
-    """A random BertForSequenceClassification with one label, under transformers' names."""
+# XLM-RoBERTa: one token type; real tokens' positions start after the padding id (1).
+KINDS = {
+    "bert": {"base": "bert.", "types": 2, "offset": 0},
+    "xlm-roberta": {"base": "roberta.", "types": 1, "offset": 2},
+}
+
+
+def hf_weights(kind: str, seed: int = 54) -> dict[str, np.ndarray]:
+    """A random model of `kind` for sequence classification with one label, under
+    transformers' names."""
     rng = np.random.default_rng(seed)
+    base, types = KINDS[kind]["base"], KINDS[kind]["types"]
 
     def w(*shape):
         return (rng.standard_normal(shape) * 0.2).astype(np.float32)
 
     weights = {
-        "bert.embeddings.word_embeddings.weight": w(VOCAB, HIDDEN),
-        "bert.embeddings.position_embeddings.weight": w(POSITIONS, HIDDEN),
-        "bert.embeddings.token_type_embeddings.weight": w(2, HIDDEN),
-        "bert.embeddings.LayerNorm.weight": 1 + w(HIDDEN),
-        "bert.embeddings.LayerNorm.bias": w(HIDDEN),
-        "bert.pooler.dense.weight": w(HIDDEN, HIDDEN),
-        "bert.pooler.dense.bias": w(HIDDEN),
-        "classifier.weight": w(1, HIDDEN) * 5,
-        "classifier.bias": w(1),
+        f"{base}embeddings.word_embeddings.weight": w(VOCAB, HIDDEN),
+        f"{base}embeddings.position_embeddings.weight": w(POSITIONS, HIDDEN),
+        f"{base}embeddings.token_type_embeddings.weight": w(types, HIDDEN),
+        f"{base}embeddings.LayerNorm.weight": 1 + w(HIDDEN),
+        f"{base}embeddings.LayerNorm.bias": w(HIDDEN),
     }
+    if kind == "bert":
+        weights |= {
+            "bert.pooler.dense.weight": w(HIDDEN, HIDDEN),
+            "bert.pooler.dense.bias": w(HIDDEN),
+            "classifier.weight": w(1, HIDDEN) * 5,
+            "classifier.bias": w(1),
+        }
+    else:  # RobertaClassificationHead: dense + tanh on <s>, then out_proj
+        weights |= {
+            "classifier.dense.weight": w(HIDDEN, HIDDEN),
+            "classifier.dense.bias": w(HIDDEN),
+            "classifier.out_proj.weight": w(1, HIDDEN) * 5,
+            "classifier.out_proj.bias": w(1),
+        }
     for i in range(LAYERS):
-        p = f"bert.encoder.layer.{i}."
+        p = f"{base}encoder.layer.{i}."
         for name in ("query", "key", "value"):
             weights[f"{p}attention.self.{name}.weight"] = w(HIDDEN, HIDDEN)
             weights[f"{p}attention.self.{name}.bias"] = w(HIDDEN)
@@ -71,7 +91,7 @@ def hf_weights(seed: int = 54) -> dict[str, np.ndarray]:
     return weights
 
 
-def build_checkpoint(directory: Path) -> dict[str, np.ndarray]:
+def build_checkpoint(directory: Path, kind: str) -> dict[str, np.ndarray]:
     """config.json, model.safetensors and the tokenizer files, as transformers saves them."""
     import mlx.core as mx
 
@@ -82,23 +102,25 @@ def build_checkpoint(directory: Path) -> dict[str, np.ndarray]:
     tokenizer_config = json.loads((minilm / "tokenizer_config.json").read_text())
     tokenizer_config["model_max_length"] = WINDOW
     (directory / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
+    architecture = "Bert" if kind == "bert" else "XLMRoberta"
     config = {
-        "architectures": ["BertForSequenceClassification"],
-        "model_type": "bert",
+        "architectures": [f"{architecture}ForSequenceClassification"],
+        "model_type": kind,
+        "pad_token_id": 0 if kind == "bert" else 1,
         "vocab_size": VOCAB,
         "hidden_size": HIDDEN,
         "num_hidden_layers": LAYERS,
         "num_attention_heads": HEADS,
         "intermediate_size": INTERMEDIATE,
         "max_position_embeddings": POSITIONS,
-        "type_vocab_size": 2,
+        "type_vocab_size": KINDS[kind]["types"],
         "hidden_act": "gelu",
         "layer_norm_eps": 1e-12,
         "id2label": {"0": "LABEL_0"},
         "label2id": {"LABEL_0": 0},
     }
     (directory / "config.json").write_text(json.dumps(config))
-    weights = hf_weights()
+    weights = hf_weights(kind)
     mx.save_safetensors(
         str(directory / "model.safetensors"), {k: mx.array(v) for k, v in weights.items()}
     )
@@ -115,24 +137,26 @@ def gelu(x):
     return 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
 
 
-def numpy_score(w: dict[str, np.ndarray], ids: list[int], types: list[int]) -> float:
-    """transformers' BertForSequenceClassification on one unpadded pair, in float64:
-    sigmoid of the first logit."""
+def numpy_score(kind: str, w: dict[str, np.ndarray], ids: list[int], types: list[int]) -> float:
+    """transformers' model of `kind` for sequence classification on one unpadded pair, in
+    float64: sigmoid of the first logit."""
     w = {k: v.astype(np.float64) for k, v in w.items()}
+    base, offset = KINDS[kind]["base"], KINDS[kind]["offset"]
+    types = types if KINDS[kind]["types"] == 2 else [0] * len(ids)
 
     def linear(x, name):
         return x @ w[name + ".weight"].T + w[name + ".bias"]
 
-    e = "bert.embeddings."
+    e = f"{base}embeddings."
     x = (
         w[e + "word_embeddings.weight"][ids]
-        + w[e + "position_embeddings.weight"][: len(ids)]
+        + w[e + "position_embeddings.weight"][offset : offset + len(ids)]
         + w[e + "token_type_embeddings.weight"][types]
     )
     x = layer_norm(x, w[e + "LayerNorm.weight"], w[e + "LayerNorm.bias"])
     size = HIDDEN // HEADS
     for i in range(LAYERS):
-        p = f"bert.encoder.layer.{i}."
+        p = f"{base}encoder.layer.{i}."
 
         def heads(t):
             return t.reshape(len(ids), HEADS, size).transpose(1, 0, 2)
@@ -149,8 +173,10 @@ def numpy_score(w: dict[str, np.ndarray], ids: list[int], types: list[int]) -> f
         )
         mlp = linear(gelu(linear(x, f"{p}intermediate.dense")), f"{p}output.dense")
         x = layer_norm(x + mlp, w[f"{p}output.LayerNorm.weight"], w[f"{p}output.LayerNorm.bias"])
-    pooled = np.tanh(linear(x[0], "bert.pooler.dense"))
-    logit = linear(pooled, "classifier")[0]
+    if kind == "bert":
+        logit = linear(np.tanh(linear(x[0], "bert.pooler.dense")), "classifier")[0]
+    else:
+        logit = linear(np.tanh(linear(x[0], "classifier.dense")), "classifier.out_proj")[0]
     return 1 / (1 + math.exp(-logit))
 
 
@@ -160,10 +186,11 @@ def model_config(source: Path, **fields) -> ModelConfig:
     )
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("tiny-cross-encoder")
-    return directory, build_checkpoint(directory)
+@pytest.fixture(scope="module", params=list(KINDS))
+def checkpoint(request, tmp_path_factory):
+    """(directory, weights, kind) of a tiny cross-encoder of each kind."""
+    directory = tmp_path_factory.mktemp(f"tiny-{request.param}")
+    return directory, build_checkpoint(directory, request.param), request.param
 
 
 @pytest.fixture(scope="module")
@@ -216,7 +243,9 @@ def test_scores_equal_a_numpy_forward_of_each_pair(engine, checkpoint, tokenizer
     reranked = rerank(engine, QUERY, DOCUMENTS)
     assert len(reranked.scores) == len(DOCUMENTS)
     expected = [
-        numpy_score(checkpoint[1], *pair(pieces(tokenizer, QUERY), pieces(tokenizer, d)))
+        numpy_score(
+            checkpoint[2], checkpoint[1], *pair(pieces(tokenizer, QUERY), pieces(tokenizer, d))
+        )
         for d in DOCUMENTS
     ]
     assert reranked.scores == pytest.approx(expected, abs=1e-5)
@@ -242,7 +271,7 @@ def test_a_long_document_is_cut_to_fill_the_window_after_the_query(engine, check
     reranked = rerank(engine, QUERY, [long])
     assert reranked.prompt_tokens == WINDOW
     assert reranked.scores[0] == pytest.approx(
-        numpy_score(checkpoint[1], *pair(query, kept)), abs=1e-5
+        numpy_score(checkpoint[2], checkpoint[1], *pair(query, kept)), abs=1e-5
     )
 
 
@@ -253,7 +282,7 @@ def test_a_long_query_is_cut_to_leave_the_short_document_whole(engine, checkpoin
     reranked = rerank(engine, query, [DOCUMENTS[1]])
     assert reranked.prompt_tokens == WINDOW
     assert reranked.scores[0] == pytest.approx(
-        numpy_score(checkpoint[1], *pair(kept, document)), abs=1e-5
+        numpy_score(checkpoint[2], checkpoint[1], *pair(kept, document)), abs=1e-5
     )
 
 
