@@ -329,3 +329,10 @@ def test_the_gateway_serves_it_on_the_rerank_routes(checkpoint, tmp_path, engine
         assert (
             "'tiny-ranker' is a rerank model; it does not embed" in embed.json()["error"]["message"]
         )
+        # Listed as what it is: no chat capabilities for Ollama, no card for Anthropic.
+        shown = httpx.post(gateway.url + "/api/show", json={"model": "tiny-ranker"}, timeout=60)
+        assert shown.json()["capabilities"] == []
+        page = httpx.get(
+            gateway.url + "/v1/models", headers={"anthropic-version": "2023-06-01"}, timeout=60
+        )
+        assert page.json()["data"] == []
