@@ -9,7 +9,7 @@ from typing import Protocol
 import msgspec
 
 from engines.batch import Batch
-from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Output
+from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Output, Reranked, RerankRequest
 
 
 class EngineState(enum.Enum):
@@ -35,25 +35,31 @@ class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
 
     The runner refuses what an engine cannot do before it queues: a chat request to an
     engine without `chat`, an embedding to one without `embed`, image parts to one that
-    does not read `images`.
+    does not read `images`, a rerank to one without `rerank`.
     """
 
     chat: bool = True
     embed: bool = False
     images: bool = False
+    # Scores documents against a query: a cross-encoder, or an embedder by cosine.
+    rerank: bool = False
 
     @property
     def task(self) -> str:
-        """What the model listings report: "embed" for an embedding-only engine, else "chat"."""
-        return "embed" if self.embed and not self.chat else "chat"
+        """What the model listings report: "embed" for an embedding-only engine, "rerank"
+        for a reranker that neither chats nor embeds, else "chat"."""
+        if self.chat:
+            return "chat"
+        return "embed" if self.embed else "rerank" if self.rerank else "chat"
 
 
 class Engine(Protocol):
     """One model. Every method blocks and runs on its runner's own thread, never the loop.
 
     An engine has the methods its `capabilities` declare: `generate` where `chat`, `embed`
-    where `embed`. None keeps a method only to refuse (a method that exists works); the
-    runner refuses what an engine does not declare, before the request queues.
+    where `embed`, `rerank` where `rerank`. None keeps a method only to refuse (a method
+    that exists works); the runner refuses what an engine does not declare, before the
+    request queues.
     """
 
     capabilities: Capabilities
@@ -85,6 +91,10 @@ class Engine(Protocol):
 
     def embed(self, request: EmbedRequest) -> Embedded:
         """One vector per input (only where `capabilities.embed`)."""
+        ...
+
+    def rerank(self, request: RerankRequest) -> Reranked:
+        """One relevance score per document, in order (only where `capabilities.rerank`)."""
         ...
 
     def reasons(self) -> bool:

@@ -35,10 +35,15 @@ def make_engine(
         from engines.process.engine import ProcessEngine
 
         return ProcessEngine(model, base_dir)
-    if infer_task(model, base_dir) == "embed":
+    task = infer_task(model, base_dir)
+    if task == "embed":
         from engines.embed.engine import EmbeddingEngine
 
         return EmbeddingEngine(model, base_dir)
+    if task == "rerank":
+        from engines.rerank.engine import RerankEngine
+
+        return RerankEngine(model, base_dir, platform)
     if reads_images(model, base_dir):
         from engines.vision.engine import VisionEngine
 
@@ -62,7 +67,7 @@ def reads_images(model: ModelConfig, base_dir: Path | None) -> bool:
     """Whether the model's checkpoint declares a vision tower (`vision_config`): such a
     model is served by the vision engine on mlx-vlm. Only config.json is read."""
     config = _checkpoint_config(model, base_dir)
-    return bool(config.get("vision_config")) and model.task != "embed"
+    return bool(config.get("vision_config")) and model.task not in ("embed", "rerank")
 
 
 def _checkpoint_config(model: ModelConfig, base_dir: Path | None) -> dict:
@@ -77,12 +82,14 @@ def _checkpoint_config(model: ModelConfig, base_dir: Path | None) -> dict:
 
 
 def infer_task(model: ModelConfig, base_dir: Path | None) -> str:
-    """`task` when the config says; else "embed" for an embedding architecture, else "chat".
+    """`task` when the config says; else "embed" for an embedding architecture, "rerank" for
+    a cross-encoder's, else "chat".
 
     Only a model directory's config.json is read (cheap); a .gguf is a chat model, and a
     source that cannot be read is left for the load to report, for this model alone.
     """
     from engines.embed.engine import EMBEDDING_ARCHITECTURES
+    from engines.rerank.cross_encoder import CROSS_ENCODER_ARCHITECTURES
 
     if model.task is not None:
         return model.task
@@ -94,7 +101,9 @@ def infer_task(model: ModelConfig, base_dir: Path | None) -> str:
     except (GatewayError, OSError, ValueError):
         return "chat"
     architectures = (config.get("architectures") or []) if isinstance(config, dict) else []
-    return "embed" if EMBEDDING_ARCHITECTURES.intersection(architectures) else "chat"
+    if EMBEDDING_ARCHITECTURES.intersection(architectures):
+        return "embed"
+    return "rerank" if CROSS_ENCODER_ARCHITECTURES.intersection(architectures) else "chat"
 
 
 def known_context(model: ModelConfig) -> int | None:

@@ -17,6 +17,8 @@ from schemas.canonical import (
     Output,
     PromptRead,
     ReasoningDelta,
+    Reranked,
+    RerankRequest,
     TextDelta,
     ToolCallOutput,
 )
@@ -28,7 +30,9 @@ Meter = Callable[[str, int], None]
 class Job:
     """One request in a runner: its place in line, its cancel flag and its own result channel."""
 
-    def __init__(self, request: ChatRequest | EmbedRequest, meter: Meter | None = None) -> None:
+    def __init__(
+        self, request: ChatRequest | EmbedRequest | RerankRequest, meter: Meter | None = None
+    ) -> None:
         self.request = request
         self.enqueued_at = time.perf_counter()
         self.started_at: float | None = None
@@ -52,7 +56,7 @@ class Job:
         last one brings the count to the engine's own total (prompt + completion)."""
         if self._meter is None or self.client.key is None:
             return
-        if isinstance(output, Finished | Embedded):
+        if isinstance(output, Finished | Embedded | Reranked):
             made = getattr(output, "new_tokens", 0)
             tokens = max(0, output.prompt_tokens + made - self._spent)
         elif isinstance(output, TextDelta | ReasoningDelta | ToolCallOutput):

@@ -54,6 +54,8 @@ from gateway.ops.activity.sampler import sample_runners
 from gateway.ops.activity.store import ActivityStore, activity_path
 from gateway.ops.events_feed import EventsFeed
 from gateway.ops.metrics import Metrics
+from gateway.rerank import errors as rerank_errors
+from gateway.rerank import routes as rerank_routes
 from schemas.config import GatewayConfig, seconds, size_bytes
 
 
@@ -68,6 +70,7 @@ def make_protocols() -> Protocols:
     protocols = Protocols(default=openai_errors.PROTOCOL)
     anthropic_errors.register(protocols)
     ollama_errors.register(protocols)
+    rerank_errors.register(protocols)
     return protocols
 
 
@@ -171,6 +174,7 @@ def create_app(
             *ollama_models.ROUTES,
             *ollama_pull.ROUTES,
             *ollama_embed.ROUTES,
+            *rerank_routes.ROUTES,
             *health.ROUTES,
             *admin.ROUTES,
             *metrics_routes.ROUTES,

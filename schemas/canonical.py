@@ -237,6 +237,17 @@ class EmbedRequest(msgspec.Struct, frozen=True, kw_only=True):
     client: Client = NO_CLIENT
 
 
+class RerankRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """Score each document's relevance to the query (the rerank routes)."""
+
+    query: str
+    documents: list[str]
+    # Each document cut to this many of its own tokens first (Cohere v2's
+    # `max_tokens_per_doc`); then query and document are cut to the model's window.
+    max_tokens_per_doc: int | None = None
+    client: Client = NO_CLIENT
+
+
 StopReason = Literal["stop", "length", "stop_string", "tool_calls", "cancelled"]
 
 
@@ -301,6 +312,12 @@ class Embedded(msgspec.Struct, frozen=True, kw_only=True, tag="embedded"):
     seconds: float
 
 
+class Reranked(msgspec.Struct, frozen=True, kw_only=True, tag="reranked"):
+    scores: list[float]  # one per document, in the request's order (higher: more relevant)
+    prompt_tokens: int  # every token the model read: query and documents, as scored
+    seconds: float
+
+
 Output = (
     TextDelta
     | ReasoningDelta
@@ -310,4 +327,5 @@ Output = (
     | PromptRead
     | Finished
     | Embedded
+    | Reranked
 )

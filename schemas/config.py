@@ -380,7 +380,7 @@ WeightsHeld = Literal["auto", "stored"]
 # in a child process with a GIL of its own (engines/llm/isolated.py).
 Isolation = Literal["none", "process"]
 # What an MLX model serves, when its config says (else inferred from its architecture).
-Task = Literal["chat", "embed"]
+Task = Literal["chat", "embed", "rerank"]
 
 
 class ModelConfig(Strict):

@@ -1,2 +1,3 @@
-"""The embedding engine and the BERT encoder it runs on MLX. May import mlx, tokenizers,
-the runtime in `engines/` and `schemas`."""
+"""The embedding engine on the MLX toolkit's BERT (`engines.mlx.bert`); it also reranks, by
+cosine similarity. May import mlx, tokenizers, the MLX toolkit, the runtime in `engines/`
+and `schemas`; never a sibling engine."""

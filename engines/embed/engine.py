@@ -1,8 +1,11 @@
-"""Sentence embeddings on MLX: the engine that serves a BERT encoder (engines/embed/bert.py).
+"""Sentence embeddings on MLX: the engine that serves a BERT encoder (engines/mlx/bert.py).
 
 Inputs are tokenized with the model's own tokenizer.json, cut to the window (for
 all-MiniLM-L6-v2 256 word pieces, [CLS] and [SEP] included, per sentence_bert_config.json,
 not the 512 positions the weights have), sorted by length and run in padded batches.
+
+It answers rerank requests too: each document's score is the cosine similarity of its
+vector and the query's (in [-1, 1]), each text cut to the window as an embedding is.
 """
 
 from __future__ import annotations
@@ -17,34 +20,34 @@ from tokenizers import Tokenizer
 from engines.base import Capabilities, LoadInfo
 from engines.batch import Batch, SerialBatch
 from engines.compat import refuse_off_task
-from engines.embed.bert import (
+from engines.errors import BadRequest, DimensionsUnavailable, GatewayError, SourceError
+from engines.mlx.bert import (
+    DEFAULT_BATCH_TOKENS,
     BertArgs,
     Pooling,
     build_encoder,
     check_activation,
+    cut_text,
     load_weights,
+    padded_batches,
     read_json,
     read_pooling,
 )
-from engines.errors import BadRequest, DimensionsUnavailable, GatewayError, SourceError
 from engines.mlx.memory import release_buffers
 from engines.mlx.weights import weight_bytes
 from engines.sources.resolve import check_source, resolve_source
-from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Output
+from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Output, Reranked, RerankRequest
 from schemas.config import ModelConfig
 
 # Architectures in config.json that mean "this model embeds" (task inference, factory.py).
 EMBEDDING_ARCHITECTURES = frozenset({"BertModel"})
-# Padded tokens per forward pass: bounds one pass's activations (~50 MB of attention scores
-# at the 256-token window), so 2048 inputs need no more memory than 16.
-DEFAULT_BATCH_TOKENS = 4096
 
 
 class EmbeddingEngine:
-    """An embedding model behind the Engine protocol: `embed`, and `count_prompt` for usage."""
+    """An embedding model behind the Engine protocol: `embed`, `rerank` (by cosine), and
+    `count_prompt` for usage."""
 
-    capabilities = Capabilities(chat=False, embed=True)
-    capabilities = Capabilities(chat=False, embed=True, images=False)
+    capabilities = Capabilities(chat=False, embed=True, images=False, rerank=True)
 
     def __init__(self, model: ModelConfig, base_dir: Path | None) -> None:
         self._config = model
@@ -127,7 +130,7 @@ class EmbeddingEngine:
             self._refuse_overlong(request.inputs)
         ids = [e.ids for e in self._tokenizer.encode_batch(request.inputs)]
         vectors: list[list[float]] = [[] for _ in ids]
-        for batch in _batches(sorted(range(len(ids)), key=lambda i: len(ids[i])), ids):
+        for batch in padded_batches(ids, DEFAULT_BATCH_TOKENS):
             length = max(len(ids[i]) for i in batch)
             # Padding id 0 is never seen: the mask hides it from attention and pooling.
             tokens = mx.array([ids[i] + [0] * (length - len(ids[i])) for i in batch])
@@ -138,6 +141,25 @@ class EmbeddingEngine:
         return Embedded(
             vectors=vectors,
             prompt_tokens=sum(len(x) for x in ids),
+            seconds=time.perf_counter() - started,
+        )
+
+    def rerank(self, request: RerankRequest) -> Reranked:
+        """Each document's cosine similarity to the query, in order: query and documents
+        embedded in one call (batched by length), each cut to the window."""
+        import mlx.core as mx
+
+        started = time.perf_counter()
+        documents = request.documents
+        if request.max_tokens_per_doc is not None:
+            documents = [cut_text(self._counter, d, request.max_tokens_per_doc) for d in documents]
+        embedded = self.embed(EmbedRequest(inputs=[request.query, *documents]))
+        vectors = mx.array(embedded.vectors)
+        # Normalized here too: a model without the Normalize module pools raw vectors.
+        unit = vectors / mx.maximum(mx.linalg.norm(vectors, axis=-1, keepdims=True), 1e-12)
+        return Reranked(
+            scores=(unit[1:] @ unit[0]).tolist(),
+            prompt_tokens=embedded.prompt_tokens,
             seconds=time.perf_counter() - started,
         )
 
@@ -190,16 +212,3 @@ class EmbeddingEngine:
                     f"{self._config.id!r} reads at most {self._window} (context.max); "
                     "shorten it or allow truncation"
                 )
-
-
-def _batches(order: list[int], ids: list[list[int]]) -> Iterator[list[int]]:
-    """Indices in ascending length, grouped so each padded batch stays within the budget."""
-    batch: list[int] = []
-    for i in order:
-        # Ascending order: the newest input is the longest, so it sets the padded length.
-        if batch and (len(batch) + 1) * len(ids[i]) > DEFAULT_BATCH_TOKENS:
-            yield batch
-            batch = []
-        batch.append(i)
-    if batch:
-        yield batch

@@ -30,7 +30,7 @@ from engines.base import Engine
 from engines.errors import BadRequest, QueueFull, QueueTimeout
 from engines.job import Job
 from engines.log import emit
-from schemas.canonical import ChatRequest, EmbedRequest
+from schemas.canonical import ChatRequest, EmbedRequest, RerankRequest
 from schemas.config import ModelConfig, seconds
 from schemas.events import RequestQueued
 
@@ -125,17 +125,29 @@ class AdmissionQueue:
         )
 
 
-def refuse_unable(engine: Engine, model_id: str, request: ChatRequest | EmbedRequest) -> None:
+def refuse_unable(
+    engine: Engine, model_id: str, request: ChatRequest | EmbedRequest | RerankRequest
+) -> None:
     """`BadRequest`, before the request queues, for what the engine cannot do (its
     `capabilities`): a chat for an embedding model, an embedding for a chat model. (Images
     for a model that reads none are refused by the door, `engines/chat.py`, with the rest
     of a chat's policy.)"""
     if isinstance(request, EmbedRequest):
         if not engine.capabilities.embed:
-            raise BadRequest(f"model {model_id!r} is a chat model; it does not embed")
+            task = engine.capabilities.task
+            raise BadRequest(f"model {model_id!r} is a {task} model; it does not embed")
+        return
+    if isinstance(request, RerankRequest):
+        if not engine.capabilities.rerank:
+            raise BadRequest(
+                f"model {model_id!r} is a {engine.capabilities.task} model; it does not rerank: "
+                "send rerank requests to a `task: rerank` or `task: embed` model"
+            )
         return
     if not engine.capabilities.chat:
+        embeds = engine.capabilities.embed
+        kind, send = ("an embedding", "embedding") if embeds else ("a reranking", "rerank")
         raise BadRequest(
-            f"model {model_id!r} is an embedding model; it does not generate text: "
-            "send it embedding requests"
+            f"model {model_id!r} is {kind} model; it does not generate text: "
+            f"send it {send} requests"
         )

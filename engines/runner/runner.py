@@ -26,7 +26,16 @@ from engines.runner.keep import KeepAlive, Pin, Residency, Unpin
 from engines.runner.loader import Loader
 from engines.runner.thread import ModelThread
 from engines.sources.hub_client import FileProgress
-from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Finished, Output, PromptRead
+from schemas.canonical import (
+    ChatRequest,
+    Embedded,
+    EmbedRequest,
+    Finished,
+    Output,
+    PromptRead,
+    Reranked,
+    RerankRequest,
+)
 from schemas.config import ModelConfig
 
 __all__ = ["DEFAULT_RETRY_AFTER_S", "Runner"]
@@ -226,7 +235,7 @@ class Runner:
         self._thread.bind(self._loop, context)
         self._loader.bind(self._loop, context, after)
 
-    def submit(self, request: ChatRequest | EmbedRequest) -> Job:
+    def submit(self, request: ChatRequest | EmbedRequest | RerankRequest) -> Job:
         """Put a request at the back of the line, or refuse it at once (the admission
         order: engines/runner/admission.py)."""
         if timeline.ON:  # the protocol's handler has read, checked and routed the body
@@ -278,7 +287,7 @@ class Runner:
                 if job.taken is not None:  # back for more: the first token's frame is out
                     job.taken.set()
                     job.taken = None
-                if isinstance(item, Finished | Embedded):
+                if isinstance(item, Finished | Embedded | Reranked):
                     return
         finally:
             if job.taken is not None:

@@ -32,6 +32,8 @@ from schemas.canonical import (
     Finished,
     Output,
     ReasoningDelta,
+    Reranked,
+    RerankRequest,
     TextDelta,
     ToolCallOutput,
 )
@@ -291,9 +293,13 @@ class ModelThread:
         )
 
     def _admit(self, batch: Batch, job: Job) -> None:
-        if isinstance(job.request, EmbedRequest):
+        if isinstance(job.request, EmbedRequest | RerankRequest):
+            # One call answers it whole: it never joins the batch.
+            call = (
+                self._engine.embed if isinstance(job.request, EmbedRequest) else self._engine.rerank
+            )
             try:
-                self._deliver(job, self._engine.embed(job.request))
+                self._deliver(job, call(job.request))
             except Exception as error:
                 self._deliver(job, error)
             return
@@ -316,12 +322,12 @@ class ModelThread:
             and not job.first_token_at
         ):
             job.first_token_at = time.perf_counter()
-        if isinstance(output, Finished | Embedded):
+        if isinstance(output, Finished | Embedded | Reranked):
             # Reported even when nobody reads on (client gone): ops see what it cost.
             post(self._report, job, output, context=job.context)
         post(job.spend, output)
         post(job.outputs.put_nowait, output)
-        if isinstance(output, Finished | Embedded | Exception):
+        if isinstance(output, Finished | Embedded | Reranked | Exception):
             self._in_batch.discard(job)
             post(self._finished_one)
 
@@ -361,8 +367,12 @@ class ModelThread:
             if isinstance(output, Finished | Exception):
                 self._finished_one()
 
-    def _report(self, job: Job, done: Finished | Embedded) -> None:
-        if isinstance(done, Embedded):
+    def _report(self, job: Job, done: Finished | Embedded | Reranked) -> None:
+        documents = 0
+        if isinstance(done, Embedded | Reranked):
+            reason = "embedded" if isinstance(done, Embedded) else "reranked"
+            if isinstance(done, Reranked):
+                documents = len(done.scores)
             done = Finished(
                 stop_reason="stop",
                 prompt_tokens=done.prompt_tokens,
@@ -370,7 +380,6 @@ class ModelThread:
                 prefill_s=done.seconds,
                 decode_s=0.0,
             )
-            reason = "embedded"
         else:
             reason = done.stop_reason
         first = job.first_token_at
@@ -396,12 +405,13 @@ class ModelThread:
                 replica=done.replica if isinstance(done, Finished) else None,
                 drafted_tokens=done.drafted_tokens,
                 accepted_tokens=done.accepted_tokens,
+                documents=documents,
             )
         )
 
 
-def truncated_messages(request: ChatRequest | EmbedRequest) -> int:
-    """Messages an overflow policy cut from a chat; an embedding has none to cut."""
+def truncated_messages(request: ChatRequest | EmbedRequest | RerankRequest) -> int:
+    """Messages an overflow policy cut from a chat; an embedding or a rerank has none."""
     return request.truncated_messages if isinstance(request, ChatRequest) else 0
 
 

@@ -31,7 +31,7 @@ def model_page(generation: Generation) -> wire.ModelPage:
     """The model list in Anthropic's shape: each chat model and alias, and its `claude-` name."""
     cards = []
     for model in generation.listed():
-        if task_of(generation, model) == "embed":
+        if task_of(generation, model) != "chat":  # embedding and reranking models
             continue
         for name in (model.id, *model.aliases):
             claude = name if name.startswith(CLAUDE_PREFIX) else CLAUDE_PREFIX + name

@@ -9,7 +9,8 @@ from schemas.config import ModelConfig
 
 
 def task_of(generation: Generation, model: ModelConfig) -> str:
-    """ "embed" or "chat": the engine the runner built, which inferred what the config omits."""
+    """ "embed", "rerank" or "chat": the engine the runner built, which inferred what the
+    config omits."""
     runner = generation.runners.get(model.id)
     return runner.engine.capabilities.task if runner else model.task or "chat"
 
@@ -24,8 +25,11 @@ def reasons(generation: Generation, model: ModelConfig) -> bool:
 
 def capabilities(generation: Generation, model: ModelConfig) -> list[str]:
     """Ollama's `capabilities` list for `/api/show`."""
-    if task_of(generation, model) == "embed":
+    task = task_of(generation, model)
+    if task == "embed":
         return ["embedding"]
+    if task == "rerank":
+        return []  # Ollama names no reranking capability
     thinking = ["thinking"] if reasons(generation, model) else []
     return [
         "completion",

@@ -46,7 +46,7 @@ class CacheMetrics:
 
     def observe(self, event: Event) -> None:
         match event:
-            case Generated(model=model) if event.stop_reason != "embedded":
+            case Generated(model=model) if event.stop_reason not in ("embedded", "reranked"):
                 tiers = {"ram": event.reused_ram_tokens, "disk": event.reused_disk_tokens}
                 for tier, tokens in tiers.items():
                     if tokens:

@@ -50,6 +50,7 @@ class Generated(Event, tag="generated"):
     replica: str | None = None  # engine upstream/process: the replica that served it
     drafted_tokens: int = 0  # speculation: tokens proposed by the draft
     accepted_tokens: int = 0  # speculation: of those, the ones decoding kept
+    documents: int = 0  # a rerank: the documents scored (stop_reason "reranked")
 
 
 class OptionsIgnored(Event, tag="options_ignored"):

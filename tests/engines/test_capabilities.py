@@ -10,6 +10,7 @@ from engines.embed.engine import EmbeddingEngine
 from engines.llm.engine import MLXEngine
 from engines.llm.isolated import IsolatedEngine
 from engines.process.engine import ProcessEngine
+from engines.rerank.engine import RerankEngine
 from engines.scripted import ScriptedEngine
 from engines.upstream.engine import UpstreamEngine
 from engines.vision.engine import VisionEngine
@@ -23,7 +24,8 @@ DECLARED = [
     (VisionEngine, Capabilities(chat=True, images=True)),
     (UpstreamEngine, Capabilities(chat=True)),
     (ProcessEngine, Capabilities(chat=True)),
-    (EmbeddingEngine, Capabilities(chat=False, embed=True)),
+    (EmbeddingEngine, Capabilities(chat=False, embed=True, rerank=True)),
+    (RerankEngine, Capabilities(chat=False, rerank=True)),
 ]
 
 
@@ -38,8 +40,9 @@ def test_each_engine_declares_what_it_does(engine, capabilities):
 @pytest.mark.parametrize(
     ("engine", "capabilities"), DECLARED, ids=lambda x: getattr(x, "__name__", "")
 )
-def test_an_engine_embeds_only_where_it_declares_it(engine, capabilities):
+def test_an_engine_embeds_and_reranks_only_where_it_declares_it(engine, capabilities):
     assert hasattr(engine, "embed") == capabilities.embed
+    assert hasattr(engine, "rerank") == capabilities.rerank
     if capabilities.chat:
         assert all(hasattr(engine, name) for name in CHAT)
     else:

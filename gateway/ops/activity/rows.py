@@ -15,6 +15,9 @@ from typing import Any
 # Paths whose requests are Activity rows: the protocols' routes. The page's own polling,
 # /health and /metrics would drown them.
 PROTOCOL_PREFIXES = {
+    "/rerank": "rerank",
+    "/v1/rerank": "rerank",
+    "/v2/rerank": "rerank",
     "/v1/messages": "anthropic",
     "/v1/": "openai",
     "/api/": "ollama",

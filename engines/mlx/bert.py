@@ -3,17 +3,24 @@
 One architecture in one flat file, mlx-lm style: `BertArgs` from config.json, the layers,
 then the loaders. The pooling (mean over real tokens, or the CLS token), the L2
 normalization and the window come from sentence-transformers' own files beside the weights
-(`modules.json`, `1_Pooling/config.json`, `sentence_bert_config.json`).
+(`modules.json`, `1_Pooling/config.json`, `sentence_bert_config.json`). In the toolkit, not
+in an engine: the embedding engine (`engines/embed`) pools it, the reranker
+(`engines/rerank`) puts a classification head on it and reads token types (sentence pairs).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
 
 from engines.errors import SourceError
+
+# Padded tokens per forward pass: bounds one pass's activations (~50 MB of attention scores
+# at a 256-token window), so 2048 inputs need no more memory than 16.
+DEFAULT_BATCH_TOKENS = 4096
 
 # Hugging Face names -> ours, applied in order (attention.output.* before output.*).
 RENAMES = (
@@ -40,6 +47,16 @@ class BertArgs(msgspec.Struct, frozen=True, kw_only=True):
     type_vocab_size: int = 2
     layer_norm_eps: float = 1e-12
     hidden_act: str = "gelu"
+    model_type: str = "bert"
+    pad_token_id: int | None = None
+
+    @property
+    def position_offset(self) -> int:
+        """Where the positions of real tokens start: 0 for BERT; XLM-RoBERTa's start after
+        its padding id (transformers' `create_position_ids_from_input_ids`)."""
+        if self.model_type != "xlm-roberta":
+            return 0
+        return (1 if self.pad_token_id is None else self.pad_token_id) + 1
 
 
 # config.json's `hidden_act` -> the `mlx.nn` function that computes it, as transformers does.
@@ -90,11 +107,12 @@ def build_encoder(args: BertArgs):
             self.token_type_embeddings = nn.Embedding(args.type_vocab_size, args.hidden_size)
             self.norm = nn.LayerNorm(args.hidden_size, eps=args.layer_norm_eps)
 
-        def __call__(self, ids: mx.array) -> mx.array:
-            positions = mx.arange(ids.shape[1])[None]
-            # One segment per sentence: token type 0 everywhere.
+        def __call__(self, ids: mx.array, types: mx.array | None = None) -> mx.array:
+            positions = mx.arange(ids.shape[1])[None] + args.position_offset
+            # One sentence: token type 0 everywhere; a pair (a reranker's) gives its own.
+            types = mx.zeros_like(ids) if types is None else types
             x = self.word_embeddings(ids) + self.position_embeddings(positions)
-            return self.norm(x + self.token_type_embeddings(mx.zeros_like(ids)))
+            return self.norm(x + self.token_type_embeddings(types))
 
     class Attention(nn.Module):
         def __init__(self) -> None:
@@ -137,10 +155,13 @@ def build_encoder(args: BertArgs):
             self.embeddings = Embeddings()
             self.layers = [Layer() for _ in range(args.num_hidden_layers)]
 
-        def __call__(self, ids: mx.array, real: mx.array) -> mx.array:
-            """Hidden states (batch, length, hidden); `real` is 1 on tokens, 0 on padding."""
+        def __call__(
+            self, ids: mx.array, real: mx.array, types: mx.array | None = None
+        ) -> mx.array:
+            """Hidden states (batch, length, hidden); `real` is 1 on tokens, 0 on padding;
+            `types` the token types (segment ids), 0 everywhere when None."""
             mask = real.astype(mx.bool_)[:, None, None, :]  # no query attends to padding
-            x = self.embeddings(ids)
+            x = self.embeddings(ids, types)
             for layer in self.layers:
                 x = layer(x, mask)
             return x
@@ -150,6 +171,15 @@ def build_encoder(args: BertArgs):
 
 def load_weights(encoder, path: Path) -> None:
     """Load `model*.safetensors` into the encoder, renamed; the unused pooler is dropped."""
+    encoder.load_weights(
+        [(n, v) for n, v in read_weights(path) if not n.startswith("pooler.")], strict=True
+    )
+
+
+def read_weights(path: Path) -> list[tuple[str, object]]:
+    """`model*.safetensors`' tensors under our names (`bert.` or XLM-RoBERTa's `roberta.`
+    dropped, `RENAMES` applied);
+    the pooler and a classification head (`pooler.`, `classifier.`) keep theirs."""
     import mlx.core as mx
 
     weights = {}
@@ -157,13 +187,22 @@ def load_weights(encoder, path: Path) -> None:
         weights.update(mx.load(str(file)))
     renamed = []
     for name, value in weights.items():
-        name = name.removeprefix("bert.")
-        if name.startswith("pooler.") or name.endswith("position_ids"):
+        name = name.removeprefix("bert.").removeprefix("roberta.")
+        if name.endswith("position_ids"):
             continue
         for old, new in RENAMES:
             name = name.replace(old, new)
         renamed.append((name, value))
-    encoder.load_weights(renamed, strict=True)
+    return renamed
+
+
+def cut_text(tokenizer, text: str, tokens: int) -> str:
+    """`text` cut after its first `tokens` tokens (as `tokenizer` splits it, special tokens
+    not counted): the cut falls where a token ends, so the text re-encodes to those tokens."""
+    encoding = tokenizer.encode(text, add_special_tokens=False)
+    if len(encoding.ids) <= tokens:
+        return text
+    return text[: encoding.offsets[tokens - 1][1]] if tokens > 0 else ""
 
 
 def read_pooling(model_id: str, path: Path, args: BertArgs) -> Pooling:
@@ -199,3 +238,17 @@ def read_json(model_id: str, file: Path):
         return None
     except (OSError, ValueError) as e:
         raise SourceError(model_id, str(file), f"unreadable: {e}") from None
+
+
+def padded_batches(ids: list[list[int]], budget: int) -> Iterator[list[int]]:
+    """The inputs' indices in ascending length, grouped so each padded batch stays within
+    `budget` tokens (padding stays small: neighbours are of like length)."""
+    batch: list[int] = []
+    for i in sorted(range(len(ids)), key=lambda i: len(ids[i])):
+        # Ascending order: the newest input is the longest, so it sets the padded length.
+        if batch and (len(batch) + 1) * len(ids[i]) > budget:
+            yield batch
+            batch = []
+        batch.append(i)
+    if batch:
+        yield batch
