@@ -141,16 +141,17 @@ class ParkedCaches:
         return Parked(evicted or kept.evicted, max(in_ram, on_disk, kept.kept))
 
     def _keep(self, tokens, cache, marks) -> Parked:
-        """Keep the marked prefixes; the parked conversations get what they leave."""
-        if not marks:
-            return Parked(False, 0)
+        """Keep the marked prefixes; the parked conversations get what they leave (more
+        again once marked ones have expired)."""
         longest = 0
         for n, ttl_s in marks:
-            why = self.marked.keep(list(tokens[:n]), cache, ttl_s) if n else "not rendered alone"
-            if why is None:
-                longest = max(longest, n)
-            else:
+            if not n:
+                self._not_kept([n], "its messages could not be rendered alone")
+            elif (why := self.marked.keep(list(tokens[:n]), cache, ttl_s)) is not None:
                 self._not_kept([n], why)
+            else:
+                longest = max(longest, n)
+        self.marked.expire()
         ram = self.ram
         ram.max_size = max(1, self._slots - len(self.marked))
         ram.max_bytes = self._max_bytes - self.marked.nbytes
