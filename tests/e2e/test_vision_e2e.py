@@ -226,7 +226,12 @@ def test_anthropic_image_blocks_plain_streamed_and_counted(gateway):
         final = stream.get_final_message()
     assert plain.content[0].text and streamed == plain.content[0].text
     counted = client.messages.count_tokens(model="vlm", messages=messages)
-    assert counted.input_tokens == plain.usage.input_tokens == final.usage.input_tokens
+    # The prompt: the rest, what went to a cache tier, what came from one.
+    prompts = [
+        u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens
+        for u in (plain.usage, final.usage)
+    ]
+    assert prompts == [counted.input_tokens] * 2
     other = [{"role": "user", "content": anthropic_content(B)}]
     different = client.messages.create(model="vlm", max_tokens=TOKENS, messages=other)
     assert different.content[0].text != plain.content[0].text

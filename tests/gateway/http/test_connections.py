@@ -146,4 +146,5 @@ def test_a_body_sent_a_byte_a_second_is_cut_off_at_its_deadline_with_a_408(tmp_p
             took = time.perf_counter() - started
     assert answer.startswith(b"HTTP/1.1 408"), answer
     assert b'"error"' in answer and b"limits.body_deadline" in answer
-    assert 5 < took < 12  # the deadline (6 s), not the 1,000 bytes' 1,000 s; then closed
+    # The deadline (6 s; more on a loaded CI machine), not the 1,000 bytes' 1,000 s; closed.
+    assert 5 < took < 25
