@@ -176,6 +176,14 @@ def load_weights(encoder, path: Path) -> None:
     )
 
 
+WEIGHT_FILES = "model*.safetensors"
+
+
+def stored_bytes(path: Path) -> int:
+    """The weights' size on disk (an encoder loads them as stored): 0 for a file source."""
+    return sum(f.stat().st_size for f in path.glob(WEIGHT_FILES)) if path.is_dir() else 0
+
+
 def read_weights(path: Path) -> list[tuple[str, object]]:
     """`model*.safetensors`' tensors under our names (`bert.` or XLM-RoBERTa's `roberta.`
     dropped, `RENAMES` applied);
@@ -183,7 +191,7 @@ def read_weights(path: Path) -> list[tuple[str, object]]:
     import mlx.core as mx
 
     weights = {}
-    for file in sorted(path.glob("model*.safetensors")):
+    for file in sorted(path.glob(WEIGHT_FILES)):
         weights.update(mx.load(str(file)))
     renamed = []
     for name, value in weights.items():

@@ -30,6 +30,7 @@ from engines.mlx.bert import (
     cut_text,
     padded_batches,
     read_json,
+    stored_bytes,
 )
 from engines.mlx.memory import release_buffers
 from engines.mlx.weights import weight_bytes
@@ -65,9 +66,8 @@ class RerankEngine:
 
     def estimate_memory(self) -> int:
         """The weights' size on disk: they load as stored, and there is no KV cache."""
-        path = check_source(self._config.id, self._config.source, base_dir=self._base_dir)
-        return (
-            sum(f.stat().st_size for f in path.glob("model*.safetensors")) if path.is_dir() else 0
+        return stored_bytes(
+            check_source(self._config.id, self._config.source, base_dir=self._base_dir)
         )
 
     def load(self, memory_left: int | None = None) -> LoadInfo:
