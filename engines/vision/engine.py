@@ -103,14 +103,13 @@ class VisionEngine:
     def load(self, memory_left: int | None = None) -> LoadInfo:
         import mlx_vlm
 
-        self._config = self._declared
-        refuse_off_task(self._config, "vision")
-        path = resolve_source(self._config.id, self._config.source, base_dir=self._base_dir)
-        config = self._config
+        config = self._declared  # a later load sizes `concurrency: auto` again
+        refuse_off_task(config, "vision")
+        path = resolve_source(config.id, config.source, base_dir=self._base_dir)
         model, processor = open_source(
             config.id, config.source, path, mlx_vlm.load, library="mlx-vlm"
         )
-        image_token = check_markers(self._config.id, str(path), model, processor)
+        image_token = check_markers(config.id, str(path), model, processor)
         if self._held() == "float32":  # every float weight too, not only the quantized ones
             to_float32(model)
         weights = hold(model, "as stored")
@@ -119,28 +118,29 @@ class VisionEngine:
         element = 4 if self._held() == "float32" else 2
         per_token = kv_bytes_per_token(text, element)
         geometry = geometry_of(model.config, processor, element)
-        wanted = self._config.context.max
-        cap = auto_streams(self._platform.device)
-        if memory_left is None:
-            sequences = streams(
-                config.id, config.concurrency, wanted, trained, weights, per_token, None, int, cap
-            )
-            context = size_context(self._config.id, wanted, trained, weights, per_token, None)
-            plan = plan_pixels(self._config.vision, processor, geometry, None)
-        else:
+        wanted = config.context.max
+        left = memory_left
+        if memory_left is not None and wanted == "auto":
             # A window sized `auto` would take every byte: the vision encoder may first set
             # aside up to half of what the weights leave.
-            half = max(0, memory_left - weights) // 2 if wanted == "auto" else 0
-            first = plan_pixels(self._config.vision, processor, geometry, half)
-            left = memory_left - (first.reserved if wanted == "auto" else 0)
-            sequences = streams(
-                config.id, config.concurrency, wanted, trained, weights, per_token, left, int, cap
-            )
-            context = size_context(
-                self._config.id, wanted, trained, weights, per_token, left, sequences
-            )
-            room = memory_left - weights - per_token * context * sequences
-            plan = plan_pixels(self._config.vision, processor, geometry, room)
+            half = max(0, memory_left - weights) // 2
+            left = memory_left - plan_pixels(config.vision, processor, geometry, half).reserved
+        sequences = streams(
+            config.id,
+            config.concurrency,
+            wanted,
+            trained,
+            weights,
+            per_token,
+            left,
+            lambda n: n,
+            auto_streams(self._platform.device),
+        )
+        context = size_context(config.id, wanted, trained, weights, per_token, left, sequences)
+        room = (
+            None if memory_left is None else memory_left - weights - per_token * context * sequences
+        )
+        plan = plan_pixels(config.vision, processor, geometry, room)
         if not plan.disabled:
             cap_processor(processor, plan)
         # What this load resolved (`concurrency: auto`) is what the batch reads.
