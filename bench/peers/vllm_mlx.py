@@ -16,8 +16,8 @@ Each side runs as a new user would run it, stated in the result:
   prefix cache);
 - mlx-lm: `python -m mlx_lm server --model DIR` (no disk tier: no restart row).
 
-Rows, each round running every side in turn (the order flipping every round) after one
-warm-up request per side:
+Rows, each round running every side in turn (the order flipping every round), after one
+warm-up request per side and `--warmup-rounds` (1) rounds that are not counted:
 - decode: one stream of `--decode-tokens`, (tokens - 1) / (last token - first token);
 - ttft cold / warm: a ~400-token prompt never seen (per round and side), then the same again;
 - aggregate at each `--clients` count: concurrent streams of `--max-tokens`, all new tokens /
@@ -350,6 +350,9 @@ def main() -> None:
         "--model", type=Path, help="an MLX model directory (default: SmolLM2 float32)"
     )
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--warmup-rounds", type=int, default=1, help="rounds run first and not counted"
+    )
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--decode-tokens", type=int, default=96)
@@ -374,17 +377,23 @@ def main() -> None:
         sides.append(MlxLm(model_dir))
     rows: dict[tuple[str, str], list] = {}
 
+    measuring = False
+
     def record(row: str, side: Side, value) -> None:
-        rows.setdefault((row, side.label), []).append(value)
+        if measuring:
+            rows.setdefault((row, side.label), []).append(value)
         print(f"  {row:22s} {side.label:9s} {fmt(value, 3)}", flush=True)
 
     try:
         for side in sides:
             side.start()
             ask(side, [{"role": "user", "content": "Hi"}], 4)  # warm-up
-        for round_ in range(args.rounds):
+        restarts = args.restart_rounds if args.restart_rounds is not None else args.rounds
+        for round_ in range(args.warmup_rounds + args.rounds):
+            # Warm-up rounds meet every shape first (MLX compiles kernels per shape on a GPU).
+            measuring = round_ >= args.warmup_rounds
             order = sides if round_ % 2 == 0 else sides[::-1]
-            print(f"round {round_}", flush=True)
+            print(f"round {round_}{'' if measuring else ' (warm-up, not counted)'}", flush=True)
             for side in order:
                 if "decode" in args.rows:
                     timing = ask(side, prompt(round_, 100), args.decode_tokens)
@@ -401,9 +410,9 @@ def main() -> None:
                         )
                 if "agent" in args.rows:
                     record("agent turn 10 TTFT s", side, agent_turn10(side, round_, 24))
-            restarts = args.restart_rounds if args.restart_rounds is not None else args.rounds
             for side in order:
-                if "restart" in args.rows and side.restartable and round_ < restarts:
+                measured = round_ - args.warmup_rounds
+                if "restart" in args.rows and side.restartable and 0 <= measured < restarts:
                     result = restart_row(side, round_, args.prefix_tokens)
                     record("long prefix cold TTFT s", side, result["cold"])
                     record("same after restart s", side, result["after"])
@@ -455,7 +464,8 @@ def main() -> None:
     )
     notes = "\n".join(
         [
-            f"- model: `{model_dir.name}`; {args.rounds} rounds, median (min–max); the ratio "
+            f"- model: `{model_dir.name}`; {args.rounds} rounds after {args.warmup_rounds} "
+            "warm-up round(s), median (min–max); the ratio "
             "columns read > 1.0 where the gateway is ahead (rates ours / theirs, times and "
             "memory theirs / ours).",
             *(f"- {side.label}: {side.settings()}" for side in sides),
