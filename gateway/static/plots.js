@@ -24,7 +24,7 @@ function tickLabels(format, exact) {
   };
 }
 
-function draw(name, title, times, series, { format = (v) => v, fills = false, references = 0, exact = false, whole = false } = {}) {
+function draw(name, title, times, series, { format = (v) => v, fills = false, references = 0, exact = false, whole = false, fromZero = false } = {}) {
   const box = $("plots");
   let holder = box.querySelector(`[data-chart="${name}"]`);
   if (!holder) {
@@ -69,6 +69,8 @@ function draw(name, title, times, series, { format = (v) => v, fills = false, re
       ],
       // The y axis's labels as drawn (on the canvas), for a reader of the page's DOM (tests).
       hooks: { draw: [(u) => (holder.dataset.yLabels = JSON.stringify(u.axes[1]._values || []))] },
+      // `fromZero`: a stacked amount (memory held) is read against its zero.
+      ...(fromZero ? { scales: { y: { range: (_, _min, max) => [0, max > 0 ? max * 1.05 : 1] } } } : {}),
       legend: { live: true },
       cursor: { drag: { x: false, y: false } },
     },
@@ -127,7 +129,7 @@ export async function refreshPlots(rebuild = false) {
       draw("queue", "queue depth", t, depth, { format: (v) => v.toFixed(0), exact: true, whole: true });
       draw("wait", "queue wait (s, max)", t, perModel(history, "queue_wait_s", 1, true), { format: two });
       const held = (v) => (v ? bytes(v) : "0 B"); // bytes(0) is the tables' "–"
-      draw("memory", "memory (stacked) vs budget and device", t, memory(history), { format: held, exact: true, fills: true, references: 2 });
+      draw("memory", "memory (stacked) vs budget and device", t, memory(history), { format: held, exact: true, fromZero: true, fills: true, references: 2 });
     }
   } catch {
     /* the models' refresh says what is wrong */
