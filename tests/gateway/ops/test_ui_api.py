@@ -212,6 +212,10 @@ def test_the_benchmark_refuses_a_busy_model_unless_forced_and_keeps_results(gate
     assert [run["streams"] for run in result["runs"]] == [1, 3]
     one, three = result["runs"]
     assert three["new_tokens"] == 3 * one["new_tokens"] and one["decode_tps"] > 0
+    # The prompt is the size asked in the model's own tokens (the scripted engine counts
+    # bytes), and a weightless model claims no prefill rate.
+    assert 56 <= one["prompt_tokens"] <= 64 and three["prompt_tokens"] == one["prompt_tokens"]
+    assert one["prefill_tps"] is None
     busy, _ = _in_background(lambda: chat(gateway, KEY, model="slow"))
     _running(gateway)
     slow = {**ask, "model": "slow", "streams": 1, "max_tokens": 2}
