@@ -221,6 +221,11 @@ def test_the_admin_chats_sees_activity_and_plots_controls_models_and_benchmarks(
     page.click("#b-run")
     expect(page.locator("#bench-rows tbody tr")).to_have_count(2)
     expect(page.locator("#bench-rows tbody tr").nth(1)).to_contain_text("echo")
+    # Issue 58: 64 prompt tokens asked are about 64 of the model's (not its bytes' 300), and
+    # a weightless model shows no prefill rate (not millions).
+    cells = page.locator("#bench-rows tbody tr").nth(1).locator("td")
+    assert 56 <= int(cells.nth(2).inner_text()) <= 64
+    expect(cells.nth(5)).to_have_text("–")
     shot(page, tmp_path, "benchmark")
 
     page.click("#tab-logs")
