@@ -557,6 +557,20 @@ def test_drop_unused_keeps_the_tools_that_fit_and_names_the_rest(gateway, protoc
     assert generated["prompt_tokens"] + 16 <= 1200
 
 
+def test_a_dropped_tools_odd_name_cannot_break_the_header(gateway):
+    odd = [
+        {**BOX[0], "name": "first"},
+        *({**t} for t in BOX[1:11]),
+        {**BOX[11], "name": "a,b\r\nX-Evil: 1 é"},
+    ]
+    # OpenAI's chat schema refuses such a name; Anthropic's route takes it as it comes.
+    body = {"model": "toolbox", "messages": ASK, "tools": odd, "max_tokens": 50}
+    response = httpx.post(gateway.url + "/v1/messages", json=body, timeout=30)
+    assert response.status_code == 200, response.text
+    assert "x-evil" not in response.headers
+    assert response.headers["x-gateway-dropped-tools"].endswith(",a%2Cb%0D%0AX-Evil:%201%20%C3%A9")
+
+
 def test_drop_unused_keeps_a_tool_the_conversation_called(gateway):
     client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="none", max_retries=0)
     called = {"id": "c1", "type": "function"}
