@@ -24,6 +24,7 @@ class LoadInfo(msgspec.Struct, frozen=True, kw_only=True):
     """What a load cost and what it resolved, for the `model_attached` event."""
 
     memory_bytes: int  # weights plus the KV cache reserved for `context` tokens
+    weights_bytes: int = 0  # of memory_bytes, the weights (0: the engine does not split them)
     context: int
     trained_context: int | None = None
     dimensions: int | None = None  # an embedding model's vector size

@@ -30,6 +30,7 @@ from engines.job import Job, expect_jobs
 from engines.policy.answer import answer
 from engines.policy.request import build_chat_request, check_chat, compiles_schemas
 from engines.policy.schema_checks import check_schemas
+from engines.policy.tools_fit import drop_unused_tools
 from engines.runner import Runner
 from schemas.canonical import ChatAsk, ChatRequest, Output, PromptRead, request_images
 from schemas.config import ModelConfig
@@ -111,14 +112,33 @@ async def count_chat(runner: Runner, ask: ChatAsk | ChatRequest) -> int:
 async def prepare(runner: Runner, ask: ChatAsk) -> ChatRequest:
     """The canonical request, checked; client-written schemas are checked off the event
     loop (large ones in a worker process), and a request without any here, without a hop
-    to a thread and back."""
+    to a thread and back. Tools that alone overflow the window are left out here, once for
+    all `n` answers, where `context.tools_overflow` says so."""
     request = build_chat_request(runner.model, ask)
     refuse_images(runner.engine, runner.model.id, request)
     if compiles_schemas(request):
         await asyncio.to_thread(check_schemas, request)
     else:
         check_chat(request)
-    return request
+    return await fit_tools(runner, request)
+
+
+async def fit_tools(runner: Runner, request: ChatRequest) -> ChatRequest:
+    """`context.tools_overflow: drop_unused`: the tools that fit, counted off the event loop
+    (`engines/policy/tools_fit.py`); `reject` leaves an overflow to `context.overflow`."""
+    if request.tools_overflow != "drop_unused" or not request.tools:
+        return request
+    if request.raw_prompt is not None:
+        return request
+    tokens = await runner.count_prompt(request)  # loads an on-demand model first
+    return await asyncio.to_thread(
+        drop_unused_tools,
+        runner.model.id,
+        request,
+        runner.engine.count_prompt,
+        request.window_of(runner.context),
+        tokens,
+    )
 
 
 def check_n(model: ModelConfig, n: int | None, field: str = "$.n") -> int:

@@ -106,6 +106,7 @@ Effort = Literal["off", "low", "medium", "high"]
 ToolChoice = Literal["auto", "required"]
 ToolPolicy = Literal["repair", "strict", "off"]
 OverflowPolicy = Literal["reject", "truncate"]
+ToolsOverflowPolicy = Literal["reject", "drop_unused"]
 
 
 class OutputControls(msgspec.Struct, frozen=True, kw_only=True):
@@ -166,6 +167,9 @@ class ChatRequest(msgspec.Struct, frozen=True, kw_only=True):
     reasoning: Effort = "off"
     tool_policy: ToolPolicy = "off"
     overflow: OverflowPolicy = "reject"
+    tools_overflow: ToolsOverflowPolicy = "reject"
+    # Tools left out to fit the window (context.tools_overflow: drop_unused), by name.
+    dropped_tools: tuple[str, ...] = ()
     # Oldest turns dropped to fit the window (context.overflow: truncate); reported as is.
     truncated_messages: int = 0
     # A window narrower than the model's for this request alone (Ollama's `num_ctx`): the

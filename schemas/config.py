@@ -252,6 +252,9 @@ class OnDemand(Strict):
 class ContextConfig(Strict):
     max: PositiveInt | Literal["auto"] = "auto"
     overflow: Literal["reject", "truncate"] = "reject"
+    # Tool definitions that alone leave no room (Open WebUI's built-in tools are ~25k
+    # tokens): `drop_unused` keeps the tools the conversation used and those that fit.
+    tools_overflow: Literal["reject", "drop_unused"] = "reject"
 
 
 class SamplingConfig(Strict):

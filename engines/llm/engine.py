@@ -115,6 +115,7 @@ class MLXEngine:
         self.disk, disk_detail = self._open_disk(loaded.model, loaded.path, loaded.held)
         return LoadInfo(
             memory_bytes=loaded.memory_bytes,
+            weights_bytes=loaded.weights + loaded.draft_weights,
             context=loaded.context,
             trained_context=loaded.trained,
             concurrency=loaded.streams,

@@ -74,6 +74,7 @@ def build_chat_request(model: ModelConfig, ask: ChatAsk) -> ChatRequest:
         reasoning=ask.reasoning or effort_of(model.reasoning),
         tool_policy=model.guardrails.tool_calls,
         overflow=model.context.overflow,
+        tools_overflow=model.context.tools_overflow,
         window=ask.window,
         controls=controls,
         client=ask.client,

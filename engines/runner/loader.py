@@ -87,6 +87,7 @@ class Loader:
         self.context: int | None = None
         self.dimensions: int | None = None  # an embedding model's, known once it loaded
         self.memory_bytes = 0
+        self.weights_bytes = 0  # of memory_bytes; the rest is the KV cache reserved
         self.last_used = time.monotonic()
         # Ollama's `keep_alive`: the idle seconds the latest Ollama request asked for (inf:
         # stay), in place of `residency.idle_ttl`; None follows the config. Pinned: unused.
@@ -253,6 +254,7 @@ class Loader:
         self.state = EngineState.READY
         self._backoff.reset()
         self.context, self.memory_bytes = info.context, info.memory_bytes
+        self.weights_bytes = info.weights_bytes
         self.dimensions = info.dimensions
         self.concurrency = info.concurrency or declared_streams(self._settings())
         if self._budget:

@@ -135,6 +135,11 @@ class Runner:
         return self._loader.memory_bytes
 
     @property
+    def weights_bytes(self) -> int:
+        """Of `memory_bytes`, the weights' (0 where the engine does not tell them apart)."""
+        return self._loader.weights_bytes
+
+    @property
     def last_used(self) -> float:
         return self._loader.last_used
 

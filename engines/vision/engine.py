@@ -158,6 +158,7 @@ class VisionEngine:
         self.disk, disk_detail = self._open_disk(model, path, per_token)
         return LoadInfo(
             memory_bytes=weights + per_token * context * sequences + plan.reserved,
+            weights_bytes=weights,
             context=context,
             trained_context=trained,
             concurrency=sequences,

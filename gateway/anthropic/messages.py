@@ -22,6 +22,7 @@ from gateway.anthropic.stream import (
     usage_of,
 )
 from gateway.canonical.choices import refuse_set
+from gateway.canonical.dropped_tools import tell_dropped_tools
 from gateway.canonical.images import image_part, message_with_parts, resolve_images
 from gateway.control.registry import Generation, announce
 from gateway.http.body import decode_body
@@ -290,6 +291,7 @@ async def create_message(request: Request, generation: Generation) -> Response |
     ask = await unless_client_leaves(request, to_ask(data, generation.config.server))
     runner = route.runner
     chat, (results,), reads = await serve_chat(runner, replace(ask, client=client_of(request)))
+    tell_dropped_tools(request, chat)
     message_id = f"msg_{uuid.uuid4().hex[:24]}"
     if not data.stream:
         whole = await unless_client_leaves(request, collect(results))

@@ -12,7 +12,7 @@ from engines import timeline
 from engines.log import bind_only, emit
 from gateway.http.errors import should_retry
 from gateway.http.protocols import header_names
-from gateway.http.request_state import end
+from gateway.http.request_state import end, headers_left
 from gateway.logs.setup import MIN_ENV_SECRET, PRESENTED
 from schemas.events import RequestFinished, RequestStarted
 
@@ -103,6 +103,7 @@ def request_events(app: ASGIApp) -> ASGIApp:
                     *message.get("headers", []),
                     (b"x-request-id", request_id.encode()),
                     *key_allowance(scope, status),
+                    *headers_left(scope),
                 ]
             await send(message)
 

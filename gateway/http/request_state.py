@@ -31,6 +31,17 @@ def client_of(connection: ASGIConnection) -> Client:
     return connection.scope.get("state", {}).get("client", NO_CLIENT)
 
 
+def leave_header(connection: ASGIConnection, name: str, value: str) -> None:
+    """A header for the response, however it is sent (a stream's too): the request's
+    middleware adds it as the response starts."""
+    _state(connection.scope).setdefault("headers", []).append((name.encode(), value.encode()))
+
+
+def headers_left(scope: Scope) -> list[tuple[bytes, bytes]]:
+    """The headers `leave_header` left for the response."""
+    return scope.get("state", {}).get("headers", [])
+
+
 def at_end(scope: Scope, release: Callable[[], None]) -> None:
     """Call `release` once the request has ended, however it ends."""
     _state(scope).setdefault("at_end", []).append(release)

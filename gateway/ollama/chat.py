@@ -13,6 +13,7 @@ from msgspec.structs import replace
 
 from engines.chat import serve_chat
 from engines.errors import BadRequest
+from gateway.canonical.dropped_tools import tell_dropped_tools
 from gateway.canonical.images import fetch_images, image_part, message_with_parts
 from gateway.control.registry import Generation, Route
 from gateway.http.body import decode_body
@@ -146,7 +147,8 @@ def _final(finished: Finished | None, started_ns: int) -> dict[str, Any]:
 async def _answer(
     request: Request, route: Route, ask: ChatAsk, stream: bool, frame: Frame
 ) -> Response | Streamed:
-    _, (results,), _ = await serve_chat(route.runner, replace(ask, client=client_of(request)))
+    chat, (results,), _ = await serve_chat(route.runner, replace(ask, client=client_of(request)))
+    tell_dropped_tools(request, chat)
     if not stream:
         whole = await unless_client_leaves(request, collect(results))
         reply = frame(whole.text, whole.tool_calls, whole.finished, whole.reasoning)

@@ -14,6 +14,7 @@ from msgspec import UNSET
 from engines.chat import check_n, serve_chat
 from engines.errors import BadRequest
 from gateway.canonical.choices import collect_all, merged, refuse_set
+from gateway.canonical.dropped_tools import tell_dropped_tools
 from gateway.canonical.images import fetch_images, image_part, message_with_parts
 from gateway.control.registry import Generation, announce
 from gateway.http.body import decode_body
@@ -171,6 +172,7 @@ async def chat_completions(request: Request, generation: Generation) -> Response
         ),
         n,
     )
+    tell_dropped_tools(request, chat)
     completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
     created = int(time.time())
     if not data.stream:

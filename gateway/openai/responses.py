@@ -18,6 +18,7 @@ from litestar.response import ServerSentEventMessage, Stream
 from engines.chat import serve_chat
 from engines.errors import BadRequest, StoredNotFound
 from gateway.canonical.choices import refuse_set
+from gateway.canonical.dropped_tools import tell_dropped_tools
 from gateway.canonical.images import fetch_images, image_part, message_with_parts
 from gateway.control.registry import Generation, announce
 from gateway.http.auth import presented_key
@@ -289,6 +290,7 @@ async def responses(request: Request, generation: Generation) -> Response | Stre
         client=client_of(request),
     )
     chat, (results,), _ = await serve_chat(route.runner, ask)
+    tell_dropped_tools(request, chat)
     skeleton = _skeleton(data, chat, route.served)
     summary = bool(data.reasoning and data.reasoning.summary)
     builder = EventBuilder(skeleton, summary=summary)

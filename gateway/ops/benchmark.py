@@ -4,6 +4,9 @@ streams, run by the gateway against itself through the same door every protocol 
 
 Each stream's prompt opens with its own tag, so prefix reuse cannot turn a prefill into a
 cache hit (tokens still served from a cache are reported, and left out of prefill tokens/s).
+The prompt is sized by the model's own count (template included), so `prompt_tokens: 512`
+is 512 of that model's tokens, not of some other tokenizer's (the scripted engine counts
+bytes). A scripted model computes no prefill: its prefill tokens/s is none, not millions.
 A model busy serving others is refused (409) unless forced: the numbers would be theirs too.
 """
 
@@ -20,7 +23,7 @@ from litestar import Request, post
 from litestar.datastructures import State
 from msgspec import Meta
 
-from engines.chat import serve_chat
+from engines.chat import count_chat, serve_chat
 from engines.errors import BadRequest, ModelBusy
 from engines.runner import Runner
 from gateway.canonical.model_facts import task_of
@@ -40,21 +43,37 @@ class BenchmarkAsk(msgspec.Struct, forbid_unknown_fields=True):
     force: bool = False
 
 
-def _prompt(tag: str, tokens: int) -> str:
-    words = FILLER.split()
-    return f"[{tag}] " + " ".join(words[i % len(words)] for i in range(max(1, tokens - 8)))
+def _prompt(tag: str, words: int) -> str:
+    filler = FILLER.split()
+    return f"[{tag}] " + " ".join(filler[i % len(filler)] for i in range(words))
 
 
-async def _stream(runner: Runner, ask: BenchmarkAsk) -> Finished:
-    text = _prompt(uuid.uuid4().hex[:8], ask.prompt_tokens)
-    chat = await serve_chat(
-        runner,
-        ChatAsk(
-            messages=[Message(role="user", content=text)],
-            max_tokens=ask.max_tokens,
-            temperature=0.0,
-        ),
+def _chat_ask(text: str, max_tokens: int) -> ChatAsk:
+    return ChatAsk(
+        messages=[Message(role="user", content=text)], max_tokens=max_tokens, temperature=0.0
     )
+
+
+async def _words_for(runner: Runner, ask: BenchmarkAsk) -> int:
+    """The most filler words whose prompt, as the model counts it, is within the tokens
+    asked (at least one word): found by bisection on the model's own count."""
+
+    async def counted(words: int) -> int:
+        return await count_chat(runner, _chat_ask(_prompt("0" * 8, words), ask.max_tokens))
+
+    low, high = 1, ask.prompt_tokens
+    while low < high:
+        middle = (low + high + 1) // 2
+        if await counted(middle) <= ask.prompt_tokens:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+async def _stream(runner: Runner, ask: BenchmarkAsk, words: int) -> Finished:
+    text = _prompt(uuid.uuid4().hex[:8], words)
+    chat = await serve_chat(runner, _chat_ask(text, ask.max_tokens))
     finished = None
     async for output in chat.answers[0]:
         if isinstance(output, Finished):
@@ -64,12 +83,14 @@ async def _stream(runner: Runner, ask: BenchmarkAsk) -> Finished:
     return finished
 
 
-async def _run(runner: Runner, ask: BenchmarkAsk, streams: int) -> dict:
+async def _run(runner: Runner, ask: BenchmarkAsk, streams: int, words: int) -> dict:
     started = time.perf_counter()
-    results = await asyncio.gather(*(_stream(runner, ask) for _ in range(streams)))
+    results = await asyncio.gather(*(_stream(runner, ask, words) for _ in range(streams)))
     wall = time.perf_counter() - started
     computed = [r.prompt_tokens - r.reused_prefix_tokens for r in results]
     prefill = [c / r.prefill_s for c, r in zip(computed, results, strict=True) if r.prefill_s]
+    if runner.model.engine == "scripted":
+        prefill = []  # weightless: its "prefill" is a tokenizer's count, not a model's work
     decode = [r.new_tokens / r.decode_s for r in results if r.decode_s]
     new_tokens = sum(r.new_tokens for r in results)
     return {
@@ -104,9 +125,10 @@ async def benchmark(request: Request, state: State, generation: Generation) -> d
             f"{runner.queue_depth} waiting; the numbers would be theirs too (force: true)"
         )
     await runner.load()
-    runs = [await _run(runner, data, 1)]
+    words = await _words_for(runner, data)
+    runs = [await _run(runner, data, 1, words)]
     if data.streams > 1:
-        runs.append(await _run(runner, data, data.streams))
+        runs.append(await _run(runner, data, data.streams, words))
     settings = msgspec.structs.asdict(data) | {"model": model_id}
     result = {"model": model_id, "settings": settings, "runs": runs}
     await asyncio.to_thread(state.activity.add_benchmark, model_id, settings, {"runs": runs})

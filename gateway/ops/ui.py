@@ -18,6 +18,7 @@ from litestar.datastructures import State
 from litestar.response.sse import ServerSentEventMessage
 from litestar.static_files import create_static_files_router
 
+from engines.base import EngineState
 from engines.job import arrived
 from engines.runner import Runner
 from gateway.http.streaming import SSE_HEADERS, Streamed, sse_bytes, stream_body
@@ -77,7 +78,10 @@ def model_state(state: State, model: ModelConfig, runner: Runner) -> dict:
         "residency": "pinned" if model.pinned else "on_demand",
         "queue_depth": runner.queue_depth,
         "running": runner.running,
-        "tokens_per_s": state.metrics.tokens_per_s(model.id),
+        # Its recent decode speed while it is loaded: an unloaded model decodes nothing.
+        "tokens_per_s": state.metrics.tokens_per_s(model.id)
+        if runner.state is EngineState.READY
+        else None,
         "error": runner.error,
         "download": download_state(runner),
     }

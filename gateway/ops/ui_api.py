@@ -70,6 +70,8 @@ async def models(state: State, generation: Generation, viewer: Viewer) -> dict:
                 # Pinned from the page (until unpinned or the process ends).
                 "pinned_now": bool(runner.keep_alive and math.isinf(runner.keep_alive)),
                 "memory_bytes": runner.memory_bytes if runner.state is EngineState.READY else 0,
+                # Of memory_bytes, the weights; the rest is the KV cache reserved (0: no split).
+                "weights_bytes": runner.weights_bytes if runner.state is EngineState.READY else 0,
                 "context": runner.context,
                 "unloads_in_s": runner.unloads_in(),
                 "sampling": sampling_of(model),
@@ -180,12 +182,16 @@ async def kv_cache(state: State, generation: Generation, viewer: Viewer) -> dict
     only_admin(viewer)
     where = cache_dir(generation.config.server, state.reloader.path.resolve().parent)
     blocks, size = (0, 0) if where is None else await asyncio.to_thread(disk_usage, where.path)
+    snapshot = state.metrics.kv_cache.snapshot()
+    # A scripted model keeps no KV cache: its requests' misses would say nothing.
+    weightless = {m.id for m in generation.config.models if m.engine == "scripted"}
+    snapshot["models"] = {m: row for m, row in snapshot["models"].items() if m not in weightless}
     return {
         "dir": None if where is None else str(where.path),
         "max_bytes": 0 if where is None else where.max_bytes,
         "blocks": blocks,
         "disk_bytes": size,
-        **state.metrics.kv_cache.snapshot(),
+        **snapshot,
     }
 
 

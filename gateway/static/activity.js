@@ -27,6 +27,20 @@ function detail(row) {
   return Object.entries(row.detail || {}).map(([k, v]) => `${k}=${v}`).join(" ");
 }
 
+// Prefill's rate is of the tokens computed, not of those a cache served. When the cache
+// served most of the prompt, a rate over the few left measures the step's overhead, not
+// prefill: the cell says "cached" and how many tokens were new.
+function prefillCell(tr, row) {
+  const cached = row.cached_tokens || 0;
+  const computed = (row.prompt_tokens || 0) - cached;
+  if (cached && computed <= cached) {
+    const td = cell(tr, computed ? `cached (${computed} new)` : "cached", "num");
+    td.title = `${cached} of ${row.prompt_tokens} prompt tokens from the cache` + (row.prefill_tps ? `; ${num(row.prefill_tps)} tokens/s over the ${computed} new` : "");
+    return;
+  }
+  cell(tr, num(row.prefill_tps), "num");
+}
+
 function render(rows) {
   const body = $("activity-rows").tBodies[0];
   const focused = document.activeElement && document.activeElement.dataset.rid;
@@ -47,7 +61,7 @@ function render(rows) {
     cell(tr, row.cached_tokens, "num");
     cell(tr, row.new_tokens, "num");
     cell(tr, row.ttft_s == null ? null : `${num(row.ttft_s * 1000, 0)} ms`, "num");
-    cell(tr, num(row.prefill_tps), "num");
+    prefillCell(tr, row);
     cell(tr, num(row.decode_tps), "num");
     cell(tr, row.duration_ms == null ? null : `${num(row.duration_ms, 0)} ms`, "num");
     cell(tr, row.finish);

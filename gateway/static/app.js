@@ -88,6 +88,16 @@ function downloadBar(download) {
   return el("div", { className: "download" }, bar, label);
 }
 
+// What a model holds, and of it the weights and the KV cache reserved for its window.
+function memoryCell(row, model) {
+  const td = cell(row, bytes(model.memory_bytes), "num memory");
+  if (!model.weights_bytes || !model.memory_bytes) return;
+  const kv = Math.max(0, model.memory_bytes - model.weights_bytes);
+  const split = `weights ${bytes(model.weights_bytes)} · KV ${kv ? bytes(kv) : "0 B"}`;
+  td.append(el("span", { className: "split" }, split));
+  td.title = `${split} reserved for ${model.context} tokens`;
+}
+
 function renderModels(models) {
   const body = $("models").tBodies[0];
   // The table is drawn again every 2 s: a keyboard user's focus on a control stays put.
@@ -106,7 +116,7 @@ function renderModels(models) {
     for (const alias of model.aliases) aliases.append(el("span", { className: "alias" }, alias));
     cell(row, model.queue_depth, "num");
     cell(row, model.running, "num");
-    cell(row, bytes(model.memory_bytes), "num");
+    memoryCell(row, model);
     const td = row.insertCell();
     td.className = "admin-only";
     if (view.admin) td.append(controls(model)); // not only hidden: never built for a key

@@ -14,7 +14,17 @@ function colors() {
   return { ink: style.getPropertyValue("--muted").trim() || "#888", grid: style.getPropertyValue("--line").trim() || "#ddd" };
 }
 
-function draw(name, title, times, series, { format = (v) => v, fills = false, references = 0 } = {}) {
+// Axis labels with as many decimals as the ticks' step needs: 0, 0.001 and 0.002 s read as
+// such, not as three "0.00". A `format` of its own (bytes) labels the ticks as it likes.
+function tickLabels(format, exact) {
+  if (exact) return (_, ticks) => ticks.map(format);
+  return (_, ticks, _axis, _space, step) => {
+    const digits = step > 0 ? Math.min(6, Math.max(0, Math.ceil(-Math.log10(step) - 1e-9))) : 2;
+    return ticks.map((t) => (Math.abs(t) >= 100 ? t.toFixed(0) : t.toFixed(digits)));
+  };
+}
+
+function draw(name, title, times, series, { format = (v) => v, fills = false, references = 0, exact = false, whole = false, fromZero = false } = {}) {
   const box = $("plots");
   let holder = box.querySelector(`[data-chart="${name}"]`);
   if (!holder) {
@@ -26,6 +36,7 @@ function draw(name, title, times, series, { format = (v) => v, fills = false, re
   // What the tests (and a screen reader's label) read: the sum of every point drawn.
   const total = series.reduce((sum, s) => sum + s.values.reduce((a, v) => a + (v || 0), 0), 0);
   holder.dataset.total = String(total);
+  holder.dataset.series = String(series.length);
   holder.title = `${title}: ${series.map((s) => s.label).join(", ") || "no data yet"}`;
   const data = [times, ...series.map((s) => s.values)];
   const signature = JSON.stringify([series.map((s) => s.label), document.documentElement.dataset.theme, box.clientWidth]);
@@ -53,8 +64,13 @@ function draw(name, title, times, series, { format = (v) => v, fills = false, re
       ],
       axes: [
         { ...axis, space: 70, values: (_, ticks) => ticks.map((t) => new Date(t * 1000).toTimeString().slice(0, 5)) },
-        { ...axis, size: 64, values: (_, ticks) => ticks.map(format) },
+        // `whole`: counts (a queue's depth) step by whole numbers, never 0.2.
+        { ...axis, size: 64, values: tickLabels(format, exact), ...(whole ? { incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000] } : {}) },
       ],
+      // The y axis's labels as drawn (on the canvas), for a reader of the page's DOM (tests).
+      hooks: { draw: [(u) => (holder.dataset.yLabels = JSON.stringify(u.axes[1]._values || []))] },
+      // `fromZero`: a stacked amount (memory held) is read against its zero.
+      ...(fromZero ? { scales: { y: { range: (_, _min, max) => [0, max > 0 ? max * 1.05 : 1] } } } : {}),
       legend: { live: true },
       cursor: { drag: { x: false, y: false } },
     },
@@ -64,9 +80,11 @@ function draw(name, title, times, series, { format = (v) => v, fills = false, re
   charts.set(name, { plot, signature });
 }
 
-function perModel(history, field, scale = 1) {
+// A series per model with something to show; `zeros`: a sampled 0 (an empty queue) is
+// something, so the plot draws its line instead of an empty frame.
+function perModel(history, field, scale = 1, zeros = false) {
   return Object.entries(history.models)
-    .filter(([, s]) => s[field].some((v) => v != null && v !== 0))
+    .filter(([, s]) => s[field].some((v) => v != null && (zeros || v !== 0)))
     .map(([model, s]) => ({ label: model, values: s[field].map((v) => (v == null ? null : v * scale)) }));
 }
 
@@ -107,9 +125,11 @@ export async function refreshPlots(rebuild = false) {
     const errors = Object.entries(history.errors).map(([kind, values]) => ({ label: `HTTP ${kind}`, values }));
     draw("errors", "errors (requests)", t, errors, { format: two });
     if (view.admin) {
-      draw("queue", "queue depth", t, perModel(history, "queue_depth"), { format: (v) => v.toFixed(0) });
-      draw("wait", "queue wait (s, max)", t, perModel(history, "queue_wait_s"), { format: two });
-      draw("memory", "memory (stacked) vs budget and device", t, memory(history), { format: bytes, fills: true, references: 2 });
+      const depth = perModel(history, "queue_depth", 1, true);
+      draw("queue", "queue depth", t, depth, { format: (v) => v.toFixed(0), exact: true, whole: true });
+      draw("wait", "queue wait (s, max)", t, perModel(history, "queue_wait_s", 1, true), { format: two });
+      const held = (v) => (v ? bytes(v) : "0 B"); // bytes(0) is the tables' "–"
+      draw("memory", "memory (stacked) vs budget and device", t, memory(history), { format: held, exact: true, fromZero: true, fills: true, references: 2 });
     }
   } catch {
     /* the models' refresh says what is wrong */

@@ -41,6 +41,7 @@ from schemas.events.requests import (
     RequestQueued,
     RequestRouted,
     RequestStarted,
+    ToolsDropped,
     UpstreamFailed,
 )
 from schemas.events.server import (
@@ -60,6 +61,7 @@ __all__ = [
     "Generated",
     "Guardrail",
     "OptionsIgnored",
+    "ToolsDropped",
     "RequestFinished",
     "ImageFetchFailed",
     "InternalError",

@@ -70,6 +70,18 @@ class Guardrail(Event, tag="guardrail"):
     action: str  # repaired | reasked | refused | passed | constrained
 
 
+class ToolsDropped(Event, tag="tools_dropped"):
+    """Tool definitions left out of a prompt they alone would overflow
+    (`context.tools_overflow: drop_unused`); the response's `x-gateway-dropped-tools` names
+    them too."""
+
+    model: str
+    dropped: list[str]  # their names, in the order the request declared them
+    kept: int  # tools still offered: those the conversation used, then those that fit
+    prompt_tokens: int  # the prompt with every tool
+    window: int
+
+
 class RequestFinished(Event, tag="request_finished"):
     status: int
     duration_ms: float

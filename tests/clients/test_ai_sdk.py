@@ -1,6 +1,6 @@
 """The Vercel AI SDK (its openai-compatible, anthropic and openai providers) against a gateway
 on scripted models: generateText, streamText, a tool loop, a two-turn Responses conversation
-with store on. The scenarios are tests/clients/js/ai_sdk.mjs."""
+with store on, reasoning on Responses. The scenarios are tests/clients/js/ai_sdk.mjs."""
 
 from __future__ import annotations
 
@@ -26,6 +26,15 @@ models:
   - id: weather-responses
     engine: scripted
     script: *weather
+  - id: thinker
+    engine: scripted
+    reasoning: medium  # thinking is shown (a model at `off` hides it)
+    script:
+      replies:
+        - "<think>France's capital is Paris.</think>Paris."
+        - "<think>France's capital is Paris.</think>Paris."
+        - "<think>France's capital is Paris.</think>Paris."
+        - "<think>Germany's capital is Berlin.</think>Berlin."
 """
 
 
@@ -74,3 +83,33 @@ def test_the_responses_conversation_on_the_real_model(shipped_gateway):
     result = node("ai_sdk.mjs", "responses", shipped_gateway.url, "smollm2")
     answers = [text for who, text in result["transcript"] if who == "assistant"]
     assert "Paris" in answers[0] and "Berlin" in answers[1] and "Rome" in answers[2]
+
+
+def test_responses_reasoning_reaches_reasoning_text_when_a_summary_is_asked(gateway):
+    """The gateway answers as OpenAI and vLLM do: the thinking is the reasoning item's
+    `content` (`reasoning_text`), and also its `summary` when `reasoning.summary` is set.
+    The AI SDK reads only `summary`, so its `reasoningText` needs `reasoningSummary`
+    (and `forceReasoning`, for a model id it does not know as a reasoning model)."""
+    result = node("ai_sdk.mjs", "reasoning", gateway.url, "thinker")
+    thought = "France's capital is Paris."
+    assert result["summarised"] == {"text": "Paris.", "reasoningText": thought}
+    assert result["streamed"] == {"text": "Paris.", "reasoningText": thought}
+    # Unasked, the SDK drops the item's content: the answer is still whole.
+    assert result["plain"] == {"text": "Paris.", "reasoningText": ""}
+    # The first turn's reasoning went back in the second request, which answers.
+    assert result["sentBack"][0] == "reasoning"
+    assert result["second"] == {"text": "Berlin.", "reasoningText": "Germany's capital is Berlin."}
+
+
+def test_responses_reasoning_without_a_summary_is_the_items_content(gateway):
+    """What the AI SDK leaves unread is there, in OpenAI's shape (openai SDK types)."""
+    from openai import OpenAI
+
+    client = OpenAI(base_url=f"{gateway.url}/v1", api_key="unused")
+    response = client.responses.create(model="thinker", input="Capital of France?", store=False)
+    reasoning, message = response.output
+    assert reasoning.type == "reasoning" and reasoning.summary == []
+    assert [(part.type, part.text) for part in reasoning.content] == [
+        ("reasoning_text", "France's capital is Paris.")
+    ]
+    assert message.content[0].text == "Paris."

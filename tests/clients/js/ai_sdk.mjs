@@ -75,6 +75,32 @@ const scenarios = {
       inputTokens: [first, second, third].map((r) => r.usage.inputTokens),
     };
   },
+  // Reasoning on the Responses API: the provider reads only a reasoning item's `summary`,
+  // which OpenAI (and the gateway) fill only when the request sets `reasoning.summary`;
+  // it sends that for model ids it does not know as reasoning models only with
+  // forceReasoning. Plain and streamed, each with and without the summary asked for,
+  // then a second turn that sends the first turn's reasoning back.
+  async reasoning() {
+    const asked = { openai: { forceReasoning: true, reasoningSummary: "auto" } };
+    const prompt = "What is the capital of France?";
+    const plain = await generateText({ model: openai(model), prompt });
+    const summarised = await generateText({ model: openai(model), prompt, providerOptions: asked });
+    const stream = streamText({ model: openai(model), prompt, providerOptions: asked });
+    let streamed = "";
+    for await (const part of stream.fullStream) {
+      if (part.type === "reasoning-delta") streamed += part.text;
+    }
+    const messages = [{ role: "user", content: prompt }, ...summarised.response.messages];
+    messages.push({ role: "user", content: "And the capital of Germany?" });
+    const second = await generateText({ model: openai(model), messages, providerOptions: asked });
+    return {
+      plain: { text: plain.text, reasoningText: plain.reasoningText ?? "" },
+      summarised: { text: summarised.text, reasoningText: summarised.reasoningText ?? "" },
+      streamed: { text: await stream.text, reasoningText: streamed },
+      second: { text: second.text, reasoningText: second.reasoningText ?? "" },
+      sentBack: summarised.response.messages[0].content.map((part) => part.type),
+    };
+  },
 };
 
 const result = await scenarios[scenario]();

@@ -1,6 +1,6 @@
 """Declared policies on a real gateway with scripted models, the same across every protocol:
-tool-call guardrails (repair, re-ask, strict, off), context overflow (reject, truncate) and
-reasoning (split from the answer, shown each protocol's way, hidden when off)."""
+tool-call guardrails (repair, re-ask, strict, off), context overflow (reject, truncate),
+tools that alone overflow (drop_unused) and reasoning (split from the answer, shown each protocol's way, hidden when off)."""
 
 from __future__ import annotations
 
@@ -79,6 +79,7 @@ CONFIG = "models:\n" + "\n".join(
         model("deep", "<think>hmm, the user greets</think>Hello!", reasoning="high"),
         model("tight", "hello from echo", context="{max: 300}"),
         model("trimmer", "hello from echo", context="{max: 300, overflow: truncate}"),
+        model("toolbox", "hello from echo", context="{max: 1200, tools_overflow: drop_unused}"),
     ]
 )
 
@@ -497,6 +498,95 @@ def test_truncate_drops_the_oldest_turns_and_says_so(gateway, protocol):
     generated = gateway.wait_event("generated", request_id=rid)
     assert generated["truncated_messages"] == 2
     assert generated["prompt_tokens"] < 300
+
+
+def wire_tools(protocol: str, tools: list[dict]) -> list[dict]:
+    """Anthropic-shaped tools (name, description, input_schema) in `protocol`'s shape."""
+    if protocol == "anthropic":
+        return tools
+    if protocol == "responses":
+        return [
+            {
+                "type": "function",
+                "name": t["name"],
+                "description": t["description"],
+                "parameters": t["input_schema"],
+            }
+            for t in tools
+        ]
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": t["name"],
+                "description": t["description"],
+                "parameters": t["input_schema"],
+            },
+        }
+        for t in tools
+    ]
+
+
+# Twelve tools of ~250 tokens each on a window of 1,200: the tools alone overflow it.
+BOX = [
+    {**ANTHROPIC_TOOLS[0], "name": f"tool_{i}", "description": "does things " * 4}
+    for i in range(12)
+]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_drop_unused_keeps_the_tools_that_fit_and_names_the_rest(gateway, protocol, stream):
+    url, body = {
+        "openai": ("/v1/chat/completions", {"messages": ASK}),
+        "responses": ("/v1/responses", {"input": ASK}),
+        "anthropic": ("/v1/messages", {"messages": ASK, "max_tokens": 50}),
+        "ollama": ("/api/chat", {"messages": ASK}),
+    }[protocol]
+    body |= {"model": "toolbox", "tools": wire_tools(protocol, BOX), "stream": stream}
+    response = httpx.post(gateway.url + url, json=body, timeout=30)
+    assert response.status_code == 200, response.text
+    assert "hello" in response.text
+    header = response.headers["x-gateway-dropped-tools"].split(",")
+    event = gateway.wait_event("tools_dropped", request_id=response.headers["x-request-id"])
+    assert event["dropped"] == header
+    assert event["kept"] > 0 and event["kept"] + len(header) == 12
+    assert header == [f"tool_{i}" for i in range(event["kept"], 12)]  # the last declared go
+    assert event["window"] == 1200 and event["prompt_tokens"] > 1200
+    generated = gateway.wait_event("generated", request_id=response.headers["x-request-id"])
+    assert generated["prompt_tokens"] + 16 <= 1200
+
+
+def test_a_dropped_tools_odd_name_cannot_break_the_header(gateway):
+    odd = [
+        {**BOX[0], "name": "first"},
+        *({**t} for t in BOX[1:11]),
+        {**BOX[11], "name": "a,b\r\nX-Evil: 1 é"},
+    ]
+    # OpenAI's chat schema refuses such a name; Anthropic's route takes it as it comes.
+    body = {"model": "toolbox", "messages": ASK, "tools": odd, "max_tokens": 50}
+    response = httpx.post(gateway.url + "/v1/messages", json=body, timeout=30)
+    assert response.status_code == 200, response.text
+    assert "x-evil" not in response.headers
+    assert response.headers["x-gateway-dropped-tools"].endswith(",a%2Cb%0D%0AX-Evil:%201%20%C3%A9")
+
+
+def test_drop_unused_keeps_a_tool_the_conversation_called(gateway):
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="none", max_retries=0)
+    called = {"id": "c1", "type": "function"}
+    called["function"] = {"name": "tool_11", "arguments": '{"city": "Paris"}'}
+    messages = [
+        *ASK,
+        {"role": "assistant", "content": None, "tool_calls": [called]},
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+        {"role": "user", "content": "and tomorrow?"},
+    ]
+    raw = client.chat.completions.with_raw_response.create(
+        model="toolbox", messages=messages, tools=wire_tools("openai", BOX)
+    )
+    assert raw.parse().choices[0].message.content == "hello from echo"
+    dropped = raw.headers["x-gateway-dropped-tools"].split(",")
+    assert "tool_11" not in dropped and "tool_10" in dropped
 
 
 REASONING_ON = {

@@ -56,6 +56,7 @@ def test_default_config():
     assert smollm2.aliases == ["default", "gpt-4o-mini"]
     assert smollm2.pinned and smollm2.concurrency == "auto"
     assert smollm2.context.max == "auto" and smollm2.context.overflow == "reject"
+    assert smollm2.context.tools_overflow == "drop_unused"  # Open WebUI's tools (issue 58)
     assert smollm2.sampling.max_tokens == 512
     assert smollm2.guardrails.max_output_tokens == 4096  # from defaults
     assert echo.engine == "scripted" and echo.script.token_delay == 0.05
