@@ -1,0 +1,282 @@
+"""Files and batches on a real gateway through the `openai` SDK: upload, list, read and
+delete files; a batch from upload to its output and error files; validation failures;
+cancel; two keys; an interactive request served while a long batch runs; the bounds."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+
+import openai
+import pytest
+from conftest import serving
+
+CONFIG = """
+server:
+  api_keys: [key-a, key-b]
+  state_dir: state
+  files: {max_bytes: 64KiB, max_file_bytes: 16KiB}
+  batches: {concurrency: 1}
+models:
+  - id: echo
+    aliases: [echo-alias]
+    engine: scripted
+    script: {reply: "hello from echo"}
+  - id: slow
+    engine: scripted
+    script: {reply: "one two three four five six seven eight", token_delay: 0.05}
+"""
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory):
+    with serving(tmp_path_factory.mktemp("batches"), CONFIG) as process:
+        yield process
+
+
+@pytest.fixture(scope="module")
+def alice(gateway):
+    return gateway.openai("key-a")
+
+
+@pytest.fixture(scope="module")
+def bob(gateway):
+    return gateway.openai("key-b")
+
+
+def jsonl(lines: list[dict]) -> bytes:
+    return b"".join(json.dumps(line).encode() + b"\n" for line in lines)
+
+
+def chat_line(custom_id: str, model: str = "echo", **body) -> dict:
+    body = {"model": model, "messages": [{"role": "user", "content": custom_id}], **body}
+    return {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": body}
+
+
+def upload(client, lines: list[dict]):
+    return client.files.create(file=("input.jsonl", io.BytesIO(jsonl(lines))), purpose="batch")
+
+
+def wait_for(client, batch_id: str, statuses: set[str], timeout: float = 60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        batch = client.batches.retrieve(batch_id)
+        if batch.status in statuses:
+            return batch
+        time.sleep(0.1)
+    raise TimeoutError(f"batch {batch_id} still {batch.status}")
+
+
+def output_lines(client, file_id: str) -> list[dict]:
+    return [json.loads(line) for line in client.files.content(file_id).text.splitlines()]
+
+
+def test_files_upload_list_read_delete(alice):
+    content = jsonl([chat_line("a")])
+    made = alice.files.create(file=("in.jsonl", io.BytesIO(content)), purpose="batch")
+    assert made.id.startswith("file-") and made.bytes == len(content)
+    assert made.filename == "in.jsonl" and made.purpose == "batch"
+    assert alice.files.retrieve(made.id).bytes == len(content)
+    assert alice.files.content(made.id).content == content
+    assert made.id in [f.id for f in alice.files.list()]
+    assert alice.files.delete(made.id).deleted is True
+    with pytest.raises(openai.NotFoundError):
+        alice.files.retrieve(made.id)
+
+
+def test_files_bounds_are_413(alice):
+    with pytest.raises(openai.APIStatusError) as big:
+        alice.files.create(file=("big.jsonl", io.BytesIO(b"x" * 17 * 1024)), purpose="batch")
+    assert big.value.status_code == 413 and "max_file_bytes" in big.value.message
+    kept = [
+        alice.files.create(file=(f"f{i}", io.BytesIO(b"y" * 15 * 1024)), purpose="user_data")
+        for i in range(4)
+    ]
+    with pytest.raises(openai.APIStatusError) as full:
+        alice.files.create(file=("more", io.BytesIO(b"z" * 8 * 1024)), purpose="user_data")
+    assert full.value.status_code == 413 and "server.files.max_bytes" in full.value.message
+    for file in kept:
+        alice.files.delete(file.id)
+    with pytest.raises(openai.BadRequestError):
+        alice.files.create(file=("p", io.BytesIO(b"{}")), purpose="fine-tune")
+
+
+def test_batch_runs_to_its_output_and_error_files(gateway, alice):
+    lines = [
+        chat_line("first"),
+        chat_line("second", model="echo-alias", max_tokens=2),
+        chat_line("unknown-model", model="nope"),
+        chat_line("bad-field", temperature="hot"),
+    ]
+    batch = alice.batches.create(
+        input_file_id=upload(alice, lines).id,
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+        metadata={"job": "nightly"},
+    )
+    assert batch.status == "validating" and batch.metadata == {"job": "nightly"}
+    done = wait_for(alice, batch.id, {"completed", "failed"})
+    assert done.status == "completed", done
+    assert done.request_counts.total == 4
+    assert done.request_counts.completed == 2 and done.request_counts.failed == 2
+    assert done.in_progress_at and done.finalizing_at and done.completed_at
+    out = output_lines(alice, done.output_file_id)
+    assert [line["custom_id"] for line in out] == ["first", "second"]
+    first = out[0]
+    assert first["id"].startswith("batch_req_") and first["error"] is None
+    assert first["response"]["status_code"] == 200
+    assert first["response"]["request_id"].startswith("req_")
+    body = first["response"]["body"]
+    assert body["object"] == "chat.completion" and body["model"] == "echo"
+    assert body["choices"][0]["message"]["content"] == "hello from echo"
+    assert out[1]["response"]["body"]["choices"][0]["finish_reason"] == "length"
+    errors = {
+        line["custom_id"]: line["response"] for line in output_lines(alice, done.error_file_id)
+    }
+    assert errors["unknown-model"]["status_code"] == 404
+    assert "nope" in errors["unknown-model"]["body"]["error"]["message"]
+    assert errors["bad-field"]["status_code"] == 400
+    # Each line was a request through the gateway's door, its events naming the batch.
+    finished = gateway.wait_events("request_finished", 4, batch_id=batch.id)
+    assert sorted(e["status"] for e in finished) == [200, 200, 400, 404]
+    assert {e["key_label"] for e in finished} == {e["key_label"] for e in finished[:1]}
+    queued = gateway.events("request_queued", batch_id=batch.id)
+    assert queued and {e["priority"] for e in queued} == {-100}
+    changed = [e["status"] for e in gateway.events("batch_changed", batch_id=batch.id)]
+    assert changed == ["in_progress", "finalizing", "completed"]
+
+
+def test_invalid_file_fails_validation_with_its_lines(alice):
+    lines = [
+        chat_line("ok"),
+        {"custom_id": "x", "method": "POST", "url": "/v1/embeddings", "body": {"model": "echo"}},
+        chat_line("ok"),
+        chat_line("streamed", stream=True),
+    ]
+    content = jsonl(lines) + b"not json\n"
+    file = alice.files.create(file=("in.jsonl", io.BytesIO(content)), purpose="batch")
+    batch = alice.batches.create(
+        input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    failed = wait_for(alice, batch.id, {"failed", "completed"})
+    assert failed.status == "failed" and failed.failed_at
+    found = {(e.line, e.code) for e in failed.errors.data}
+    assert found == {
+        (2, "mismatched_endpoint"),
+        (3, "duplicate_custom_id"),
+        (4, "invalid_request"),
+        (5, "invalid_json_line"),
+    }
+
+
+def test_create_refuses_what_it_cannot_honour(alice):
+    file = upload(alice, [chat_line("a")])
+    with pytest.raises(openai.BadRequestError, match="endpoint"):
+        alice.batches.create(
+            input_file_id=file.id, endpoint="/v1/moderations", completion_window="24h"
+        )  # type: ignore[arg-type]
+    with pytest.raises(openai.BadRequestError, match="completion_window"):
+        alice.batches.create(
+            input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="soon"
+        )  # type: ignore[arg-type]
+    with pytest.raises(openai.NotFoundError):
+        alice.batches.create(
+            input_file_id="file-none", endpoint="/v1/chat/completions", completion_window="24h"
+        )
+
+
+def test_a_key_sees_only_its_own(alice, bob):
+    file = upload(alice, [chat_line("mine")])
+    batch = alice.batches.create(
+        input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    for read in (bob.files.retrieve, bob.files.content, bob.files.delete):
+        with pytest.raises(openai.NotFoundError):
+            read(file.id)
+    with pytest.raises(openai.NotFoundError):
+        bob.batches.retrieve(batch.id)
+    with pytest.raises(openai.NotFoundError):
+        bob.batches.cancel(batch.id)
+    with pytest.raises(openai.NotFoundError):  # another key's file is no input of its batch
+        bob.batches.create(
+            input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
+    assert file.id not in [f.id for f in bob.files.list()]
+    assert batch.id not in [b.id for b in bob.batches.list()]
+    assert batch.id in [b.id for b in alice.batches.list()]
+
+
+def test_list_pages_newest_first(alice):
+    file = upload(alice, [chat_line("page")])
+    made = [
+        alice.batches.create(
+            input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h"
+        ).id
+        for _ in range(3)
+    ]
+    first = alice.batches.list(limit=2)
+    assert [b.id for b in first.data] == made[::-1][:2] and first.has_more
+    second = alice.batches.list(limit=2, after=first.data[-1].id)
+    assert second.data[0].id == made[0]
+    every = [b.id for b in alice.batches.list(limit=2)]  # the SDK's auto-paging
+    assert every[:3] == made[::-1]
+
+
+def test_cancel_withdraws_what_is_left(gateway, alice):
+    lines = [chat_line(f"c{i}", model="slow") for i in range(20)]
+    batch = alice.batches.create(
+        input_file_id=upload(alice, lines).id,
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+    )
+    running = wait_for(alice, batch.id, {"in_progress"})
+    deadline = time.monotonic() + 30
+    while running.request_counts.completed < 1 and time.monotonic() < deadline:
+        running = alice.batches.retrieve(batch.id)
+    cancelling = alice.batches.cancel(batch.id)
+    assert cancelling.status in ("cancelling", "cancelled") and cancelling.cancelling_at
+    cancelled = wait_for(alice, batch.id, {"cancelled"})
+    assert 1 <= cancelled.request_counts.completed < 20
+    assert cancelled.cancelled_at
+    out = output_lines(alice, cancelled.output_file_id)
+    assert len(out) == cancelled.request_counts.completed
+    with pytest.raises(openai.APIStatusError) as again:  # already ended: a 409
+        done = wait_for(
+            alice,
+            alice.batches.create(
+                input_file_id=upload(alice, [chat_line("z")]).id,
+                endpoint="/v1/chat/completions",
+                completion_window="24h",
+            ).id,
+            {"completed"},
+        )
+        alice.batches.cancel(done.id)
+    assert again.value.status_code == 409
+
+
+def test_interactive_request_goes_before_the_batch(gateway, alice):
+    """At concurrency 1, a long batch on a model holds one line in flight: an interactive
+    request queued meanwhile is served next, before the batch's remaining lines."""
+    lines = [chat_line(f"long{i}", model="slow") for i in range(8)]
+    batch = alice.batches.create(
+        input_file_id=upload(alice, lines).id,
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+    )
+    wait_for(alice, batch.id, {"in_progress"})
+    gateway.wait_event("request_started", batch_id=batch.id, custom_id="long0")
+    reply = alice.with_options(timeout=60).chat.completions.create(
+        model="slow", messages=[{"role": "user", "content": "me first"}]
+    )
+    assert reply.choices[0].message.content.startswith("one two")
+    # No more than the line in flight when it came (and the one that may have started
+    # in the instant before it queued) finished before it.
+    after = alice.batches.retrieve(batch.id)
+    assert after.status == "in_progress" and after.request_counts.completed <= 2
+    done = wait_for(alice, batch.id, {"completed"})
+    assert done.request_counts.completed == 8
+    # At most one line of the batch was in flight at any moment.
+    starts = gateway.events("request_started", batch_id=batch.id)
+    ends = gateway.events("request_finished", batch_id=batch.id)
+    assert len(starts) == len(ends) == 8
