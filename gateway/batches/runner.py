@@ -57,6 +57,7 @@ class BatchRunner:
         self._working: dict[str, asyncio.Task] = {}
         self._lines: dict[str, set[asyncio.Task]] = {}  # each batch's lines in flight
         self._slots: dict[tuple[str, int], asyncio.Semaphore] = {}
+        self._writes: set[asyncio.Future] = set()  # lines' results being stored
         self._moving = asyncio.Lock()
         self._halted = False
 
@@ -70,15 +71,21 @@ class BatchRunner:
             self.kick(batch_id)
 
     def halt(self) -> None:
-        """The gateway drains: what runs is withdrawn at once, its lines left without a
-        result to run at the next start (a line refused by the drain is no line's failure)."""
+        """The gateway drains: no new line starts. The lines in flight are requests in
+        flight like any other: the drain waits for them (`server.shutdown_grace`) and their
+        results are stored, so the next start runs only the lines that never ran."""
+        self._halted = True
+
+    async def stop(self) -> None:
+        """The lifespan ends: what still runs (past the drain's grace) is withdrawn, its
+        lines left without a result to run at the next start; results being written are
+        written before the store closes."""
         self._halted = True
         for task in list(self._working.values()):
             task.cancel()
-
-    async def stop(self) -> None:
-        self.halt()
         await self._tasks.wait()
+        if self._writes:
+            await asyncio.gather(*self._writes, return_exceptions=True)
 
     def kick(self, batch_id: str) -> None:
         if batch_id not in self._working and not self._halted:
@@ -115,6 +122,8 @@ class BatchRunner:
             batch = await self._validate(batch, owner)
         if batch.status == "in_progress":
             await self._run_lines(batch, owner)
+            if self._halted:  # the gateway stops: the next start goes on from here
+                return
             if _past(batch):
                 batch = await self.transition(batch_id, ("in_progress",), status="expired")
             else:
@@ -167,12 +176,12 @@ class BatchRunner:
         try:
             for line in pending:
                 current = await asyncio.to_thread(self.store.batch, None, batch.id)
-                if current.status != "in_progress" or _past(current):
+                if self._halted or current.status != "in_progress" or _past(current):
                     break
                 slot = self._slot(line)
                 await slot.acquire()
                 current = await asyncio.to_thread(self.store.batch, None, batch.id)
-                if current.status != "in_progress":  # cancelled while waiting for the slot
+                if self._halted or current.status != "in_progress":  # while it waited
                     slot.release()
                     break
                 task = asyncio.ensure_future(self._run_line(batch, owner, line, slot))
@@ -213,14 +222,24 @@ class BatchRunner:
             response = await dispatch(self._app, batch.endpoint, line.body, client, fields)
         finally:
             slot.release()
+        if response.status_code == 503 and self._draining():
+            return  # refused by the drain: no fault of the line's, run at the next start
         ok = 200 <= response.status_code < 300
         result = OutputLine(
             id=f"batch_req_{uuid.uuid4().hex[:24]}", custom_id=line.custom_id, response=response
         )
         encoded = msgspec.json.encode(result)
-        # Shielded: a line that has its answer is stored even as the gateway stops.
-        write = asyncio.to_thread(self.store.finish_line, batch.id, line.idx, encoded, ok)
+        # Shielded, and waited for by `stop`: a line that has its answer is stored even as
+        # the gateway stops.
+        write = asyncio.ensure_future(
+            asyncio.to_thread(self.store.finish_line, batch.id, line.idx, encoded, ok)
+        )
+        self._writes.add(write)
+        write.add_done_callback(self._writes.discard)
         await asyncio.shield(write)
+
+    def _draining(self) -> bool:
+        return self._halted or bool(self._app and self._app.state.admission.draining)
 
     async def _finalize(self, batch: Batch, owner: str) -> None:
         """The output file (successes) and the error file (failures; on expiry, the lines
