@@ -9,8 +9,9 @@ import msgspec
 
 # What a batch's `endpoint` (and every line's `url`) may be: the routes a line is run on.
 BATCH_ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses")
-# What `purpose` an upload may give: inputs of batches, and files for Responses inputs.
-UPLOAD_PURPOSES = ("batch", "user_data")
+# What `purpose` an upload may give: inputs of batches. (`user_data`, files a Responses
+# input names, is refused: no route reads an uploaded file as a model's input.)
+UPLOAD_PURPOSES = ("batch",)
 
 
 class FileObject(msgspec.Struct, kw_only=True):

@@ -35,7 +35,7 @@ def missing(what: str, ident: str) -> StoredNotFound:
 
 @post("/v1/files", status_code=200)
 async def create_file(request: Request) -> FileObject:
-    """Upload one file (`file`, `purpose`: `batch` or `user_data`), bounded by
+    """Upload one file (`file`, `purpose: batch`), bounded by
     `server.files.max_file_bytes` alone and `server.files.max_bytes` all together."""
     if not request.headers.get("content-type", "").startswith("multipart/form-data"):
         raise BadRequest("POST /v1/files takes multipart/form-data with `file` and `purpose`")
@@ -45,7 +45,10 @@ async def create_file(request: Request) -> FileObject:
         raise BadRequest(f"{', '.join(unknown)}: not supported on uploads (file, purpose only)")
     purpose = form.get("purpose")
     if purpose not in UPLOAD_PURPOSES:
-        raise BadRequest(f"purpose {purpose!r}: send one of {', '.join(UPLOAD_PURPOSES)}")
+        raise BadRequest(
+            f"purpose {purpose!r}: send one of {', '.join(UPLOAD_PURPOSES)} (files are read "
+            "as batch inputs only)"
+        )
     upload = form.get("file")
     if not isinstance(upload, UploadFile):
         raise BadRequest("file: send the file's content as a multipart file part")

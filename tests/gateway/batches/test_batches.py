@@ -90,16 +90,17 @@ def test_files_bounds_are_413(alice):
         alice.files.create(file=("big.jsonl", io.BytesIO(b"x" * 17 * 1024)), purpose="batch")
     assert big.value.status_code == 413 and "max_file_bytes" in big.value.message
     kept = [
-        alice.files.create(file=(f"f{i}", io.BytesIO(b"y" * 15 * 1024)), purpose="user_data")
+        alice.files.create(file=(f"f{i}", io.BytesIO(b"y" * 15 * 1024)), purpose="batch")
         for i in range(4)
     ]
     with pytest.raises(openai.APIStatusError) as full:
-        alice.files.create(file=("more", io.BytesIO(b"z" * 8 * 1024)), purpose="user_data")
+        alice.files.create(file=("more", io.BytesIO(b"z" * 8 * 1024)), purpose="batch")
     assert full.value.status_code == 413 and "server.files.max_bytes" in full.value.message
     for file in kept:
         alice.files.delete(file.id)
-    with pytest.raises(openai.BadRequestError):
-        alice.files.create(file=("p", io.BytesIO(b"{}")), purpose="fine-tune")
+    for purpose in ("fine-tune", "user_data"):  # no route reads such a file: refused
+        with pytest.raises(openai.BadRequestError, match="purpose"):
+            alice.files.create(file=("p", io.BytesIO(b"{}")), purpose=purpose)
 
 
 def test_batch_runs_to_its_output_and_error_files(gateway, alice):
@@ -276,7 +277,57 @@ def test_interactive_request_goes_before_the_batch(gateway, alice):
     assert after.status == "in_progress" and after.request_counts.completed <= 2
     done = wait_for(alice, batch.id, {"completed"})
     assert done.request_counts.completed == 8
-    # At most one line of the batch was in flight at any moment.
-    starts = gateway.events("request_started", batch_id=batch.id)
-    ends = gateway.events("request_finished", batch_id=batch.id)
-    assert len(starts) == len(ends) == 8
+    # At most one line of the batch was in flight at any moment (concurrency 1): in the
+    # log, each line's start follows the previous line's finish.
+    kinds = [
+        event["event"]
+        for event in gateway.events(batch_id=batch.id)
+        if event["event"] in ("request_started", "request_finished")
+    ]
+    assert kinds == ["request_started", "request_finished"] * 8
+
+
+def test_past_its_window_a_batch_expires(alice):
+    lines = [chat_line(f"e{i}", model="slow") for i in range(20)]
+    batch = alice.batches.create(
+        input_file_id=upload(alice, lines).id,
+        endpoint="/v1/chat/completions",
+        completion_window="1s",
+    )
+    expired = wait_for(alice, batch.id, {"expired", "completed"})
+    assert expired.status == "expired" and expired.expired_at
+    counts = expired.request_counts
+    assert counts.total == 20 and counts.completed < 20
+    assert counts.completed + counts.failed == 20
+    errors = output_lines(alice, expired.error_file_id)
+    assert len(errors) == counts.failed
+    assert {line["error"]["code"] for line in errors} == {"batch_expired"}
+    assert all(line["response"] is None for line in errors)
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "body", "text"),
+    [
+        ("/v1/completions", {"prompt": "say"}, lambda b: b["choices"][0]["text"]),
+        (
+            "/v1/responses",
+            {"input": "say", "store": False},
+            lambda b: b["output"][0]["content"][0]["text"],
+        ),
+    ],
+)
+def test_other_endpoints_run_their_own_route(alice, endpoint, body, text):
+    line = {
+        "custom_id": "one",
+        "method": "POST",
+        "url": endpoint,
+        "body": {"model": "echo", **body},
+    }
+    batch = alice.batches.create(
+        input_file_id=upload(alice, [line]).id, endpoint=endpoint, completion_window="24h"
+    )
+    done = wait_for(alice, batch.id, {"completed", "failed"})
+    assert done.status == "completed" and done.request_counts.completed == 1, done
+    (out,) = output_lines(alice, done.output_file_id)
+    assert out["response"]["status_code"] == 200
+    assert text(out["response"]["body"]) == "hello from echo"
