@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 import time
+
+from conftest import run_example
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
@@ -59,3 +62,11 @@ def test_an_embeddings_batch_on_minilm(openai_client):
     assert (
         max(abs(a - b) for a, b in zip(vector, interactive.data[0].embedding, strict=True)) < 1e-5
     )
+
+
+def test_the_batch_example_runs_to_its_output(gateway):
+    done = run_example(gateway, sys.executable, "examples/openai_batch.py")
+    assert done.returncode == 0, done.stderr
+    assert "completed 3/3" in done.stdout
+    assert "france: " in done.stdout and "Paris" in done.stdout.split("france: ")[1]
+    assert "japan: " in done.stdout and "haiku: " in done.stdout
