@@ -25,8 +25,9 @@ EVENT_FIELDS = "event_fields"  # fields bound into every event (gateway/http/mid
 
 async def dispatch(
     app: Any, path: str, body: bytes, client: Client, fields: dict[str, str]
-) -> LineResponse:
-    """POST `body` to `path` on `app` as `client`; what came back (status, request id, body)."""
+) -> tuple[LineResponse, dict[str, str]]:
+    """POST `body` to `path` on `app` as `client`; what came back (status, request id,
+    body) and the answer's headers (lower-cased names)."""
     scope = {
         "type": "http",
         "asgi": {"version": "3.0", "spec_version": "2.3"},
@@ -73,6 +74,7 @@ async def dispatch(
         decoded = msgspec.json.decode(raw) if raw else None
     except msgspec.DecodeError:
         decoded = raw.decode(errors="replace")
-    return LineResponse(
+    line = LineResponse(
         status_code=status, request_id=headers.get("x-request-id", ""), body=decoded
     )
+    return line, headers

@@ -40,6 +40,7 @@ from schemas.events import BatchChanged
 
 EXPIRED = "This request could not be executed before the completion window expired."
 MAX_ERRORS = 100  # a file that fails validation names at most this many of its faults
+MIN_RETRY_S = 0.1  # a 429's shortest wait before the line asks again
 
 
 def file_id() -> str:
@@ -56,6 +57,7 @@ class BatchRunner:
         self._tasks = Tasks()
         self._working: dict[str, asyncio.Task] = {}
         self._lines: dict[str, set[asyncio.Task]] = {}  # each batch's lines in flight
+        self._pauses: dict[str, asyncio.Lock] = {}
         self._slots: dict[tuple[str, int], asyncio.Semaphore] = {}
         self._writes: set[asyncio.Future] = set()  # lines' results being stored
         self._moving = asyncio.Lock()
@@ -179,7 +181,7 @@ class BatchRunner:
                 if self._halted or current.status != "in_progress" or _past(current):
                     break
                 slot = self._slot(line)
-                await slot.acquire()
+                await self._acquire_unpaused(batch.id, slot)
                 current = await asyncio.to_thread(self.store.batch, None, batch.id)
                 if self._halted or current.status != "in_progress":  # while it waited
                     slot.release()
@@ -194,6 +196,23 @@ class BatchRunner:
             for task in flying:
                 task.cancel()
             self._lines.pop(batch.id, None)
+            self._pauses.pop(batch.id, None)
+
+    async def _acquire_unpaused(self, batch_id: str, slot: asyncio.Semaphore) -> None:
+        """The model's slot, at a moment no line of the batch waits out a 429 (a line
+        that pauses the batch takes the pause before it lets the slot go)."""
+        pause = self._pause(batch_id)
+        while True:
+            async with pause:
+                pass
+            await slot.acquire()
+            if not pause.locked():
+                return
+            slot.release()
+
+    def _pause(self, batch_id: str) -> asyncio.Lock:
+        """Held while one of the batch's lines waits to ask again after a 429."""
+        return self._pauses.setdefault(batch_id, asyncio.Lock())
 
     def _slot(self, line: Line) -> asyncio.Semaphore:
         """The line's model's slots: keyed by the model its `model` names (an alias is its
@@ -215,13 +234,31 @@ class BatchRunner:
     async def _run_line(
         self, batch: Batch, owner: str, line: Line, slot: asyncio.Semaphore
     ) -> None:
+        held = True
         try:
             priority = self._config().server.batches.priority
             client = Client(key=owner or None, priority=priority)
             fields = {"batch_id": batch.id, "custom_id": line.custom_id}
-            response = await dispatch(self._app, batch.endpoint, line.body, client, fields)
+            response, headers = await dispatch(self._app, batch.endpoint, line.body, client, fields)
+            if response.status_code == 429:
+                # Past the key's limits (or the model's queue full): work that waits waits,
+                # without its model's slot, and asks again once the answer says it may; the
+                # batch sends no other line meanwhile (`_run_lines` waits on its pause).
+                async with self._pause(batch.id):
+                    while response.status_code == 429:
+                        slot.release()
+                        held = False
+                        await asyncio.sleep(_retry_after(headers, batch))
+                        if not await self._still_running(batch.id):
+                            return  # cancelled, expired or stopping: the line has no result
+                        await slot.acquire()
+                        held = True
+                        response, headers = await dispatch(
+                            self._app, batch.endpoint, line.body, client, fields
+                        )
         finally:
-            slot.release()
+            if held:
+                slot.release()
         if response.status_code == 503 and self._draining():
             return  # refused by the drain: no fault of the line's, run at the next start
         ok = 200 <= response.status_code < 300
@@ -237,6 +274,10 @@ class BatchRunner:
         self._writes.add(write)
         write.add_done_callback(self._writes.discard)
         await asyncio.shield(write)
+
+    async def _still_running(self, batch_id: str) -> bool:
+        current = await asyncio.to_thread(self.store.batch, None, batch_id)
+        return not self._halted and current.status == "in_progress" and not _past(current)
 
     def _draining(self) -> bool:
         return self._halted or bool(self._app and self._app.state.admission.draining)
@@ -285,6 +326,18 @@ class BatchRunner:
             done = replace(batch, request_counts=counts, **changes, **final)
             await asyncio.to_thread(store.finalize, done, owner, files)
         emit(BatchChanged(batch_id=done.id, status=done.status, **msgspec.structs.asdict(counts)))
+
+
+def _retry_after(headers: dict[str, str], batch: Batch) -> float:
+    """Seconds until a line refused with a 429 asks again: the answer's `Retry-After`
+    (1 s without one), never past the batch's window."""
+    try:
+        wait = max(float(headers.get("retry-after", "1")), MIN_RETRY_S)
+    except ValueError:
+        wait = 1.0
+    if batch.expires_at is not None:
+        wait = min(wait, max(batch.expires_at - time.time(), 0.0))
+    return wait
 
 
 def _past(batch: Batch) -> bool:

@@ -14,7 +14,10 @@ from conftest import serving
 
 CONFIG = """
 server:
-  api_keys: [key-a, key-b]
+  api_keys:
+    - key-a
+    - key-b
+    - {key: key-c, label: carol, limits: {concurrent: 1}}
   state_dir: state
   files: {max_bytes: 64KiB, max_file_bytes: 16KiB}
   batches: {concurrency: 1}
@@ -26,6 +29,9 @@ models:
   - id: slow
     engine: scripted
     script: {reply: "one two three four five six seven eight", token_delay: 0.05}
+  - id: stall
+    engine: scripted
+    script: {reply: "one two three four five six", token_delay: 0.5}
 """
 
 
@@ -60,12 +66,17 @@ def upload(client, lines: list[dict]):
 
 def wait_for(client, batch_id: str, statuses: set[str], timeout: float = 60):
     deadline = time.monotonic() + timeout
+    batch = None
     while time.monotonic() < deadline:
-        batch = client.batches.retrieve(batch_id)
+        try:
+            batch = client.batches.retrieve(batch_id)
+        except openai.RateLimitError:  # a poll is a request of the key's too
+            time.sleep(0.1)
+            continue
         if batch.status in statuses:
             return batch
         time.sleep(0.1)
-    raise TimeoutError(f"batch {batch_id} still {batch.status}")
+    raise TimeoutError(f"batch {batch_id} still {batch and batch.status}")
 
 
 def output_lines(client, file_id: str) -> list[dict]:
@@ -331,3 +342,28 @@ def test_other_endpoints_run_their_own_route(alice, endpoint, body, text):
     (out,) = output_lines(alice, done.output_file_id)
     assert out["response"]["status_code"] == 200
     assert text(out["response"]["body"]) == "hello from echo"
+
+
+def test_a_line_past_its_keys_limits_waits_its_turn(gateway):
+    """Lines are requests of their key's, held to its limits (here `concurrent: 1`): line
+    `a` (on one model) takes the key's one slot, so the key's own request meanwhile is a
+    429, and line `b` (another model) is refused with a 429, waits out its Retry-After
+    without the batch sending `c`, and runs once `a` has ended. None fails."""
+    carol = gateway.openai("key-c")
+    lines = [chat_line("a", model="stall"), chat_line("b"), chat_line("c")]
+    batch = carol.batches.create(
+        input_file_id=upload(carol, lines).id,
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+    )
+    gateway.wait_event("request_queued", timeout=30, batch_id=batch.id, custom_id="a")
+    with pytest.raises(openai.RateLimitError):
+        carol.models.list()
+    refused = gateway.wait_event("rate_limited", timeout=30, batch_id=batch.id)
+    assert refused["key_label"] == "carol" and refused["limit"] == "concurrent"
+    done = wait_for(carol, batch.id, {"completed", "failed"})
+    assert done.status == "completed" and done.request_counts.completed == 3, done
+    assert done.request_counts.failed == 0 and done.error_file_id is None
+    # Only the waiting line asked again: the batch sent no other line meanwhile.
+    asked = {e["custom_id"] for e in gateway.events("rate_limited", batch_id=batch.id)}
+    assert asked == {"b"}
