@@ -52,6 +52,7 @@ from gateway.openai import embeddings as openai_embeddings
 from gateway.openai import errors as openai_errors
 from gateway.openai.response_store import ResponseStore, store_path
 from gateway.ops import admin, benchmark, controls, health, playground, ui, ui_api, viewer
+from gateway.ops import batches as admin_batches
 from gateway.ops import metrics as metrics_routes
 from gateway.ops.activity.capture import Capture
 from gateway.ops.activity.sampler import sample_runners
@@ -190,6 +191,7 @@ def create_app(
             *rerank_routes.ROUTES,
             *health.ROUTES,
             *admin.ROUTES,
+            *admin_batches.ROUTES,
             *metrics_routes.ROUTES,
             *ui.ROUTES,
             *ui_api.ROUTES,

@@ -192,6 +192,16 @@ class BatchStore:
             rows = db.execute(query + " ORDER BY seq DESC LIMIT ?", (*args, limit)).fetchall()
             return [_with_counts(db, row[0]) for row in rows]
 
+    def owned_batches(self, after: str | None, limit: int) -> list[tuple[str, Batch]]:
+        """Every key's batches with their owner, newest first, past `after` (the admin's)."""
+        query, args = "SELECT owner, batch FROM batches", []
+        if after is not None:
+            query += " WHERE seq < (SELECT seq FROM batches WHERE id = ?)"
+            args.append(after)
+        with self._using() as db:
+            rows = db.execute(query + " ORDER BY seq DESC LIMIT ?", (*args, limit)).fetchall()
+            return [(owner, _with_counts(db, stored)) for owner, stored in rows]
+
     def live(self) -> list[str]:
         """The batches still being worked on, oldest first (what a start resumes)."""
         with self._using() as db:

@@ -8,12 +8,14 @@ import io
 import json
 import time
 
+import httpx
 import openai
 import pytest
 from conftest import serving
 
 CONFIG = """
 server:
+  admin_key: admin-secret-0123
   api_keys:
     - key-a
     - key-b
@@ -367,3 +369,32 @@ def test_a_line_past_its_keys_limits_waits_its_turn(gateway):
     # Only the waiting line asked again: the batch sent no other line meanwhile.
     asked = {e["custom_id"] for e in gateway.events("rate_limited", batch_id=batch.id)}
     assert asked == {"b"}
+
+
+def test_the_admin_lists_every_keys_batches_and_cancels_any(gateway, alice, bob):
+    mine = alice.batches.create(
+        input_file_id=upload(alice, [chat_line(f"s{i}", model="slow") for i in range(20)]).id,
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+    )
+    theirs = bob.batches.create(
+        input_file_id=upload(bob, [chat_line("t")]).id,
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+    )
+    admin = {"Authorization": "Bearer admin-secret-0123"}
+    listed = httpx.get(f"{gateway.url}/admin/batches?limit=100", headers=admin, timeout=30)
+    assert listed.status_code == 200
+    owners = {row["batch"]["id"]: row["owner"] for row in listed.json()["data"]}
+    assert owners[mine.id] != owners[theirs.id]  # each key's label, both listed
+    assert httpx.get(f"{gateway.url}/ui/api/batches", headers=admin, timeout=30).is_success
+    for key in ("key-a", "key-b"):  # an API key is no admin
+        refused = httpx.get(
+            f"{gateway.url}/admin/batches", headers={"Authorization": f"Bearer {key}"}
+        )
+        assert refused.status_code in (401, 403)
+    cancel = httpx.post(f"{gateway.url}/admin/batches/{mine.id}/cancel", headers=admin)
+    assert cancel.status_code == 200 and cancel.json()["status"] in ("cancelling", "cancelled")
+    assert wait_for(alice, mine.id, {"cancelled"}).request_counts.completed < 20
+    missing = httpx.post(f"{gateway.url}/admin/batches/batch_none/cancel", headers=admin)
+    assert missing.status_code == 404
