@@ -1,0 +1,44 @@
+"""`server.files` and `server.batches` in models.yaml: defaults, and errors at their place."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from engines.errors import ConfigInvalid
+from gateway.control.config import parse_config
+
+MODELS = """\
+models:
+  - id: echo
+    engine: scripted
+"""
+
+
+def test_defaults_and_values_read():
+    config = parse_config(MODELS, "t.yaml", environ={})
+    assert config.server.batches.priority == -100 and config.server.batches.concurrency == 1
+    assert config.server.files.max_file_bytes == "200MiB"
+    text = "server:\n  batches: {priority: -5, concurrency: 3}\n  files: {max_bytes: 2GiB}\n"
+    config = parse_config(text + MODELS, "t.yaml", environ={})
+    assert (config.server.batches.priority, config.server.batches.concurrency) == (-5, 3)
+    assert config.server.files.max_bytes == "2GiB"
+
+
+def test_bad_values_are_errors_at_their_line_and_column():
+    text = textwrap.dedent(
+        """\
+        server:
+          batches: {concurrency: 0, priority: -101, size: 3}
+          files: {max_bytes: lots}
+        """
+    )
+    with pytest.raises(ConfigInvalid) as info:
+        parse_config(text + MODELS, "t.yaml", environ={})
+    errors = info.value.errors
+    assert errors[0].startswith("t.yaml:2:26: server.batches.concurrency: Expected `int` >= 1")
+    assert errors[1].startswith("t.yaml:2:39: server.batches.priority: Expected `int` >= -100")
+    assert errors[2].startswith("t.yaml:2:45: server.batches.size: unknown key 'size'")
+    assert errors[3].startswith("t.yaml:3:22: server.files.max_bytes: expected a size")
+    assert len(errors) == 4
