@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from engines.errors import ConfigInvalid
+from engines.errors import ConfigInvalid, StoreUnavailable
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "models.yaml"
 
@@ -92,10 +92,11 @@ def check(path: Path) -> int:
 
     The same validation a reload applies, model sources included: a file `check` passes is
     one a reload takes. Then the state_dir's databases (the stored Responses', the ops
-    page's history): one that exists must open, pass SQLite's quick check and be writable
-    (nothing is created). A warning on stderr for each file of state_dir or the KV cache
-    that other users may read.
+    page's history, the batches'): one that exists must open, pass SQLite's quick check
+    and be writable (nothing is created). A warning on stderr for each file of state_dir or
+    the KV cache that other users may read.
     """
+    from gateway.batches.store import store_path as batches_path
     from gateway.control.config import summarize, validate_config
     from gateway.control.state import cache_summary, database_problem, open_files
     from gateway.openai.response_store import store_path
@@ -110,7 +111,8 @@ def check(path: Path) -> int:
     base_dir = path.resolve().parent
     responses = store_path(config.server, base_dir)
     # A history that cannot be opened is kept in memory: said at start, and here before.
-    problems = [database_problem(p) for p in (responses, activity_path(responses))]
+    batches = batches_path(config.server, base_dir)
+    problems = [database_problem(p) for p in (responses, activity_path(responses), batches)]
     if problems := [p for p in problems if p]:
         for problem in problems:
             print(f"server.state_dir: {problem}", file=sys.stderr)
@@ -193,7 +195,11 @@ def serve(path: Path, host: str | None, port: int | None) -> int:
     setup_logging(server.log_level, server.log_file)
     log_library_errors()
     path_taken = platform.detect()
-    app = create_app(config, path_taken, path, bind_host=host)
+    try:
+        app = create_app(config, path_taken, path, bind_host=host)
+    except StoreUnavailable as unavailable:  # the batch store: not serving without it
+        print(f"gateway: not serving: {unavailable}", file=sys.stderr)
+        return 1
     store = app.state.responses_store
     if store.problem:
         print(f"gateway: warning: stored Responses unavailable: {store.problem}", file=sys.stderr)

@@ -76,12 +76,20 @@ class BatchStore:
         if path is not None:
             private_dir(path.parent)  # the users' own words: nobody else reads them
             private_file(path)  # SQLite's -wal and -shm files copy its mode
-        self._db = sqlite3.connect(
-            self.path, check_same_thread=False, isolation_level=None, timeout=BUSY_TIMEOUT
-        )
-        self._db.executescript(SCHEMA)
-        if path is not None:
-            self._db.execute("PRAGMA journal_mode = WAL")
+        try:
+            self._db = sqlite3.connect(
+                self.path, check_same_thread=False, isolation_level=None, timeout=BUSY_TIMEOUT
+            )
+            self._db.executescript(SCHEMA)
+            if path is not None:
+                self._db.execute("PRAGMA journal_mode = WAL")
+        except sqlite3.Error as error:
+            # Not kept in memory instead (as the Responses store is): batches and their
+            # files must outlive the process, so a gateway that cannot keep them says so.
+            raise StoreUnavailable(
+                f"the batch store {self.path} cannot be used ({error}); fix or move it, or "
+                "set server.state_dir (`gateway check` says what is wrong)"
+            ) from None
 
     def close(self) -> None:
         with self._lock:

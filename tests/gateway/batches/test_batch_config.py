@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import textwrap
 
 import pytest
+from conftest import REPO
 
 from engines.errors import ConfigInvalid
 from gateway.control.config import parse_config
@@ -42,3 +45,25 @@ def test_bad_values_are_errors_at_their_line_and_column():
     assert errors[2].startswith("t.yaml:2:45: server.batches.size: unknown key 'size'")
     assert errors[3].startswith("t.yaml:3:22: server.files.max_bytes: expected a size")
     assert len(errors) == 4
+
+
+def test_a_batch_store_that_cannot_be_opened_stops_the_start(tmp_path):
+    """Batches must outlive the process: a corrupt `batches.sqlite3` is said at start, in
+    one line, and nothing serves (rather than batches silently kept in memory)."""
+    store = tmp_path / "state" / "batches.sqlite3"
+    store.parent.mkdir()
+    store.write_bytes(b"this is not a database " * 100)
+    config = tmp_path / "models.yaml"
+    config.write_text("server: {state_dir: state}\n" + MODELS)
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--port", "1"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"gateway: not serving: the batch store {store} cannot be used (file is not a "
+        "database); fix or move it, or set server.state_dir (`gateway check` says what is wrong)"
+    )
