@@ -22,6 +22,7 @@ server:
     - {key: key-c, label: carol, limits: {concurrent: 1}}
   state_dir: state
   files: {max_bytes: 64KiB, max_file_bytes: 16KiB}
+  limits: {max_body_bytes: 8KiB}  # below the files' bound: an upload is held to that
   batches: {concurrency: 1}
 models:
   - id: echo
@@ -99,6 +100,10 @@ def test_files_upload_list_read_delete(alice):
 
 
 def test_files_bounds_are_413(alice):
+    # Past limits.max_body_bytes yet within server.files.max_file_bytes: taken.
+    within = alice.files.create(file=("in", io.BytesIO(b"w" * 12 * 1024)), purpose="batch")
+    assert within.bytes == 12 * 1024
+    alice.files.delete(within.id)
     with pytest.raises(openai.APIStatusError) as big:
         alice.files.create(file=("big.jsonl", io.BytesIO(b"x" * 17 * 1024)), purpose="batch")
     assert big.value.status_code == 413 and "max_file_bytes" in big.value.message
