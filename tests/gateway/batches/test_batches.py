@@ -403,3 +403,21 @@ def test_the_admin_lists_every_keys_batches_and_cancels_any(gateway, alice, bob)
     assert wait_for(alice, mine.id, {"cancelled"}).request_counts.completed < 20
     missing = httpx.post(f"{gateway.url}/admin/batches/batch_none/cancel", headers=admin)
     assert missing.status_code == 404
+
+
+def test_files_list_pages_in_either_order(bob):
+    made = [
+        bob.files.create(file=(f"p{i}", io.BytesIO(b"{}\n")), purpose="batch").id
+        for i in range(3)
+    ]
+    newest = bob.files.list(limit=2)
+    assert [f.id for f in newest.data] == made[::-1][:2] and newest.has_more
+    rest = bob.files.list(limit=2, after=newest.data[-1].id)
+    assert rest.data[0].id == made[0]
+    oldest = [f.id for f in bob.files.list(order="asc", purpose="batch") if f.id in made]
+    assert oldest == made
+    assert [f.id for f in bob.files.list(purpose="batch_output") if f.id in made] == []
+    with pytest.raises(openai.BadRequestError):
+        bob.files.list(limit=0)
+    for file_id in made:
+        bob.files.delete(file_id)
