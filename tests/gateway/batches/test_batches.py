@@ -407,8 +407,7 @@ def test_the_admin_lists_every_keys_batches_and_cancels_any(gateway, alice, bob)
 
 def test_files_list_pages_in_either_order(bob):
     made = [
-        bob.files.create(file=(f"p{i}", io.BytesIO(b"{}\n")), purpose="batch").id
-        for i in range(3)
+        bob.files.create(file=(f"p{i}", io.BytesIO(b"{}\n")), purpose="batch").id for i in range(3)
     ]
     newest = bob.files.list(limit=2)
     assert [f.id for f in newest.data] == made[::-1][:2] and newest.has_more
