@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from engines.errors import ConfigInvalid, StoreUnavailable
+from engines.errors import ConfigInvalid
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "models.yaml"
 
@@ -195,14 +195,12 @@ def serve(path: Path, host: str | None, port: int | None) -> int:
     setup_logging(server.log_level, server.log_file)
     log_library_errors()
     path_taken = platform.detect()
-    try:
-        app = create_app(config, path_taken, path, bind_host=host)
-    except StoreUnavailable as unavailable:  # the batch store: not serving without it
-        print(f"gateway: not serving: {unavailable}", file=sys.stderr)
-        return 1
+    app = create_app(config, path_taken, path, bind_host=host)
     store = app.state.responses_store
     if store.problem:
         print(f"gateway: warning: stored Responses unavailable: {store.problem}", file=sys.stderr)
+    if problem := app.state.batch_store.problem:
+        print(f"gateway: warning: /v1/files and /v1/batches answer 503: {problem}", file=sys.stderr)
     emit(
         ServerStarted(
             host=host,

@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 from litestar.types import Message
 
+from gateway.http.auth import STORED_OWNER
 from schemas.batches import LineResponse
 from schemas.canonical import Client
 
@@ -24,10 +25,11 @@ EVENT_FIELDS = "event_fields"  # fields bound into every event (gateway/http/mid
 
 
 async def dispatch(
-    app: Any, path: str, body: bytes, client: Client, fields: dict[str, str]
+    app: Any, path: str, body: bytes, client: Client, fields: dict[str, str], stored: str = ""
 ) -> tuple[LineResponse, dict[str, str]]:
-    """POST `body` to `path` on `app` as `client`; what came back (status, request id,
-    body) and the answer's headers (lower-cased names)."""
+    """POST `body` to `path` on `app` as `client` (`stored`: whose stored Responses it
+    reads and writes); what came back (status, request id, body) and the answer's headers
+    (lower-cased names)."""
     scope = {
         "type": "http",
         "asgi": {"version": "3.0", "spec_version": "2.3"},
@@ -45,7 +47,7 @@ async def dispatch(
         ],
         "client": ("127.0.0.1", 0),
         "server": ("127.0.0.1", 0),
-        "state": {ON_BEHALF: client, EVENT_FIELDS: fields},
+        "state": {ON_BEHALF: client, EVENT_FIELDS: fields, STORED_OWNER: stored},
     }
     sent = False
     never = asyncio.Event()  # the "client" never leaves: cancelling the task is leaving

@@ -14,6 +14,7 @@ from engines.errors import BadRequest, NotCancellable
 from gateway.batches.files import missing, owner, store_of
 from gateway.batches.runner import BatchRunner
 from gateway.batches.store import now
+from gateway.http.auth import stored_owner
 from gateway.http.body import decode_body
 from schemas.batches import BATCH_ENDPOINTS, Batch, BatchCreate, BatchList
 from schemas.config import DURATION_PATTERN, seconds
@@ -60,7 +61,7 @@ async def create_batch(request: Request) -> Batch:
         expires_at=created + int(seconds(data.completion_window)),
         metadata=data.metadata,
     )
-    await to_thread(store.add_batch, key, batch)
+    await to_thread(store.add_batch, key, batch, stored_owner(request))
     runner_of(request).kick(batch.id)
     return batch
 

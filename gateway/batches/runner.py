@@ -31,6 +31,7 @@ from schemas.batches import (
     FileObject,
     InputLine,
     LineError,
+    LineResponse,
     OutputLine,
     RequestCounts,
 )
@@ -69,6 +70,8 @@ class BatchRunner:
 
     async def start(self) -> None:
         """Resume every batch a previous run left live."""
+        if self.store.problem:  # said at start; the routes answer 503
+            return
         for batch_id in await asyncio.to_thread(self.store.live):
             self.kick(batch_id)
 
@@ -239,7 +242,12 @@ class BatchRunner:
             priority = self._config().server.batches.priority
             client = Client(key=owner or None, priority=priority)
             fields = {"batch_id": batch.id, "custom_id": line.custom_id}
-            response, headers = await dispatch(self._app, batch.endpoint, line.body, client, fields)
+            stored = await asyncio.to_thread(self.store.stored_owner, batch.id)
+
+            async def send() -> tuple[LineResponse, dict[str, str]]:
+                return await dispatch(self._app, batch.endpoint, line.body, client, fields, stored)
+
+            response, headers = await send()
             if response.status_code == 429:
                 # Past the key's limits (or the model's queue full): work that waits waits,
                 # without its model's slot, and asks again once the answer says it may; the
@@ -253,9 +261,7 @@ class BatchRunner:
                             return  # cancelled, expired or stopping: the line has no result
                         await slot.acquire()
                         held = True
-                        response, headers = await dispatch(
-                            self._app, batch.endpoint, line.body, client, fields
-                        )
+                        response, headers = await send()
         finally:
             if held:
                 slot.release()

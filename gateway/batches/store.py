@@ -36,7 +36,7 @@ CREATE TABLE IF NOT EXISTS files (
 );
 CREATE TABLE IF NOT EXISTS batches (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT UNIQUE NOT NULL, owner TEXT NOT NULL,
-    batch TEXT NOT NULL
+    batch TEXT NOT NULL, stored_owner TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS lines (
     batch_id TEXT NOT NULL, idx INTEGER NOT NULL, custom_id TEXT NOT NULL, body TEXT NOT NULL,
@@ -73,30 +73,37 @@ class BatchStore:
         path = store_path(server, base_dir)
         self.path = ":memory:" if path is None else str(path)
         self._lock = threading.Lock()
-        if path is not None:
-            private_dir(path.parent)  # the users' own words: nobody else reads them
-            private_file(path)  # SQLite's -wal and -shm files copy its mode
+        self._db: sqlite3.Connection | None = None
+        # Why the store cannot be used, or None. Not replaced by one in memory (as the
+        # Responses store is): batches must outlive the process, so the Files and Batch
+        # routes answer a 503 saying this, and every other route serves as ever.
+        self.problem: str | None = None
         try:
-            self._db = sqlite3.connect(
+            if path is not None:
+                private_dir(path.parent)  # the users' own words: nobody else reads them
+                private_file(path)  # SQLite's -wal and -shm files copy its mode
+            db = sqlite3.connect(
                 self.path, check_same_thread=False, isolation_level=None, timeout=BUSY_TIMEOUT
             )
-            self._db.executescript(SCHEMA)
+            db.executescript(SCHEMA)
             if path is not None:
-                self._db.execute("PRAGMA journal_mode = WAL")
-        except sqlite3.Error as error:
-            # Not kept in memory instead (as the Responses store is): batches and their
-            # files must outlive the process, so a gateway that cannot keep them says so.
-            raise StoreUnavailable(
-                f"the batch store {self.path} cannot be used ({error}); fix or move it, or "
-                "set server.state_dir (`gateway check` says what is wrong)"
-            ) from None
+                db.execute("PRAGMA journal_mode = WAL")
+            self._db = db
+        except (sqlite3.Error, OSError) as error:
+            self.problem = (
+                f"the batch store {self.path} cannot be used ({error}); fix or move it, or set "
+                "server.state_dir (`gateway check` says what is wrong)"
+            )
 
     def close(self) -> None:
         with self._lock:
-            self._db.close()
+            if self._db is not None:
+                self._db.close()
 
     @contextmanager
     def _using(self) -> Iterator[sqlite3.Connection]:
+        if self._db is None:
+            raise StoreUnavailable(self.problem or "the batch store is closed")
         with self._lock:
             try:
                 yield self._db
@@ -165,12 +172,21 @@ class BatchStore:
 
     # Batches
 
-    def add_batch(self, owner: str, batch: Batch) -> None:
+    def add_batch(self, owner: str, batch: Batch, stored_owner: str = "") -> None:
+        """`stored_owner`: the digest of the key that made it (gateway/http/auth.py
+        `key_digest`), whose stored Responses its `/v1/responses` lines read and write."""
         with self._using() as db, db:
             db.execute(
-                "INSERT INTO batches (id, owner, batch) VALUES (?, ?, ?)",
-                (batch.id, owner, msgspec.json.encode(batch).decode()),
+                "INSERT INTO batches (id, owner, batch, stored_owner) VALUES (?, ?, ?, ?)",
+                (batch.id, owner, msgspec.json.encode(batch).decode(), stored_owner),
             )
+
+    def stored_owner(self, batch_id: str) -> str:
+        with self._using() as db:
+            row = db.execute(
+                "SELECT stored_owner FROM batches WHERE id = ?", (batch_id,)
+            ).fetchone()
+        return "" if row is None else row[0]
 
     def batch(self, owner: str | None, batch_id: str) -> Batch | None:
         """A batch (owner None: whoever's, for the runner and the admin)."""

@@ -7,6 +7,7 @@ that reaches no handler is a 404 that carries no data.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 
 from litestar.connection import ASGIConnection
@@ -50,6 +51,24 @@ def presented_key(connection: ASGIConnection) -> str | None:
     if scheme.lower() == "bearer" and token.strip():
         return token.strip()
     return connection.headers.get("x-api-key") or None
+
+
+# A request the gateway makes of itself (a batch line) carries, in its scope's state, the
+# digest of the key that made its batch: whose stored Responses it reads and writes.
+STORED_OWNER = "stored_owner"
+
+
+def key_digest(key: str | None) -> str:
+    """Who owns a stored row by key: a digest of the API key ("" for none), never the key."""
+    return hashlib.sha256(key.encode()).hexdigest() if key else ""
+
+
+def stored_owner(connection: ASGIConnection) -> str:
+    """Whose stored Responses a request reads and writes: the digest of the key it
+    presented; a batch line's, that of the key that made its batch (no header reaches it)."""
+    if on_behalf_of(connection) is not None:
+        return connection.scope.get("state", {}).get(STORED_OWNER, "")
+    return key_digest(presented_key(connection))
 
 
 def same_secret(presented: str | None, secret: str) -> bool:

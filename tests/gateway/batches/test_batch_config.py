@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 
+import openai
 import pytest
-from conftest import REPO
+from conftest import serving
 
 from engines.errors import ConfigInvalid
 from gateway.control.config import parse_config
@@ -47,23 +46,27 @@ def test_bad_values_are_errors_at_their_line_and_column():
     assert len(errors) == 4
 
 
-def test_a_batch_store_that_cannot_be_opened_stops_the_start(tmp_path):
-    """Batches must outlive the process: a corrupt `batches.sqlite3` is said at start, in
-    one line, and nothing serves (rather than batches silently kept in memory)."""
+def test_a_batch_store_that_cannot_be_opened_is_a_503_on_its_routes_alone(tmp_path):
+    """Batches must outlive the process: a corrupt `batches.sqlite3` is not replaced by one
+    in memory. It is said at start, the Files and Batch routes answer a 503 naming it, and
+    every other route serves as ever."""
     store = tmp_path / "state" / "batches.sqlite3"
     store.parent.mkdir()
     store.write_bytes(b"this is not a database " * 100)
-    config = tmp_path / "models.yaml"
-    config.write_text("server: {state_dir: state}\n" + MODELS)
-    done = subprocess.run(
-        [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--port", "1"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 1, done.stderr
-    assert done.stderr.strip().splitlines()[-1] == (
-        f"gateway: not serving: the batch store {store} cannot be used (file is not a "
-        "database); fix or move it, or set server.state_dir (`gateway check` says what is wrong)"
-    )
+    config = "server: {state_dir: state}\n" + MODELS
+    with serving(tmp_path, config) as gateway:
+        client = gateway.openai()
+        with pytest.raises(openai.InternalServerError) as refused:
+            client.files.list()
+        assert refused.value.status_code == 503
+        assert f"the batch store {store} cannot be used (file is not a database)" in str(
+            refused.value.message
+        )
+        with pytest.raises(openai.InternalServerError):
+            client.batches.list()
+        reply = client.chat.completions.create(
+            model="echo", messages=[{"role": "user", "content": "hi"}]
+        )
+        assert reply.choices[0].message.content == "hello from echo"
+    warning = "gateway: warning: /v1/files and /v1/batches answer 503: the batch store"
+    assert warning in gateway.log.read_text()

@@ -420,3 +420,22 @@ def test_files_list_pages_in_either_order(bob):
         bob.files.list(limit=0)
     for file_id in made:
         bob.files.delete(file_id)
+
+
+def test_responses_lines_store_under_the_batchs_key(alice, bob):
+    """A `/v1/responses` line reads and writes the stored Responses of the key that made
+    the batch: it continues that key's response, and its own is that key's to retrieve."""
+    earlier = alice.responses.create(model="echo", input="first")
+    body = {"model": "echo", "input": "next", "previous_response_id": earlier.id}
+    line = {"custom_id": "next", "method": "POST", "url": "/v1/responses", "body": body}
+    batch = alice.batches.create(
+        input_file_id=upload(alice, [line]).id, endpoint="/v1/responses", completion_window="24h"
+    )
+    done = wait_for(alice, batch.id, {"completed", "failed"})
+    assert done.request_counts.completed == 1, output_lines(alice, done.error_file_id)
+    (out,) = output_lines(alice, done.output_file_id)
+    stored = out["response"]["body"]
+    assert stored["previous_response_id"] == earlier.id
+    assert alice.responses.retrieve(stored["id"]).output_text == "hello from echo"
+    with pytest.raises(openai.NotFoundError):
+        bob.responses.retrieve(stored["id"])
