@@ -14,6 +14,7 @@ and renders it in each protocol's envelope, in one place.
     ├── UnsupportedMediaType    a JSON route's body not declared JSON
     ├── ModelNotFound           a name no model or alias answers to
     ├── StoreUnavailable        the Responses store cannot be read or written
+    ├── NotCancellable          a cancel of what has already ended (a batch)
     ├── ModelBusy               an admin action that needs an idle model
     ├── QueueFull               the model's queue is at `queue.max_depth`
     │   └── QueueTimeout        waited past `queue.max_wait`
@@ -133,6 +134,10 @@ class StoredNotFound(GatewayError):
 class StoreUnavailable(GatewayError):
     """The stored Responses' database cannot be opened, read or written (the message names
     the file): a fault of the host, said before any generation where it can be."""
+
+
+class NotCancellable(GatewayError):
+    """A cancel asked of what has already ended (a batch completed, failed or expired)."""
 
 
 class ModelBusy(GatewayError):

@@ -24,6 +24,10 @@ from engines.tasks import Tasks
 from gateway import model_list
 from gateway.anthropic import errors as anthropic_errors
 from gateway.anthropic import messages as anthropic_messages
+from gateway.batches import files as batch_files
+from gateway.batches import routes as batch_routes
+from gateway.batches.runner import BatchRunner
+from gateway.batches.store import BatchStore
 from gateway.control.key_names import key_names
 from gateway.control.limits import KeyLimiter
 from gateway.control.registry import Generation, Registry
@@ -48,6 +52,7 @@ from gateway.openai import embeddings as openai_embeddings
 from gateway.openai import errors as openai_errors
 from gateway.openai.response_store import ResponseStore, store_path
 from gateway.ops import admin, benchmark, controls, health, playground, ui, ui_api, viewer
+from gateway.ops import batches as admin_batches
 from gateway.ops import metrics as metrics_routes
 from gateway.ops.activity.capture import Capture
 from gateway.ops.activity.sampler import sample_runners
@@ -94,6 +99,9 @@ def create_app(
     base_dir = config_path.resolve().parent
     # Opened (and checked) at start: what is wrong with it is said before the first request.
     responses_store = ResponseStore(config.server, base_dir)
+    # Uploaded files and batches (gateway/batches/): what a restart resumes.
+    batch_store = BatchStore(config.server, base_dir)
+    batch_runner = BatchRunner(batch_store, lambda: registry.current.config)
     # Each key's limits; every runner tells it the tokens a keyed request spends, by the key's
     # label on the request (schemas/canonical.py `Client`).
     limiter = KeyLimiter()
@@ -109,6 +117,7 @@ def create_app(
     pulls = PullPool()  # /api/pull's own threads: downloads never take the default executor's
     feed = EventsFeed()
     admission.on_drain.append(feed.close)
+    admission.on_drain.append(batch_runner.halt)
     metrics = Metrics(registry, admission)
     # This app's listeners, taps and redactor: entered for its lifespan and each request.
     redactor = Redactor()
@@ -146,9 +155,11 @@ def create_app(
         loop.add_signal_handler(signal.SIGHUP, _reload_soon, reloader, background)
         watch = config.server.watch_config
         watcher = background.spawn(reloader.watch(), "config watch") if watch else None
+        await batch_runner.start()  # the batches a previous run left live go on
         try:
             yield
         finally:
+            await batch_runner.stop()  # lines in flight are left to run again at next start
             loop.remove_signal_handler(signal.SIGHUP)
             if watcher:
                 watcher.cancel()
@@ -159,6 +170,7 @@ def create_app(
             log_scope.taps.remove(feed.publish)
             log_scope.taps.remove(activity.tap)
             activity.close()
+            batch_store.close()
             log_scope.listeners.remove(metrics.observe)
             log_scope.listeners.remove(capture.observe)
 
@@ -168,6 +180,8 @@ def create_app(
             *completions.ROUTES,
             *responses.ROUTES,
             *openai_embeddings.ROUTES,
+            *batch_files.ROUTES,
+            *batch_routes.ROUTES,
             *model_list.ROUTES,
             *anthropic_messages.ROUTES,
             *ollama_chat.ROUTES,
@@ -177,6 +191,7 @@ def create_app(
             *rerank_routes.ROUTES,
             *health.ROUTES,
             *admin.ROUTES,
+            *admin_batches.ROUTES,
             *metrics_routes.ROUTES,
             *ui.ROUTES,
             *ui_api.ROUTES,
@@ -207,6 +222,8 @@ def create_app(
                 "bind_host": bind_host,
                 "log_scope": log_scope,
                 "responses_store": responses_store,
+                "batch_store": batch_store,
+                "batch_runner": batch_runner,
                 "pulls": pulls,
                 # The ops page's history, requests in flight, and the device's memory.
                 "activity": activity,
@@ -228,6 +245,7 @@ def create_app(
     # Inside the events, each request's jobs end with it, however it ends (engines/job.py).
     handler = inflight.wrap(capture.wrap(app.asgi_handler))
     app.asgi_handler = request_events(jobs_end_with_request(handler))
+    batch_runner.bind(app)  # each batch line is a request to this app
     return app
 
 

@@ -92,10 +92,11 @@ def check(path: Path) -> int:
 
     The same validation a reload applies, model sources included: a file `check` passes is
     one a reload takes. Then the state_dir's databases (the stored Responses', the ops
-    page's history): one that exists must open, pass SQLite's quick check and be writable
-    (nothing is created). A warning on stderr for each file of state_dir or the KV cache
-    that other users may read.
+    page's history, the batches'): one that exists must open, pass SQLite's quick check
+    and be writable (nothing is created). A warning on stderr for each file of state_dir or
+    the KV cache that other users may read.
     """
+    from gateway.batches.store import store_path as batches_path
     from gateway.control.config import summarize, validate_config
     from gateway.control.state import cache_summary, database_problem, open_files
     from gateway.openai.response_store import store_path
@@ -110,7 +111,8 @@ def check(path: Path) -> int:
     base_dir = path.resolve().parent
     responses = store_path(config.server, base_dir)
     # A history that cannot be opened is kept in memory: said at start, and here before.
-    problems = [database_problem(p) for p in (responses, activity_path(responses))]
+    batches = batches_path(config.server, base_dir)
+    problems = [database_problem(p) for p in (responses, activity_path(responses), batches)]
     if problems := [p for p in problems if p]:
         for problem in problems:
             print(f"server.state_dir: {problem}", file=sys.stderr)
@@ -197,6 +199,8 @@ def serve(path: Path, host: str | None, port: int | None) -> int:
     store = app.state.responses_store
     if store.problem:
         print(f"gateway: warning: stored Responses unavailable: {store.problem}", file=sys.stderr)
+    if problem := app.state.batch_store.problem:
+        print(f"gateway: warning: /v1/files and /v1/batches answer 503: {problem}", file=sys.stderr)
     emit(
         ServerStarted(
             host=host,

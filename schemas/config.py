@@ -191,6 +191,23 @@ class ResponsesConfig(Strict):
     max_bytes: ByteSize = "256MiB"  # past it, the oldest responses go first
 
 
+class FilesConfig(Strict):
+    """Uploaded files (`/v1/files`, kept in `state_dir`): past either bound an upload is a 413."""
+
+    max_bytes: ByteSize = "1GiB"  # all files together
+    max_file_bytes: ByteSize = "200MiB"  # one file (OpenAI's bound for a batch input)
+
+
+class BatchesConfig(Strict):
+    """Batches (`/v1/batches`): their lines wait below interactive requests, few at a time."""
+
+    # The priority every batch line is queued at: by default the lowest, below any request.
+    priority: Priority = -100
+    # Lines of all batches in flight at once per model: what an interactive request may
+    # find ahead of it at most (beside other interactive ones).
+    concurrency: PositiveInt = 1
+
+
 class ServerConfig(Strict):
     host: str = "127.0.0.1"
     port: Port = 8000
@@ -218,6 +235,8 @@ class ServerConfig(Strict):
     # "auto" is $GATEWAY_STATE_DIR, else the user's data directory; null keeps it in memory.
     state_dir: str | None = "auto"
     responses: ResponsesConfig = ResponsesConfig()
+    files: FilesConfig = FilesConfig()
+    batches: BatchesConfig = BatchesConfig()
     cache: CacheConfig = CacheConfig()
     # Remote http(s) image URLs in requests are fetched only when this is true.
     fetch_images: bool = False

@@ -14,8 +14,9 @@ from engines.units import describe
 from schemas.config import ServerConfig, size_bytes
 
 # The SQLite files the gateway keeps in `state_dir` (stored Responses, the ops page's
-# history), each with the -wal and -shm files SQLite keeps beside it.
-STATE_FILES = ("responses.sqlite3", "activity.sqlite3")
+# history, uploaded files and batches), each with the -wal and -shm files SQLite keeps
+# beside it.
+STATE_FILES = ("responses.sqlite3", "activity.sqlite3", "batches.sqlite3")
 # `gateway check` names this many files more open than the gateway makes them, then counts.
 NAMED_WARNINGS = 5
 

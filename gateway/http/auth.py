@@ -7,6 +7,7 @@ that reaches no handler is a 404 that carries no data.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 
 from litestar.connection import ASGIConnection
@@ -50,6 +51,24 @@ def presented_key(connection: ASGIConnection) -> str | None:
     if scheme.lower() == "bearer" and token.strip():
         return token.strip()
     return connection.headers.get("x-api-key") or None
+
+
+# A request the gateway makes of itself (a batch line) carries, in its scope's state, the
+# digest of the key that made its batch: whose stored Responses it reads and writes.
+STORED_OWNER = "stored_owner"
+
+
+def key_digest(key: str | None) -> str:
+    """Who owns a stored row by key: a digest of the API key ("" for none), never the key."""
+    return hashlib.sha256(key.encode()).hexdigest() if key else ""
+
+
+def stored_owner(connection: ASGIConnection) -> str:
+    """Whose stored Responses a request reads and writes: the digest of the key it
+    presented; a batch line's, that of the key that made its batch (no header reaches it)."""
+    if on_behalf_of(connection) is not None:
+        return connection.scope.get("state", {}).get(STORED_OWNER, "")
+    return key_digest(presented_key(connection))
 
 
 def same_secret(presented: str | None, secret: str) -> bool:
@@ -143,6 +162,9 @@ async def require_api_key(connection: ASGIConnection, handler: BaseRouteHandler)
     if handler.opt.get("public") or handler.opt.get("admin"):
         return
     entries = key_entries(server, key_names(connection))
+    if (behalf := on_behalf_of(connection)) is not None:
+        _admit_on_behalf(connection, entries, behalf)
+        return
     key = presented_key(connection)
     matched = matched_entry(entries, [key] if key else [])
     admin = bool(server.admin_key and key and same_secret(key, server.admin_key))
@@ -160,9 +182,30 @@ async def require_api_key(connection: ASGIConnection, handler: BaseRouteHandler)
         raise Unauthorized(
             "missing or invalid API key: send it as 'Authorization: Bearer <key>' or 'x-api-key'"
         )
+    _admit(connection, matched, asked_priority(connection, matched.priority))
+
+
+def on_behalf_of(connection: ASGIConnection) -> Client | None:
+    """Who a request the gateway makes of itself (a batch line, gateway/batches/dispatch.py)
+    is made for: set on its scope by the gateway, never by a client (no header reaches it)."""
+    return connection.scope.get("state", {}).get("on_behalf")
+
+
+def _admit_on_behalf(connection: ASGIConnection, entries: list[KeyEntry], behalf: Client) -> None:
+    """A batch line runs as its batch's key, at the priority the batch gave it: that key's
+    models, limits and budget hold for it as for the key's own requests."""
+    if not entries:
+        leave_client(connection, Client(priority=behalf.priority))
+        return
+    matched = next((e for e in entries if e.label == behalf.key), None)
+    if matched is None:
+        raise Unauthorized("the API key that made this batch is no longer configured")
+    _admit(connection, matched, behalf.priority)
+
+
+def _admit(connection: ASGIConnection, matched: KeyEntry, priority: int) -> None:
     ALLOWED_MODELS.set(matched.models)
     bind(key_label=matched.label)
-    priority = asked_priority(connection, matched.priority)
     limiter: KeyLimiter = connection.app.state.limiter
     at_end(connection.scope, limiter.admit(matched.label, matched.limits))  # its slot
     # The answer tells what is left, as OpenAI's and Anthropic's do (gateway/http/middleware.py).

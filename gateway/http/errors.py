@@ -28,6 +28,7 @@ RENDERING: dict[type[e.GatewayError], tuple[int, str]] = {
     e.StoredNotFound: (404, "invalid_request_error"),  # OpenAI's type for a missing response
     e.StoreUnavailable: (503, "server_error"),
     e.ModelBusy: (409, "conflict"),
+    e.NotCancellable: (409, "invalid_request_error"),
     e.PayloadTooLarge: (413, "invalid_request_error"),
     e.BodyTimeout: (408, "invalid_request_error"),
     e.UnsupportedMediaType: (415, "invalid_request_error"),

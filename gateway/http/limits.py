@@ -31,6 +31,8 @@ from schemas.config import LimitsConfig, seconds, size_bytes
 # A string in JSON: quote, then runs of plain characters or escapes, then quote (unrolled,
 # so the match is linear in its length).
 _JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+UPLOAD_PATH = "/v1/files"  # OpenAI's uploads: files far larger than a request's body
+MULTIPART_ROOM = 64 * 1024  # bytes of multipart framing (boundaries, part headers, purpose)
 _IMAGE_HEAD_CHARS = 64 * 1024  # base64 characters decoded to find an image's dimensions
 
 
@@ -60,6 +62,12 @@ def request_limits(app: ASGIApp) -> ASGIApp:
             return
         max_body = size_bytes(limits.max_body_bytes)
         too_large = f"request body exceeds {limits.max_body_bytes} (limits.max_body_bytes)"
+        if scope["path"] == UPLOAD_PATH and scope["method"] == "POST":
+            # An upload is bounded by the files' own bound (its route checks the file
+            # itself), with room for the multipart framing around it.
+            files = scope["app"].state.registry.current.config.server.files
+            max_body = max(max_body, size_bytes(files.max_file_bytes) + MULTIPART_ROOM)
+            too_large = f"the upload exceeds {files.max_file_bytes} (server.files.max_file_bytes)"
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > max_body):
             await send_error(scope, send, 413, too_large, [(b"connection", b"close")])

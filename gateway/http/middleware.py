@@ -80,7 +80,8 @@ def request_events(app: ASGIApp) -> ASGIApp:
             timeline.mark("request")
         request_id = f"req_{uuid.uuid4().hex[:16]}"
         scope["app"].state.log_scope.enter()  # this request logs to its own app's listeners
-        bind_only(request_id=request_id)
+        # A request the gateway makes of itself (a batch line) names what it is part of.
+        bind_only(request_id=request_id, **scope.get("state", {}).get("event_fields", {}))
         PRESENTED.set(presented_secrets(scope))
         emit(RequestStarted(method=scope["method"], path=scope["path"]))
         started = time.perf_counter()

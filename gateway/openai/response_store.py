@@ -14,7 +14,6 @@ worker thread, one at a time.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sqlite3
 import threading
@@ -27,6 +26,7 @@ from typing import Any
 from engines.errors import StoreUnavailable
 from engines.private_files import private_dir, private_file
 from gateway.control.state import probe_writable, state_dir
+from gateway.http.auth import key_digest
 from schemas.config import ServerConfig, seconds, size_bytes
 
 BUSY_TIMEOUT = 5.0  # seconds a write waits for another connection's (another process's)
@@ -48,7 +48,7 @@ CREATE INDEX IF NOT EXISTS responses_by_expiry ON responses (expires);
 
 def owner_of(key: str | None) -> str:
     """Who owns a row: a digest of the API key the request presented ("" for none)."""
-    return hashlib.sha256(key.encode()).hexdigest() if key else ""
+    return key_digest(key)
 
 
 def store_path(server: ServerConfig, base_dir: Path) -> Path | None:

@@ -21,7 +21,7 @@ from gateway.canonical.choices import refuse_set
 from gateway.canonical.dropped_tools import tell_dropped_tools
 from gateway.canonical.images import fetch_images, image_part, message_with_parts
 from gateway.control.registry import Generation, announce
-from gateway.http.auth import presented_key
+from gateway.http.auth import stored_owner
 from gateway.http.body import decode_body
 from gateway.http.request_state import client_of
 from gateway.http.streaming import sse_response, started, unless_client_leaves
@@ -29,7 +29,7 @@ from gateway.openai import stored_responses
 from gateway.openai.chat import effort
 from gateway.openai.controls import controls, output_format, tool_choice
 from gateway.openai.response_events import EventBuilder
-from gateway.openai.response_store import ResponseStore, owner_of
+from gateway.openai.response_store import ResponseStore
 from gateway.openai.stored_responses import registry_server, store_of
 from schemas import openai_responses as wire
 from schemas.canonical import (
@@ -268,7 +268,7 @@ async def responses(request: Request, generation: Generation) -> Response | Stre
     """A response to `input`; `stream: true` answers with the Responses event stream."""
     data = await decode_body(request, wire.ResponseRequest)
     _refuse_unsupported(data)
-    store, owner = store_of(request), owner_of(presented_key(request))
+    store, owner = store_of(request), stored_owner(request)  # a batch line's: its key's
     own = await own_items(data, store, owner)
     earlier = await conversation(data, store, owner)
     messages = to_messages(data.instructions, [*earlier, *own])

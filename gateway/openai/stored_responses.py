@@ -9,8 +9,8 @@ from typing import Literal
 from litestar import Request, Response, delete, get
 
 from engines.errors import StoredNotFound
-from gateway.http.auth import presented_key
-from gateway.openai.response_store import ResponseStore, owner_of
+from gateway.http.auth import stored_owner
+from gateway.openai.response_store import ResponseStore
 from schemas import openai_responses as wire
 from schemas.config import ServerConfig
 
@@ -30,7 +30,7 @@ def _missing(response_id: str) -> StoredNotFound:
 
 
 def _owner(request: Request) -> str:
-    return owner_of(presented_key(request))
+    return stored_owner(request)
 
 
 @get("/v1/responses/{response_id:str}")

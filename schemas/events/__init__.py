@@ -6,6 +6,7 @@ The kinds live by what they tell of (`requests`, `models`, `cache`, `server`), o
 from __future__ import annotations
 
 from schemas.events.base import Event
+from schemas.events.batches import BatchChanged
 from schemas.events.cache import (
     CacheCorrupt,
     CacheEvicted,
@@ -55,6 +56,7 @@ from schemas.events.server import (
 
 __all__ = [
     "Event",
+    "BatchChanged",
     "RequestStarted",
     "RequestRouted",
     "RequestQueued",

@@ -50,7 +50,7 @@ def test_check_passes_a_config_whose_sources_are_all_there(tmp_path):
     assert result.stdout.startswith("echo  engine=scripted")
 
 
-@pytest.mark.parametrize("name", ["responses.sqlite3", "activity.sqlite3"])
+@pytest.mark.parametrize("name", ["responses.sqlite3", "activity.sqlite3", "batches.sqlite3"])
 def test_check_refuses_a_corrupt_responses_store_or_activity_history(tmp_path, name):
     database = tmp_path / "state" / name
     database.parent.mkdir()
