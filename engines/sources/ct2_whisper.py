@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engines.speech.ct2_file import CT2FormatError, read_ct2
+from engines.sources.ct2_file import CT2FormatError, read_ct2
 
 WHISPER_SPEC = "WhisperSpec"
 # Files of a CTranslate2 Whisper directory that the conversion reads.
@@ -66,7 +66,9 @@ def convert_ct2_whisper(source: Path, out: Path) -> None:
             "n_text_layer": _layers(v, "decoder"),
         }
     except KeyError as e:
-        raise CT2FormatError(f"no variable {e.args[0]!r}: not a Whisper layout known here") from None
+        raise CT2FormatError(
+            f"no variable {e.args[0]!r}: not a Whisper layout known here"
+        ) from None
     mx.save_safetensors(str(out / "model.safetensors"), weights)
     (out / "config.json").write_text(json.dumps(dims, indent=2))
     ct2_config = json.loads((source / "config.json").read_text(encoding="utf-8"))
