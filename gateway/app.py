@@ -24,6 +24,7 @@ from engines.tasks import Tasks
 from gateway import model_list
 from gateway.anthropic import errors as anthropic_errors
 from gateway.anthropic import messages as anthropic_messages
+from gateway.audio import routes as audio_routes
 from gateway.control.key_names import key_names
 from gateway.control.limits import KeyLimiter
 from gateway.control.registry import Generation, Registry
@@ -175,6 +176,7 @@ def create_app(
             *ollama_pull.ROUTES,
             *ollama_embed.ROUTES,
             *rerank_routes.ROUTES,
+            *audio_routes.ROUTES,
             *health.ROUTES,
             *admin.ROUTES,
             *metrics_routes.ROUTES,

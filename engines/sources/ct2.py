@@ -12,7 +12,7 @@ from pathlib import Path
 
 from engines.errors import SourceError
 from engines.sources.ct2_file import CT2FormatError
-from engines.sources.ct2_whisper import convert_ct2_whisper
+from engines.sources.ct2_whisper import CT2_FILES, convert_ct2_whisper
 from engines.sources.gguf import _hash_file, clean_stale_temps, sampled_digest
 
 CONVERTER_VERSION = 1
@@ -29,6 +29,15 @@ def _intact(out: Path) -> bool:
         )
     except (OSError, ValueError, KeyError, TypeError):
         return False
+
+
+def check_ct2_dir(model_id: str, source: Path) -> None:
+    """The cheap check of a CTranslate2 directory (no conversion): the files it reads."""
+    missing = [name for name in CT2_FILES if not (source / name).is_file()]
+    if missing:
+        raise SourceError(
+            model_id, str(source), f"a CTranslate2 checkpoint missing {', '.join(missing)}"
+        )
 
 
 def convert_ct2(model_id: str, source: Path, cache_dir: Path) -> Path:

@@ -18,18 +18,13 @@ import numpy as np
 
 from engines.speech.audio import SAMPLE_RATE
 from engines.speech.tokenizer import WhisperProcessorShim, WhisperTextTokenizer
-
-
-class Segment(msgspec.Struct, frozen=True):
-    start: float
-    end: float
-    text: str
+from schemas.canonical import TranscriptSegment, TranscriptWord
 
 
 class Transcript(msgspec.Struct, frozen=True):
     text: str
     language: str
-    segments: list[Segment]
+    segments: list[TranscriptSegment]
     audio_seconds: float
 
 
@@ -61,9 +56,11 @@ def transcribe(
     task: str = "transcribe",
     prompt: str | None = None,
     temperature: float | None = None,
+    words: bool = False,
 ) -> Transcript:
-    """The whole clip's text and segments. `temperature` None: Whisper's fallback ladder
-    (0.0, then 0.2 … 1.0 where a window comes out repetitive or improbable)."""
+    """The whole clip's text and segments (with their words' times where `words`).
+    `temperature` None: Whisper's fallback ladder (0.0, then 0.2 … 1.0 where a window
+    comes out repetitive or improbable)."""
     import mlx.core as mx
 
     result = model.generate(
@@ -72,12 +69,29 @@ def transcribe(
         task=task,
         initial_prompt=prompt or None,
         temperature=(0.0, 0.2, 0.4, 0.6, 0.8, 1.0) if temperature is None else temperature,
+        word_timestamps=words,
         fp16=model.dtype == mx.float16,
     )
     segments = [
-        Segment(start=round(s["start"], 2), end=round(s["end"], 2), text=s["text"])
-        for s in result.segments
-        if s["text"]
+        TranscriptSegment(
+            id=i,
+            seek=int(s.get("seek", 0)),
+            start=round(float(s["start"]), 2),
+            end=round(float(s["end"]), 2),
+            text=s["text"],
+            tokens=[int(t) for t in s.get("tokens", ())],
+            temperature=float(s.get("temperature", 0.0)),
+            avg_logprob=float(s.get("avg_logprob", 0.0)),
+            compression_ratio=float(s.get("compression_ratio", 0.0)),
+            no_speech_prob=float(s.get("no_speech_prob", 0.0)),
+            words=[
+                TranscriptWord(
+                    word=w["word"], start=round(float(w["start"]), 2), end=round(float(w["end"]), 2)
+                )
+                for w in s.get("words", ())
+            ],
+        )
+        for i, s in enumerate(x for x in result.segments if x["text"])
     ]
     return Transcript(
         text=result.text.strip(),
