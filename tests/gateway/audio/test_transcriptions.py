@@ -17,12 +17,26 @@ from conftest import serving
 
 ASSETS = Path(importlib.util.find_spec("moonshine_voice").submodule_search_locations[0]) / "assets"
 BECKETT = ASSETS / "beckett.wav"
-WORDS = "ever tried ever failed no matter try again fail again fail better".split()
-KEY = "sk-audio-0123456789"
+WORDS = [
+    "ever",
+    "tried",
+    "ever",
+    "failed",
+    "no",
+    "matter",
+    "try",
+    "again",
+    "fail",
+    "again",
+    "fail",
+    "better",
+]
+KEY, ADMIN = "sk-audio-0123456789", "adm-audio-9876543210"
 CONFIG = f"""
 server:
   api_keys:
     - {{key: {KEY}, label: listener, limits: {{tpm: 100000}}}}
+  admin_key: {ADMIN}
   fallback: echo
   limits: {{max_body_bytes: 1MiB}}
 models:
@@ -173,8 +187,15 @@ def test_json_body_and_chat_to_whisper_are_refused(gateway, client):
         )
 
 
-def test_still_serving_after_the_refusals(client):
+def test_still_serving_after_the_refusals_and_counted_in_metrics(gateway, client):
     with BECKETT.open("rb") as f:
         result = client.audio.transcriptions.create(model="whisper", file=f)
     assert words(result.text) == WORDS
     assert result.usage.seconds == pytest.approx(10, abs=0.5)
+    metrics = httpx.get(gateway.url + "/metrics", headers={"Authorization": f"Bearer {ADMIN}"}).text
+    audio = re.search(r'^gateway_audio_seconds_total\{model="whisper"\} (\S+)$', metrics, re.M)
+    assert audio and float(audio.group(1)) >= 20  # this clip and the earlier ones
+    busy = re.search(
+        r'^gateway_audio_transcribe_seconds_total\{model="whisper"\} (\S+)', metrics, re.M
+    )
+    assert busy and float(busy.group(1)) > 0
