@@ -39,12 +39,14 @@ class WhisperEngine:
         self._english_only = False
 
     def estimate_memory(self) -> int:
-        """The weights' size on disk (float32 as stored; a CT2 model.bin is float32 or
-        float16, loaded as float32: twice it, at most); no KV cache outlives a request."""
+        """The weights' size as loaded (float32): an MLX directory's safetensors as stored;
+        a CTranslate2 model.bin may hold float16, so twice its size bounds it. No KV cache
+        outlives a request."""
         path = check_source(self._config.id, self._config.source, base_dir=self._base_dir)
         ct2 = path / "model.bin"
-        files = [ct2] if ct2.is_file() else path.glob("*.safetensors")
-        return sum(f.stat().st_size for f in files)
+        if ct2.is_file():
+            return 2 * ct2.stat().st_size
+        return sum(f.stat().st_size for f in path.glob("*.safetensors"))
 
     def load(self, memory_left: int | None = None) -> LoadInfo:
         refuse_off_task(self._config, "transcribe")
@@ -82,6 +84,13 @@ class WhisperEngine:
 
     def transcribe(self, request: TranscribeRequest) -> Transcribed:
         started = time.perf_counter()
+        from mlx_audio.stt.models.whisper.tokenizer import LANGUAGES
+
+        if request.language is not None and request.language not in LANGUAGES:
+            raise BadRequest(
+                f"language: {request.language!r} is not a language Whisper knows; send an "
+                "ISO-639-1 code such as 'en', 'fr' or 'de'"
+            )
         if self._english_only:
             if request.task == "translate":
                 raise BadRequest(
@@ -94,13 +103,6 @@ class WhisperEngine:
                     f"language: model {self._config.id!r} is an English-only Whisper and "
                     f"does not transcribe {request.language!r}; send 'en' or leave it out"
                 )
-        from mlx_audio.stt.models.whisper.tokenizer import LANGUAGES
-
-        if request.language is not None and request.language not in LANGUAGES:
-            raise BadRequest(
-                f"language: {request.language!r} is not a language Whisper knows; send an "
-                "ISO-639-1 code such as 'en', 'fr' or 'de'"
-            )
         try:
             samples = decode_audio(request.audio)
         except NotAudio as e:

@@ -66,6 +66,25 @@ def test_beckett_words_come_out(converted: Path) -> None:
     assert starts == sorted(starts) and result.segments[-1].end <= 10.5
 
 
+def test_a_44_s_clip_comes_out_whole_with_continuous_timestamps(converted: Path) -> None:
+    """two_cities.wav is past Whisper's 30 s window: its loop moves the window to the last
+    timestamp decoded, so the text runs on and the times count from the clip's start."""
+    from engines.speech.whisper import load_whisper, transcribe
+
+    samples = decode_audio((ASSETS / "two_cities.wav").read_bytes())
+    result = transcribe(load_whisper(converted), samples, language="en", temperature=0.0)
+    text = result.text.lower()
+    assert 43 < result.audio_seconds < 46
+    for phrase in ("it was the best of times", "it was the worst of times", "age of wisdom"):
+        assert phrase in text, phrase
+    starts = [s.start for s in result.segments]
+    assert starts == sorted(starts)
+    assert all(
+        a.end <= b.start + 0.01 for a, b in zip(result.segments, result.segments[1:], strict=False)
+    )
+    assert result.segments[-1].end > 35  # the second window's segments, not restarted at 0
+
+
 def test_not_audio_is_refused() -> None:
     with pytest.raises(NotAudio):
         decode_audio(b"this is a text file, not a song" * 10)
