@@ -258,6 +258,7 @@ class TranscribeRequest(msgspec.Struct, frozen=True, kw_only=True):
     prompt: str | None = None  # text the first window continues (names, spelling, style)
     temperature: float | None = None  # None: Whisper's fallback ladder 0.0, 0.2 … 1.0
     words: bool = False  # word timestamps too (timestamp_granularities: word)
+    max_seconds: float | None = None  # limits.max_audio: longer clips are refused
     client: Client = NO_CLIENT
 
 

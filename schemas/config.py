@@ -152,6 +152,9 @@ class LimitsConfig(Strict):
     max_json_depth: Annotated[int, Meta(ge=2, le=1000)] = 64
     max_images: Annotated[int, Meta(ge=0)] = 8
     max_image_pixels: PositiveInt = 25_000_000
+    # The longest clip the audio routes transcribe: a compressed upload within
+    # max_body_bytes can hold hours; decoding stops here and the request is a 400.
+    max_audio: Duration = "1h"
     # Tool declarations and output schemas of one request, as JSON: checking and compiling
     # them is CPU the whole process shares (the GIL), so their size is bounded.
     max_tool_schema_bytes: ByteSize = "512KiB"

@@ -21,7 +21,7 @@ from engines.errors import BadRequest, SourceError
 from engines.mlx.memory import release_buffers
 from engines.mlx.weights import weight_bytes
 from engines.sources.resolve import check_source, resolve_source
-from engines.speech.audio import NotAudio, decode_audio
+from engines.speech.audio import NotAudio, TooLong, decode_audio
 from engines.speech.whisper import load_whisper, transcribe
 from schemas.canonical import ChatRequest, Output, Transcribed, TranscribeRequest
 from schemas.config import ModelConfig
@@ -104,9 +104,13 @@ class WhisperEngine:
                     f"does not transcribe {request.language!r}; send 'en' or leave it out"
                 )
         try:
-            samples = decode_audio(request.audio)
+            samples = decode_audio(request.audio, request.max_seconds)
         except NotAudio as e:
             raise BadRequest(f"file: {e}") from None
+        except TooLong as e:
+            raise BadRequest(
+                f"file: {e}, the longest clip served here (limits.max_audio); split it"
+            ) from None
         result = transcribe(
             self._model,
             samples,

