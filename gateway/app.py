@@ -24,6 +24,7 @@ from engines.tasks import Tasks
 from gateway import model_list
 from gateway.anthropic import errors as anthropic_errors
 from gateway.anthropic import messages as anthropic_messages
+from gateway.audio import routes as audio_routes
 from gateway.batches import files as batch_files
 from gateway.batches import routes as batch_routes
 from gateway.batches.runner import BatchRunner
@@ -189,6 +190,7 @@ def create_app(
             *ollama_pull.ROUTES,
             *ollama_embed.ROUTES,
             *rerank_routes.ROUTES,
+            *audio_routes.ROUTES,
             *health.ROUTES,
             *admin.ROUTES,
             *admin_batches.ROUTES,

@@ -252,6 +252,20 @@ class RerankRequest(msgspec.Struct, frozen=True, kw_only=True):
     client: Client = NO_CLIENT
 
 
+class TranscribeRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """Speech to text (the audio routes): the uploaded file as sent, bounded by
+    `limits.max_body_bytes` before it is read, decoded on the model's thread."""
+
+    audio: bytes
+    task: Literal["transcribe", "translate"] = "transcribe"  # translate: into English
+    language: str | None = None  # ISO-639-1; None: detected from the first window
+    prompt: str | None = None  # text the first window continues (names, spelling, style)
+    temperature: float | None = None  # None: Whisper's fallback ladder 0.0, 0.2 … 1.0
+    words: bool = False  # word timestamps too (timestamp_granularities: word)
+    max_seconds: float | None = None  # limits.max_audio: longer clips are refused
+    client: Client = NO_CLIENT
+
+
 StopReason = Literal["stop", "length", "stop_string", "tool_calls", "cancelled"]
 
 
@@ -322,6 +336,36 @@ class Reranked(msgspec.Struct, frozen=True, kw_only=True, tag="reranked"):
     seconds: float
 
 
+class TranscriptWord(msgspec.Struct, frozen=True):
+    word: str
+    start: float
+    end: float
+
+
+class TranscriptSegment(msgspec.Struct, frozen=True, kw_only=True):
+    id: int
+    seek: int = 0  # the window's start, in 10 ms frames
+    start: float  # seconds from the clip's start, continuous across Whisper's 30 s windows
+    end: float
+    text: str
+    tokens: list[int] = []
+    temperature: float = 0.0
+    avg_logprob: float = 0.0
+    compression_ratio: float = 0.0
+    no_speech_prob: float = 0.0
+    words: list[TranscriptWord] = []
+
+
+class Transcribed(msgspec.Struct, frozen=True, kw_only=True, tag="transcribed"):
+    text: str
+    language: str
+    segments: list[TranscriptSegment]
+    audio_seconds: float  # the decoded clip's length
+    new_tokens: int  # text tokens the decoder produced
+    seconds: float  # decoding the file and transcribing it
+    prompt_tokens: int = 0  # Whisper reads audio, not tokens: usage counts its seconds
+
+
 Output = (
     TextDelta
     | ReasoningDelta
@@ -332,4 +376,5 @@ Output = (
     | Finished
     | Embedded
     | Reranked
+    | Transcribed
 )

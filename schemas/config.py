@@ -152,6 +152,9 @@ class LimitsConfig(Strict):
     max_json_depth: Annotated[int, Meta(ge=2, le=1000)] = 64
     max_images: Annotated[int, Meta(ge=0)] = 8
     max_image_pixels: PositiveInt = 25_000_000
+    # The longest clip the audio routes transcribe: a compressed upload within
+    # max_body_bytes can hold hours; decoding stops here and the request is a 400.
+    max_audio: Duration = "1h"
     # Tool declarations and output schemas of one request, as JSON: checking and compiling
     # them is CPU the whole process shares (the GIL), so their size is bounded.
     max_tool_schema_bytes: ByteSize = "512KiB"
@@ -402,7 +405,7 @@ WeightsHeld = Literal["auto", "stored"]
 # in a child process with a GIL of its own (engines/llm/isolated.py).
 Isolation = Literal["none", "process"]
 # What an MLX model serves, when its config says (else inferred from its architecture).
-Task = Literal["chat", "embed", "rerank"]
+Task = Literal["chat", "embed", "rerank", "transcribe"]
 # Requests decoded together: `auto` sizes it at load (engines/mlx/sizing.py `streams`), a
 # number fixes it, `1` is strictly serial.
 Concurrency = PositiveInt | Literal["auto"]

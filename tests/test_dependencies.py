@@ -11,7 +11,7 @@ from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parent.parent
 # Libraries the gateway relies on beyond their public API (see the comment in pyproject).
-RELIED_ON_INTERNALS = {"mlx-lm", "uvicorn"}
+RELIED_ON_INTERNALS = {"mlx-lm", "uvicorn", "mlx-audio"}
 
 
 def requirements() -> list[Requirement]:

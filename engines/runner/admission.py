@@ -30,7 +30,7 @@ from engines.base import Engine
 from engines.errors import BadRequest, QueueFull, QueueTimeout
 from engines.job import Job
 from engines.log import emit
-from schemas.canonical import ChatRequest, EmbedRequest, RerankRequest
+from schemas.canonical import ChatRequest, EmbedRequest, RerankRequest, TranscribeRequest
 from schemas.config import ModelConfig, seconds
 from schemas.events import RequestQueued
 
@@ -126,7 +126,9 @@ class AdmissionQueue:
 
 
 def refuse_unable(
-    engine: Engine, model_id: str, request: ChatRequest | EmbedRequest | RerankRequest
+    engine: Engine,
+    model_id: str,
+    request: ChatRequest | EmbedRequest | RerankRequest | TranscribeRequest,
 ) -> None:
     """`BadRequest`, before the request queues, for what the engine cannot do (its
     `capabilities`): a chat for an embedding model, an embedding for a chat model. (Images
@@ -144,9 +146,18 @@ def refuse_unable(
                 "send rerank requests to a `task: rerank` or `task: embed` model"
             )
         return
+    if isinstance(request, TranscribeRequest):
+        if not engine.capabilities.transcribe:
+            raise BadRequest(
+                f"model {model_id!r} is a {engine.capabilities.task} model; it does not "
+                "transcribe audio: send audio to a `task: transcribe` model (Whisper)"
+            )
+        return
     if not engine.capabilities.chat:
         embeds = engine.capabilities.embed
         kind, send = ("an embedding", "embedding") if embeds else ("a reranking", "rerank")
+        if engine.capabilities.transcribe:
+            kind, send = ("a speech-to-text", "audio transcription")
         raise BadRequest(
             f"model {model_id!r} is {kind} model; it does not generate text: "
             f"send it {send} requests"

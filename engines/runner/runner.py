@@ -35,6 +35,8 @@ from schemas.canonical import (
     PromptRead,
     Reranked,
     RerankRequest,
+    Transcribed,
+    TranscribeRequest,
 )
 from schemas.config import ModelConfig
 
@@ -245,7 +247,9 @@ class Runner:
         self._thread.bind(self._loop, context)
         self._loader.bind(self._loop, context, after)
 
-    def submit(self, request: ChatRequest | EmbedRequest | RerankRequest) -> Job:
+    def submit(
+        self, request: ChatRequest | EmbedRequest | RerankRequest | TranscribeRequest
+    ) -> Job:
         """Put a request at the back of the line, or refuse it at once (the admission
         order: engines/runner/admission.py)."""
         if timeline.ON:  # the protocol's handler has read, checked and routed the body
@@ -297,7 +301,7 @@ class Runner:
                 if job.taken is not None:  # back for more: the first token's frame is out
                     job.taken.set()
                     job.taken = None
-                if isinstance(item, Finished | Embedded | Reranked):
+                if isinstance(item, Finished | Embedded | Reranked | Transcribed):
                     return
         finally:
             if job.taken is not None:

@@ -36,6 +36,8 @@ from schemas.canonical import (
     RerankRequest,
     TextDelta,
     ToolCallOutput,
+    Transcribed,
+    TranscribeRequest,
 )
 from schemas.config import ModelConfig, seconds
 from schemas.config_keys import LOCAL
@@ -295,10 +297,14 @@ class ModelThread:
         )
 
     def _admit(self, batch: Batch, job: Job) -> None:
-        if isinstance(job.request, EmbedRequest | RerankRequest):
+        if isinstance(job.request, EmbedRequest | RerankRequest | TranscribeRequest):
             # One call answers it whole: it never joins the batch.
             call = (
-                self._engine.embed if isinstance(job.request, EmbedRequest) else self._engine.rerank
+                self._engine.embed
+                if isinstance(job.request, EmbedRequest)
+                else self._engine.rerank
+                if isinstance(job.request, RerankRequest)
+                else self._engine.transcribe
             )
             try:
                 self._deliver(job, call(job.request))
@@ -324,12 +330,12 @@ class ModelThread:
             and not job.first_token_at
         ):
             job.first_token_at = time.perf_counter()
-        if isinstance(output, Finished | Embedded | Reranked):
+        if isinstance(output, Finished | Embedded | Reranked | Transcribed):
             # Reported even when nobody reads on (client gone): ops see what it cost.
             post(self._report, job, output, context=job.context)
         post(job.spend, output)
         post(job.outputs.put_nowait, output)
-        if isinstance(output, Finished | Embedded | Reranked | Exception):
+        if isinstance(output, Finished | Embedded | Reranked | Transcribed | Exception):
             self._in_batch.discard(job)
             post(self._finished_one)
 
@@ -369,9 +375,19 @@ class ModelThread:
             if isinstance(output, Finished | Exception):
                 self._finished_one()
 
-    def _report(self, job: Job, done: Finished | Embedded | Reranked) -> None:
-        documents = 0
-        if isinstance(done, Embedded | Reranked):
+    def _report(self, job: Job, done: Finished | Embedded | Reranked | Transcribed) -> None:
+        documents, audio_seconds, rtf = 0, 0.0, None
+        if isinstance(done, Transcribed):
+            reason, audio_seconds = "transcribed", round(done.audio_seconds, 3)
+            rtf = round(done.seconds / done.audio_seconds, 4) if done.audio_seconds else None
+            done = Finished(
+                stop_reason="stop",
+                prompt_tokens=0,
+                new_tokens=done.new_tokens,
+                prefill_s=0.0,
+                decode_s=done.seconds,
+            )
+        elif isinstance(done, Embedded | Reranked):
             reason = "embedded" if isinstance(done, Embedded) else "reranked"
             if isinstance(done, Reranked):
                 documents = len(done.scores)
@@ -408,12 +424,17 @@ class ModelThread:
                 drafted_tokens=done.drafted_tokens,
                 accepted_tokens=done.accepted_tokens,
                 documents=documents,
+                audio_seconds=audio_seconds,
+                real_time_factor=rtf,
             )
         )
 
 
-def truncated_messages(request: ChatRequest | EmbedRequest | RerankRequest) -> int:
-    """Messages an overflow policy cut from a chat; an embedding or a rerank has none."""
+def truncated_messages(
+    request: ChatRequest | EmbedRequest | RerankRequest | TranscribeRequest,
+) -> int:
+    """Messages an overflow policy cut from a chat; an embedding, a rerank or a
+    transcription has none."""
     return request.truncated_messages if isinstance(request, ChatRequest) else 0
 
 

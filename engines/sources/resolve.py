@@ -1,6 +1,7 @@
 """Model sources: turn a config's `source:` string into a directory `mlx_lm.load` opens.
 
-Four forms: a directory in MLX/Hugging Face layout, a `.gguf` file (converted once and
+Four forms: a directory in MLX/Hugging Face layout (or a CTranslate2 Whisper directory,
+faster-whisper's `model.bin`, converted once and cached), a `.gguf` file (converted once and
 cached), `package:MODULE/RESOURCE` for a file shipped inside an installed package, and
 `hf:ORG/REPO[/FILE.gguf][@REVISION]` read from the Hugging Face cache (`engines.sources.hub`
 downloads it first: the runner before a load, `gateway pull` ahead of time).
@@ -14,6 +15,8 @@ import os
 from pathlib import Path, PurePosixPath
 
 from engines.errors import SourceError
+from engines.sources.ct2 import check_ct2_dir, convert_ct2
+from engines.sources.ct2_whisper import is_ct2_whisper
 from engines.sources.gguf import convert_gguf
 from engines.sources.gguf_check import check_gguf
 from engines.sources.hub import HUB_PREFIX, locate
@@ -43,6 +46,8 @@ def resolve_source(
     """
     path = check_source(model_id, source, base_dir=base_dir)
     if path.is_dir():
+        if is_ct2_whisper(path):
+            return convert_ct2(model_id, path, cache_dir or default_cache_dir())
         return path
     return convert_gguf(model_id, path, cache_dir or default_cache_dir())
 
@@ -68,7 +73,10 @@ def check_source(model_id: str, source: str, *, base_dir: Path | None = None) ->
     except OSError as e:
         raise SourceError(model_id, str(path), f"unreadable: {e.strerror or e}") from None
     if path.is_dir():
-        check_model_dir(model_id, path)
+        if is_ct2_whisper(path):
+            check_ct2_dir(model_id, path)
+        else:
+            check_model_dir(model_id, path)
     elif not path.is_file():
         raise SourceError(model_id, str(path), "not a regular file or a directory")
     elif path.suffix.lower() != ".gguf" and _magic(model_id, path) != b"GGUF":

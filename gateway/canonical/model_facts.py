@@ -9,8 +9,8 @@ from schemas.config import ModelConfig
 
 
 def task_of(generation: Generation, model: ModelConfig) -> str:
-    """ "embed", "rerank" or "chat": the engine the runner built, which inferred what the
-    config omits."""
+    """ "embed", "rerank", "transcribe" or "chat": the engine the runner built, which
+    inferred what the config omits."""
     runner = generation.runners.get(model.id)
     return runner.engine.capabilities.task if runner else model.task or "chat"
 
@@ -28,8 +28,8 @@ def capabilities(generation: Generation, model: ModelConfig) -> list[str]:
     task = task_of(generation, model)
     if task == "embed":
         return ["embedding"]
-    if task == "rerank":
-        return []  # Ollama names no reranking capability
+    if task in ("rerank", "transcribe"):
+        return []  # Ollama names no reranking or speech capability
     thinking = ["thinking"] if reasons(generation, model) else []
     return [
         "completion",

@@ -7,6 +7,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from schemas.events import CacheCorrupt, CacheEvicted, CacheSaved, Event, Generated
 
+# Jobs answered whole, with no prompt cache to hit or miss.
+NO_PROMPT_CACHE = ("embedded", "reranked", "transcribed")
+
 
 class CacheMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -46,7 +49,7 @@ class CacheMetrics:
 
     def observe(self, event: Event) -> None:
         match event:
-            case Generated(model=model) if event.stop_reason not in ("embedded", "reranked"):
+            case Generated(model=model) if event.stop_reason not in NO_PROMPT_CACHE:
                 tiers = {"ram": event.reused_ram_tokens, "disk": event.reused_disk_tokens}
                 for tier, tokens in tiers.items():
                     if tokens:

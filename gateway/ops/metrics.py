@@ -88,6 +88,15 @@ class Metrics:
             "gateway_draft_acceptance_ratio", "Accepted over drafted tokens since start",
             ["model"], **labelled,
         )  # fmt: skip
+        # Speech to text: the clips' length, and the time spent on them (their ratio is
+        # the real-time factor).
+        self.audio_seconds = Counter(
+            "gateway_audio_seconds", "Seconds of audio transcribed", ["model"], **labelled
+        )
+        self.audio_busy_seconds = Counter(
+            "gateway_audio_transcribe_seconds", "Seconds spent decoding and transcribing audio",
+            ["model"], **labelled,
+        )  # fmt: skip
         self.ttft = Histogram(
             "gateway_time_to_first_token_seconds", "From admission to the first token",
             ["model"], buckets=TTFT_BUCKETS, **labelled,
@@ -167,6 +176,9 @@ class Metrics:
                 self.generated_tokens.labels(model).inc(event.new_tokens)
                 if event.ttft_s is not None:
                     self.ttft.labels(model).observe(event.ttft_s)
+                if event.audio_seconds:
+                    self.audio_seconds.labels(model).inc(event.audio_seconds)
+                    self.audio_busy_seconds.labels(model).inc(event.decode_s)
                 if event.drafted_tokens:
                     self._speculated(model, event.drafted_tokens, event.accepted_tokens)
                 recent = self._recent.setdefault(model, deque(maxlen=RECENT_RUNS))

@@ -51,6 +51,10 @@ class Generated(Event, tag="generated"):
     drafted_tokens: int = 0  # speculation: tokens proposed by the draft
     accepted_tokens: int = 0  # speculation: of those, the ones decoding kept
     documents: int = 0  # a rerank: the documents scored (stop_reason "reranked")
+    # Speech to text (stop_reason "transcribed"): the clip's length, and the real-time
+    # factor, seconds spent per second of audio (below 1: faster than it plays).
+    audio_seconds: float = 0.0
+    real_time_factor: float | None = None
 
 
 class OptionsIgnored(Event, tag="options_ignored"):

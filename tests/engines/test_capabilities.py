@@ -12,6 +12,7 @@ from engines.llm.isolated import IsolatedEngine
 from engines.process.engine import ProcessEngine
 from engines.rerank.engine import RerankEngine
 from engines.scripted import ScriptedEngine
+from engines.speech.engine import WhisperEngine
 from engines.upstream.engine import UpstreamEngine
 from engines.vision.engine import VisionEngine
 
@@ -26,6 +27,7 @@ DECLARED = [
     (ProcessEngine, Capabilities(chat=True)),
     (EmbeddingEngine, Capabilities(chat=False, embed=True, rerank=True)),
     (RerankEngine, Capabilities(chat=False, rerank=True)),
+    (WhisperEngine, Capabilities(chat=False, transcribe=True)),
 ]
 
 
@@ -43,6 +45,7 @@ def test_each_engine_declares_what_it_does(engine, capabilities):
 def test_an_engine_embeds_and_reranks_only_where_it_declares_it(engine, capabilities):
     assert hasattr(engine, "embed") == capabilities.embed
     assert hasattr(engine, "rerank") == capabilities.rerank
+    assert hasattr(engine, "transcribe") == capabilities.transcribe
     if capabilities.chat:
         assert all(hasattr(engine, name) for name in CHAT)
     else:

