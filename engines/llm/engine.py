@@ -100,6 +100,7 @@ class MLXEngine:
             config, self._platform, self._base_dir, self._draft_config, memory_left, self._loader
         )
         self._model, self._tokenizer, self._draft = loaded.model, loaded.tokenizer, loaded.draft
+        self.experts = loaded.experts  # the cached experts (`experts:`), or None
         self.parked_bytes, self.parked_draft_bytes = loaded.parked_bytes, loaded.parked_draft_bytes
         self._preparer = Preparer(config, loaded.model, loaded.tokenizer, loaded.context)
         self.disk, disk_detail = self._open_disk(loaded.model, loaded.path, loaded.held)
@@ -113,6 +114,7 @@ class MLXEngine:
                 "kv_bytes_per_token": str(loaded.per_token),
                 **decoding_detail(config, self.parked_bytes, loaded.draft_weights),
                 "disk_cache": disk_detail,
+                **experts_detail(loaded),
             },
         )
 
