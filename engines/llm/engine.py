@@ -10,7 +10,7 @@ from pathlib import Path
 from engines.base import Capabilities, LoadInfo
 from engines.batch import Batch, SerialBatch
 from engines.cache import CacheDir
-from engines.llm.loading import decoding_detail, load_text
+from engines.llm.loading import decoding_detail, experts_detail, load_text
 from engines.llm.prepared import Prepared, Preparer
 from engines.mlx.cache.blocks import model_layout
 from engines.mlx.cache.disk import BLOCK_TOKENS, DiskKV, cacheable, min_tokens, why_off
