@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import msgspec
+
 from engines.base import Capabilities, LoadInfo
 from engines.batch import Batch, SerialBatch
 from engines.cache import CacheDir
@@ -18,6 +20,7 @@ from engines.mlx.cache.prefix import reuse_min_tokens
 from engines.mlx.facts import source_chat_template
 from engines.mlx.logprobs import logprobs_of
 from engines.mlx.memory import release_buffers
+from engines.mlx.sizing import streams_detail
 from engines.mlx.stream import StreamRun
 from engines.mlx.weights import FLOAT32_EXPANSION
 from engines.platform import PlatformPath
@@ -45,6 +48,7 @@ class MLXEngine:
         *,
         loader: Callable[[Path], tuple] | None = None,
     ) -> None:
+        self._declared = model  # as models.yaml says; `_config` as the last load resolved it
         self._config = model
         self._disk_dir = disk
         self.disk: DiskKV | None = None  # the KV cache's disk tier, while loaded
@@ -58,6 +62,7 @@ class MLXEngine:
         self._model = self._tokenizer = self._draft = None
         self.parked_bytes = 0  # the byte limit of the parked sessions' KV caches
         self.parked_draft_bytes = 0  # and of their draft model's caches (`draft:`)
+        self.experts = None  # the cached experts (`experts:`, an ExpertSet), while loaded
 
     @property
     def platform(self) -> PlatformPath:
@@ -81,13 +86,28 @@ class MLXEngine:
         """The sources' size on disk (the draft model's too), times the float32 expansion
         where the CPU path does it."""
         float32 = self._platform.weights == "float32"
+        expansion = FLOAT32_EXPANSION if float32 and self._config.weights == "auto" else 1
         # The bfloat16 copy (CUDA) is taken only where the memory left affords it (`load`).
-        total = self._on_disk(self._config) * (
-            FLOAT32_EXPANSION if float32 and self._config.weights == "auto" else 1
-        )
+        if self._config.experts is not None:
+            total = self._estimate_with_experts(expansion)
+        else:
+            total = self._on_disk(self._config) * expansion
         if self._draft_config is not None:  # a draft is expanded on the CPU whatever its keys
             total += self._on_disk(self._draft_config) * (FLOAT32_EXPANSION if float32 else 1)
         return total
+
+    def _estimate_with_experts(self, expansion: int) -> int:
+        """`experts:`: the dense tensors (expanded as the others) and the resident experts
+        (kept as stored), `auto` counting one a layer, the least it loads with."""
+        from engines.mlx.experts.files import stored_split
+
+        path = check_source(self._config.id, self._config.source, base_dir=self._base_dir)
+        if path.is_file():  # a GGUF: converted at load, where `experts` is checked
+            return path.stat().st_size * expansion
+        dense, stacked, experts = stored_split(self._config.id, path)
+        resident = self._config.experts.resident
+        share = 1 if resident == "auto" else min(int(resident), experts or 1)
+        return dense * expansion + stacked * share // max(experts, 1)
 
     def _on_disk(self, config: ModelConfig) -> int:
         path = check_source(config.id, config.source, base_dir=self._base_dir)
@@ -95,10 +115,16 @@ class MLXEngine:
         return sum(f.stat().st_size for f in files)
 
     def load(self, memory_left: int | None = None) -> LoadInfo:
-        config = self._config
         loaded = load_text(
-            config, self._platform, self._base_dir, self._draft_config, memory_left, self._loader
+            self._declared,
+            self._platform,
+            self._base_dir,
+            self._draft_config,
+            memory_left,
+            self._loader,
         )
+        # What this load resolved (`concurrency: auto`) is what the batch and preparer read.
+        config = self._config = msgspec.structs.replace(self._declared, concurrency=loaded.streams)
         self._model, self._tokenizer, self._draft = loaded.model, loaded.tokenizer, loaded.draft
         self.experts = loaded.experts  # the cached experts (`experts:`), or None
         self.parked_bytes, self.parked_draft_bytes = loaded.parked_bytes, loaded.parked_draft_bytes
@@ -108,11 +134,15 @@ class MLXEngine:
             memory_bytes=loaded.memory_bytes,
             context=loaded.context,
             trained_context=loaded.trained,
+            concurrency=loaded.streams,
             detail={
                 "path": str(loaded.path),
                 "weights": loaded.held,
                 "kv_bytes_per_token": str(loaded.per_token),
                 **decoding_detail(config, self.parked_bytes, loaded.draft_weights),
+                "concurrency": streams_detail(
+                    self._declared.concurrency, loaded.streams, self._platform.device
+                ),
                 "disk_cache": disk_detail,
                 **experts_detail(loaded),
             },
@@ -233,6 +263,9 @@ class MLXEngine:
             self._preparer.close()
         self._model = self._tokenizer = self._draft = None
         self._preparer = None
+        if self.experts is not None:  # the expert files' descriptors
+            self.experts.close()
+            self.experts = None
         release_buffers()
 
     def _open_disk(self, model, path: Path, held: str) -> tuple[DiskKV | None, str]:

@@ -151,3 +151,24 @@ class ExpertReader:
             for fd in self._fds.values():
                 os.close(fd)
             self._fds.clear()
+
+
+def stored_split(model_id: str, model_dir: Path) -> tuple[int, int, int]:
+    """From the headers alone (nothing loaded): the bytes of the dense tensors, of the stacked
+    expert tensors, and the experts a layer stacks. A stacked expert tensor is told by its
+    name as mlx-lm saves it (`...switch_mlp...` or `...experts...`, three dimensions or more);
+    the loaded model's own modules decide at load (`install_experts`), this only estimates."""
+    dense = stacked = experts = 0
+    for file in sorted(model_dir.glob("*.safetensors")):
+        header, _ = read_header(model_id, file)
+        for name, entry in header.items():
+            if name == "__metadata__":
+                continue
+            begin, end = entry["data_offsets"]
+            parts = name.split(".")
+            if len(entry["shape"]) >= 3 and ("switch_mlp" in parts or "experts" in parts):
+                stacked += end - begin
+                experts = max(experts, entry["shape"][0])
+            else:
+                dense += end - begin
+    return dense, stacked, experts
