@@ -204,8 +204,7 @@ def experts_detail(loaded: Loaded) -> dict:
     return {
         "dense_bytes": str(loaded.dense_weights),
         "expert_bytes_on_disk": str(experts.disk_bytes),
-        "experts_resident": f"{experts.resident} of {experts.experts} per layer "
-        f"({experts.policy})",
+        "experts_resident": f"{experts.resident} of {experts.experts} per layer ({experts.policy})",
         "experts_resident_bytes": str(experts.resident_bytes),
     }
 

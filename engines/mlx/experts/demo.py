@@ -34,7 +34,9 @@ SHAPES = {
 }
 
 
-def make_moe(root: Path, shape: str = "tiny", dtype: str = "float32", bits: int | None = None) -> Path:
+def make_moe(
+    root: Path, shape: str = "tiny", dtype: str = "float32", bits: int | None = None
+) -> Path:
     """The model directory `root/<shape>-<dtype>[-q<bits>]`, built once (a complete one is
     kept). `bits`: experts and dense layers quantized as mlx_lm.convert does."""
     import mlx.core as mx

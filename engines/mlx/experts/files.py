@@ -126,7 +126,9 @@ class ExpertReader:
         import numpy as np
 
         try:
-            raw = os.pread(self._fd(record.file), record.stride, record.start + expert * record.stride)
+            raw = os.pread(
+                self._fd(record.file), record.stride, record.start + expert * record.stride
+            )
         except OSError as error:
             raise SourceError(
                 self.model_id, str(record.file), f"expert file unreadable: {error.strerror}"

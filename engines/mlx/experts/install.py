@@ -57,7 +57,9 @@ class ExpertSet:
     @property
     def resident_bytes(self) -> int:
         """What the resident experts take at most (the budget's count)."""
-        return sum(layer.expert_bytes * min(layer.cache.capacity, layer.experts) for layer in self.layers)
+        return sum(
+            layer.expert_bytes * min(layer.cache.capacity, layer.experts) for layer in self.layers
+        )
 
     def resize(self, resident: int) -> None:
         for layer in self.layers:
@@ -75,9 +77,7 @@ def install_experts(model_id: str, model, model_dir: Path, resident: int, policy
 
     found = switch_modules(model)
     names = {
-        f"{path}.{leaf}"
-        for path, module in found
-        for leaf, _ in tree_flatten(module.parameters())
+        f"{path}.{leaf}" for path, module in found for leaf, _ in tree_flatten(module.parameters())
     }
     records = expert_records(model_id, model_dir, names)
     reader = ExpertReader(model_id)
