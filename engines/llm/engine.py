@@ -99,12 +99,14 @@ class MLXEngine:
     def _estimate_with_experts(self, expansion: int) -> int:
         """`experts:`: the dense tensors (expanded as the others) and the resident experts
         (kept as stored), `auto` counting one a layer, the least it loads with."""
-        from engines.mlx.experts.files import stored_split
+        from engines.mlx.experts.files import quantized_config, stored_split
 
         path = check_source(self._config.id, self._config.source, base_dir=self._base_dir)
         if path.is_file():  # a GGUF: converted at load, where `experts` is checked
             return path.stat().st_size * expansion
         dense, stacked, experts = stored_split(self._config.id, path)
+        if not quantized_config(path):  # float weights are held as they are
+            expansion = 1
         resident = self._config.experts.resident
         share = 1 if resident == "auto" else min(int(resident), experts or 1)
         return dense * expansion + stacked * share // max(experts, 1)

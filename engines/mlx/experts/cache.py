@@ -14,22 +14,24 @@ POLICIES = ("lru", "lfu")
 
 @dataclass
 class Counts:
-    """Expert look-ups since load: routed experts found resident, read from disk, and the
-    bytes those reads took."""
+    """Expert look-ups since load: routed experts found resident, read from disk, the
+    bytes those reads took, and the resident experts dropped to make room."""
 
     hits: int = 0
     misses: int = 0
     bytes_read: int = 0
+    evictions: int = 0
 
     def since(self, before: Counts) -> Counts:
         return Counts(
             self.hits - before.hits,
             self.misses - before.misses,
             self.bytes_read - before.bytes_read,
+            self.evictions - before.evictions,
         )
 
     def copy(self) -> Counts:
-        return Counts(self.hits, self.misses, self.bytes_read)
+        return Counts(self.hits, self.misses, self.bytes_read, self.evictions)
 
     @property
     def hit_rate(self) -> float | None:
@@ -78,16 +80,17 @@ class ExpertCache:
             else:
                 counts.misses += 1
                 value = self._load(expert)
-                self._keep(expert, value, step)
+                self._keep(expert, value, step, counts)
             values.append(value)
         return values
 
-    def _keep(self, expert: int, value: object, step: set[int]) -> None:
+    def _keep(self, expert: int, value: object, step: set[int], counts: Counts) -> None:
         if len(self._held) >= self.capacity:
             victim = self._victim(step)
             if victim is None:
                 return  # every resident expert is routed in this step
             del self._held[victim]
+            counts.evictions += 1
         self._held[expert] = value
 
     def _victim(self, step: set[int]) -> int | None:

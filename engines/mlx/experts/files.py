@@ -174,3 +174,12 @@ def stored_split(model_id: str, model_dir: Path) -> tuple[int, int, int]:
             else:
                 dense += end - begin
     return dense, stacked, experts
+
+
+def quantized_config(model_dir: Path) -> bool:
+    """Whether the directory's config.json says its weights are quantized (mlx_lm.convert)."""
+    try:
+        config = json.loads((model_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and bool(config.get("quantization"))

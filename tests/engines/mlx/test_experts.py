@@ -79,7 +79,7 @@ def test_lru_drops_the_least_recently_routed_and_lfu_the_least_often():
     for step in ([0], [1], [0], [2]):  # 1 is the least recent when 2 comes
         lru.fetch(step, counts)
     assert sorted(lru.resident) == [0, 2]
-    assert (counts.hits, counts.misses) == (1, 3)
+    assert (counts.hits, counts.misses, counts.evictions) == (1, 3, 1)
     lfu = ExpertCache(2, "lfu", lambda e: e)
     for step in ([0], [0], [1], [2], [3]):  # 0 was routed twice: it stays
         lfu.fetch(step, Counts())

@@ -1,0 +1,83 @@
+"""`experts:` through the real gateway over HTTP (openai SDK): a test-built MoE whose weights
+exceed the memory budget serves with only some experts of each layer resident (`auto` sized
+from the budget), and its greedy answers are the fully loaded model's; `model_attached` and
+`/metrics` say what is resident and how the cache fared."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import pytest
+from conftest import serving
+
+from engines.mlx.experts.demo import make_moe
+
+PROMPTS = ["Tell me about cats.", "What is the capital of France?", "Write a haiku on rain."]
+BUDGET = 24 * 1024 * 1024  # the dense weights, the KV caches and a few experts a layer
+
+
+@pytest.fixture(scope="module")
+def moe(tmp_path_factory):
+    return make_moe(tmp_path_factory.mktemp("moe"))
+
+
+def greedy(gateway, model: str) -> list[str]:
+    client = gateway.openai()
+    return [
+        client.chat.completions.create(
+            model=model,
+            messages=[{"role": "user", "content": prompt}],
+            temperature=0,
+            max_tokens=20,
+        )
+        .choices[0]
+        .message.content
+        for prompt in PROMPTS
+    ]
+
+
+@pytest.fixture(scope="module")
+def whole(moe, tmp_path_factory):
+    config = f"""
+    models:
+      - id: moe
+        source: {moe}
+        context: {{max: 512}}
+    """
+    with serving(tmp_path_factory.mktemp("whole"), config) as gateway:
+        attached = gateway.events("model_attached", model="moe")[-1]
+        return {"answers": greedy(gateway, "moe"), "memory": attached["memory_bytes"]}
+
+
+def test_a_moe_bigger_than_the_budget_answers_as_the_whole_model(moe, whole, tmp_path):
+    config = f"""
+    server: {{memory_budget: {BUDGET // 1024}KiB}}
+    models:
+      - id: moe
+        source: {moe}
+        context: {{max: 512}}
+        experts: {{resident: auto, policy: lru}}
+    """
+    assert whole["memory"] > BUDGET  # loaded whole, it would not fit
+    with serving(tmp_path, config) as gateway:
+        attached = gateway.events("model_attached", model="moe")[-1]
+        detail = attached["detail"]
+        resident = int(detail["experts_resident"].split(" of ")[0])
+        assert 1 <= resident < 32 and detail["experts_resident"].endswith("of 32 per layer (lru)")
+        assert attached["memory_bytes"] <= BUDGET
+        assert int(detail["dense_bytes"]) + int(detail["expert_bytes_on_disk"]) > BUDGET
+        assert greedy(gateway, "moe") == whole["answers"]
+        metrics = httpx.get(f"{gateway.url}/metrics").text
+
+    def value(name: str) -> float:
+        found = re.search(rf'^{name}{{model="moe"}} (\S+)$', metrics, re.M)
+        assert found, f"{name} missing from /metrics"
+        return float(found.group(1))
+
+    assert value("gateway_experts_resident") == resident
+    assert value("gateway_experts_misses_total") > 0
+    assert value("gateway_experts_hits_total") > 0
+    assert value("gateway_experts_read_bytes_total") > 0
+    assert value("gateway_experts_evictions_total") > 0
+    assert 0 < value("gateway_experts_hit_ratio") < 1
