@@ -51,6 +51,11 @@ class Generated(Event, tag="generated"):
     drafted_tokens: int = 0  # speculation: tokens proposed by the draft
     accepted_tokens: int = 0  # speculation: of those, the ones decoding kept
     documents: int = 0  # a rerank: the documents scored (stop_reason "reranked")
+    # `experts:`: routed experts found resident, read from disk, and the bytes read, between
+    # the request's start and end (requests decoded together share their steps' look-ups).
+    expert_hits: int = 0
+    expert_misses: int = 0
+    expert_bytes_read: int = 0
 
 
 class OptionsIgnored(Event, tag="options_ignored"):
