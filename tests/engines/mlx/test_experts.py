@@ -201,3 +201,27 @@ def test_a_dense_model_is_refused_experts_by_name():
     with pytest.raises(ModelUnavailable) as refused:
         install_cache(config, model, None)
     assert "routes no experts" in str(refused.value) and "remove `experts`" in str(refused.value)
+
+
+def test_quantized_experts_stay_quantized_and_answer_alike(tmp_path_factory):
+    from mlx_lm.models.switch_layers import QuantizedSwitchLinear
+
+    quantized = make_moe(tmp_path_factory.mktemp("moe-q4"), bits=4)
+    whole, _ = engine(quantized)
+    part, info = engine(quantized, experts={"resident": 4})
+    assert isinstance(part.experts.layers[0].shell.up_proj, QuantizedSwitchLinear)
+    assert set(part.experts.layers[0].leaves) >= {"up_proj.scales", "up_proj.biases"}
+    assert alone(part, PROMPTS[0]) == alone(whole, PROMPTS[0])
+    assert answers(part) == answers(whole)
+    assert part.experts.counts.misses > 0
+
+
+def test_the_identity_above_can_fail_a_wrong_expert_changes_the_answers(moe, full):
+    """The test-built model is scaled so experts steer its answers: one layer reading its
+    neighbour expert in place of the routed one answers otherwise."""
+    assert all(len(set(answer)) > 2 for answer in full["batched"])  # varied, not one token
+    loaded, _ = engine(moe, experts={"resident": 4})
+    layer = loaded.experts.layers[0]
+    right = layer._read
+    layer.cache._load = lambda expert: right((expert + 1) % layer.experts)
+    assert answers(loaded) != full["batched"]
