@@ -6,6 +6,7 @@ from the budget), and its greedy answers are the fully loaded model's; `model_at
 from __future__ import annotations
 
 import re
+import textwrap
 
 import httpx
 import pytest
@@ -87,3 +88,52 @@ def test_a_moe_bigger_than_the_budget_answers_as_the_whole_model(moe, whole, tmp
     assert value("gateway_experts_read_bytes_total") > 0
     assert value("gateway_experts_evictions_total") > 0
     assert 0 < value("gateway_experts_hit_ratio") < 1
+
+
+def test_a_reload_changing_resident_drops_no_request(moe, whole, tmp_path):
+    import threading
+
+    def config(resident: int) -> str:
+        return f"""
+        models:
+          - id: moe
+            source: {moe}
+            context: {{max: 512}}
+            experts: {{resident: {resident}}}
+        """
+
+    with serving(tmp_path, config(4)) as gateway:
+        client = gateway.openai()
+        first_chunk = threading.Event()
+        streamed: dict = {"text": "", "finish": None}
+
+        def stream() -> None:
+            for chunk in client.chat.completions.create(
+                model="moe",
+                messages=[{"role": "user", "content": PROMPTS[0]}],
+                temperature=0,
+                max_tokens=300,
+                stream=True,
+            ):
+                choice = chunk.choices[0] if chunk.choices else None
+                if choice and choice.delta.content:
+                    streamed["text"] += choice.delta.content
+                    first_chunk.set()
+                if choice and choice.finish_reason:
+                    streamed["finish"] = choice.finish_reason
+
+        reader = threading.Thread(target=stream)
+        reader.start()
+        assert first_chunk.wait(60)
+        (tmp_path / "models.yaml").write_text(textwrap.dedent(config(8)))
+        assert streamed["finish"] is None  # still streaming when the reload begins
+        assert httpx.post(f"{gateway.url}/admin/reload", timeout=120).status_code == 200
+        reader.join(120)
+        # The stream begun under resident 4 ran to its end (nothing dropped or cut short).
+        assert streamed["finish"] in ("length", "stop") and streamed["text"]
+        first = gateway.events("generated", model="moe")[0]
+        assert first["stop_reason"] in ("length", "stop") and first["new_tokens"] > 20
+        gateway.wait_event("config_reloaded", timeout=60)
+        attached = gateway.wait_events("model_attached", 2, timeout=60, model="moe")[-1]
+        assert attached["detail"]["experts_resident"] == "8 of 32 per layer (lru)"
+        assert greedy(gateway, "moe") == whole["answers"]
