@@ -225,3 +225,25 @@ def test_the_identity_above_can_fail_a_wrong_expert_changes_the_answers(moe, ful
     right = layer._read
     layer.cache._load = lambda expert: right((expert + 1) % layer.experts)
     assert answers(loaded) != full["batched"]
+
+
+def test_the_memory_held_stays_within_what_the_budget_counts(moe, full):
+    """MLX's own count of the memory it holds (CPU too): after decoding, the dense weights,
+    the resident experts and the KV caches, within `memory_bytes`; at its peak (a step's
+    stacks and activations) still less than the whole model's weights."""
+    import gc
+
+    import mlx.core as mx
+
+    gc.collect()
+    mx.clear_cache()
+    before = mx.get_active_memory()
+    loaded, info = engine(moe, experts={"resident": 4})
+    mx.reset_peak_memory()
+    answers(loaded)
+    held = mx.get_active_memory() - before
+    peak = mx.get_peak_memory() - before
+    whole_weights = int(info.detail["dense_bytes"]) + int(info.detail["expert_bytes_on_disk"])
+    assert int(info.detail["dense_bytes"]) + loaded.experts.resident_bytes <= held
+    assert held <= info.memory_bytes
+    assert peak < whole_weights
