@@ -14,12 +14,31 @@ from engines.base import EngineState
 from gateway.control.registry import Registry
 
 
+def loaded_experts(runner):
+    """The ExpertSet of a loaded model holding experts partly on disk, or None."""
+    experts = getattr(runner.engine, "experts", None)
+    return experts if runner.state is EngineState.READY else None
+
+
 def expert_sets(registry: Registry) -> Iterator[tuple[str, object]]:
     """(model, ExpertSet) of every loaded model holding experts partly on disk."""
     for model, runner in registry.current.runners.items():
-        experts = getattr(runner.engine, "experts", None)
-        if runner.state is EngineState.READY and experts is not None:
+        if (experts := loaded_experts(runner)) is not None:
             yield model, experts
+
+
+def experts_row(runner) -> dict | None:
+    """What the ops page shows of a model's expert cache, or None (no `experts:`)."""
+    experts = loaded_experts(runner)
+    if experts is None:
+        return None
+    rate = experts.counts.hit_rate
+    return {
+        "resident": experts.resident,
+        "experts": experts.experts,
+        "resident_bytes": experts.resident_bytes,
+        "hit_rate": None if rate is None else round(rate, 4),
+    }
 
 
 class ExpertMetrics(Collector):

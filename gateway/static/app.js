@@ -106,7 +106,12 @@ function renderModels(models) {
     for (const alias of model.aliases) aliases.append(el("span", { className: "alias" }, alias));
     cell(row, model.queue_depth, "num");
     cell(row, model.running, "num");
-    cell(row, bytes(model.memory_bytes), "num");
+    const memory = cell(row, bytes(model.memory_bytes), "num");
+    if (model.experts) {
+      // `experts:`: the experts resident per layer, and the share of routed ones found resident.
+      const hits = model.experts.hit_rate == null ? "–" : `${(model.experts.hit_rate * 100).toFixed(1)} % hits`;
+      memory.append(el("span", { className: "alias" }, `experts ${model.experts.resident}/${model.experts.experts}, ${hits}`));
+    }
     const td = row.insertCell();
     td.className = "admin-only";
     if (view.admin) td.append(controls(model)); // not only hidden: never built for a key

@@ -70,6 +70,7 @@ def test_a_moe_bigger_than_the_budget_answers_as_the_whole_model(moe, whole, tmp
         assert int(detail["dense_bytes"]) + int(detail["expert_bytes_on_disk"]) > BUDGET
         assert greedy(gateway, "moe") == whole["answers"]
         metrics = httpx.get(f"{gateway.url}/metrics").text
+        row = httpx.get(f"{gateway.url}/ui/api/models").json()["models"][0]
         generated = gateway.wait_events("generated", len(PROMPTS), model="moe")
     # Each request says the look-ups of its own steps (they ran one after another here).
     assert all(g["expert_misses"] > 0 and g["expert_bytes_read"] > 0 for g in generated)
@@ -81,6 +82,9 @@ def test_a_moe_bigger_than_the_budget_answers_as_the_whole_model(moe, whole, tmp
         return float(found.group(1))
 
     assert value("gateway_experts_resident") == resident
+    # The ops page's row says the same (resident per layer, hit rate).
+    assert row["experts"]["resident"] == resident and row["experts"]["experts"] == 32
+    assert row["experts"]["hit_rate"] == value("gateway_experts_hit_ratio")
     # Since load: the requests' look-ups, and those of steps outside any (mlx-lm decodes one
     # token ahead, so a step past a request's last token may end after its `generated`).
     assert value("gateway_experts_misses_total") >= sum(g["expert_misses"] for g in generated)
