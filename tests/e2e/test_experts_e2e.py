@@ -24,18 +24,23 @@ def moe(tmp_path_factory):
 
 
 def greedy(gateway, model: str) -> list[str]:
+    """The answers to PROMPTS, then a second turn on the first (its prompt continues the
+    first conversation's: the parked KV cache is reused)."""
     client = gateway.openai()
-    return [
-        client.chat.completions.create(
-            model=model,
-            messages=[{"role": "user", "content": prompt}],
-            temperature=0,
-            max_tokens=20,
+
+    def ask(messages: list[dict]) -> str:
+        reply = client.chat.completions.create(
+            model=model, messages=messages, temperature=0, max_tokens=20
         )
-        .choices[0]
-        .message.content
-        for prompt in PROMPTS
+        return reply.choices[0].message.content
+
+    answers = [ask([{"role": "user", "content": prompt}]) for prompt in PROMPTS]
+    turn = [
+        {"role": "user", "content": PROMPTS[0]},
+        {"role": "assistant", "content": answers[0]},
+        {"role": "user", "content": "And dogs?"},
     ]
+    return [*answers, ask(turn)]
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +76,8 @@ def test_a_moe_bigger_than_the_budget_answers_as_the_whole_model(moe, whole, tmp
         assert greedy(gateway, "moe") == whole["answers"]
         metrics = httpx.get(f"{gateway.url}/metrics").text
         row = httpx.get(f"{gateway.url}/ui/api/models").json()["models"][0]
-        generated = gateway.wait_events("generated", len(PROMPTS), model="moe")
+        generated = gateway.wait_events("generated", len(PROMPTS) + 1, model="moe")
+    assert generated[-1]["reused_prefix_tokens"] > 0  # the second turn reused the first's KV
     # Each request says the look-ups of its own steps (they ran one after another here).
     assert all(g["expert_misses"] > 0 and g["expert_bytes_read"] > 0 for g in generated)
     assert all(g["expert_hits"] + g["expert_misses"] > 0 for g in generated)
