@@ -247,3 +247,10 @@ def test_the_memory_held_stays_within_what_the_budget_counts(moe, full):
     assert int(info.detail["dense_bytes"]) + loaded.experts.resident_bytes <= held
     assert held <= info.memory_bytes
     assert peak < whole_weights
+
+
+def test_a_fixed_resident_count_that_does_not_fit_is_refused_with_the_numbers(moe):
+    with pytest.raises(ContextTooLarge) as refused:
+        engine(moe, 16_000_000, experts={"resident": 32}, concurrency=1)
+    # The weights counted are the dense ones (0.01 GiB) and all 32 experts a layer resident.
+    assert "after 0.04 GiB of weights" in str(refused.value)
