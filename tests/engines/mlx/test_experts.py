@@ -254,3 +254,16 @@ def test_a_fixed_resident_count_that_does_not_fit_is_refused_with_the_numbers(mo
         engine(moe, 16_000_000, experts={"resident": 32}, concurrency=1)
     # The weights counted are the dense ones (0.01 GiB) and all 32 experts a layer resident.
     assert "after 0.04 GiB of weights" in str(refused.value)
+
+
+def test_an_expert_file_cut_short_while_serving_is_named_in_the_error(moe, tmp_path):
+    damaged = tmp_path / "damaged"
+    shutil.copytree(moe, damaged)
+    loaded, _ = engine(damaged, experts={"resident": 1})
+    weights = damaged / "model.safetensors"
+    with open(weights, "r+b") as handle:  # the experts stacked last are gone
+        handle.truncate(weights.stat().st_size // 2)
+    with pytest.raises(SourceError) as error:
+        for prompt in PROMPTS:
+            alone(loaded, prompt)
+    assert str(weights) in str(error.value) and "truncated" in str(error.value)
