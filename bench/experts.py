@@ -6,11 +6,12 @@ loaded whole, at 1 and 8 streams, with the expert cache's hit rate.
 
 The model is the test-built qwen3_moe (engines/mlx/experts/demo.py: seeded random weights,
 experts most of its bytes, a router skewed as trained ones are), built once in a temporary
-directory. Each level is a gateway of its own on the same model directory (`experts:
-{resident: N, policy: lru}`, or no `experts:` for the whole model), warmed by one request;
-then `--rounds` rounds of one stream alone and of 8 streams together, each stream
-`--tokens` greedy tokens of a prompt of its own. Figures are medians over the rounds'
-streams, the spread the lowest and highest round median; the hit rate is the cache's own
+directory. The whole model's gateway (no `experts:`) stays up through the run; each level
+is a gateway of its own on the same model directory (`experts: {resident: N, policy:
+lru}`), warmed by one request; then `--rounds` rounds of one stream alone and of 8 streams
+together, each stream `--tokens` greedy tokens of a prompt of its own, each round run on the
+level's gateway and then on the whole model's, so a ratio compares rounds that met the same
+load. Figures are medians over the rounds' streams; the hit rate is the cache's own
 count (`/metrics` `gateway_experts_hits_total` and `_misses_total`) over the measured
 requests. On the CPU the files are in the page cache after the first read: a miss costs a
 `pread` and a copy, not a disk's latency; a GPU run under a budget below the weights is
@@ -71,23 +72,39 @@ async def burst(url: str, streams: int, tokens: int, offset: int):
         return await asyncio.gather(*(astream_chat(client, url, body) for body in bodies))
 
 
-def level(model_dir: Path, resident: int | None, tokens: int, rounds: int) -> dict:
+def one_round(gateway: Gateway, streams: int, tokens: int, offset: int) -> tuple:
+    """(median decode tok/s, median TTFT s) of one round of `streams` streams."""
+    timings = asyncio.run(burst(gateway.url, streams, tokens, offset))
+    return median([t.decode_tps for t in timings]), median([t.ttft for t in timings])
+
+
+def level(whole: Gateway, model_dir: Path, resident: int, tokens: int, rounds: int) -> dict:
+    """Rounds on this level's gateway and on the whole model's, alternated (both meet the
+    same load on a shared machine); the ratio is taken round by round."""
     with Gateway(config(model_dir, resident), "experts") as gateway:
         asyncio.run(burst(gateway.url, 1, 8, 0))  # warm: the first step's allocations
         before = counts(gateway)
         out = {}
         for streams in (1, 8):
-            tps, ttft = [], []
+            mine, base, ratios = [], [], []
             for r in range(rounds):
-                timings = asyncio.run(burst(gateway.url, streams, tokens, r))
-                tps.append(median([t.decode_tps for t in timings]))
-                ttft.append(median([t.ttft for t in timings]))
-            out[streams] = (median(tps), min(tps), max(tps), median(ttft))
+                got = one_round(gateway, streams, tokens, r)
+                ref = one_round(whole, streams, tokens, r)
+                mine.append(got)
+                base.append(ref)
+                if got[0] and ref[0]:
+                    ratios.append(got[0] / ref[0])
+            out[streams] = {
+                "tps": median([m[0] for m in mine]),
+                "ttft": median([m[1] for m in mine]),
+                "base_tps": median([b[0] for b in base]),
+                "base_ttft": median([b[1] for b in base]),
+                "ratio": median(ratios),
+                "spread": (min(ratios), max(ratios)) if ratios else (None, None),
+            }
         hits, misses = (a - b for a, b in zip(counts(gateway), before, strict=True))
         out["hit_rate"] = hits / (hits + misses) if hits + misses else None
-        attached = gateway.events("model_attached")[-1]
-        out["memory"] = attached["memory_bytes"]
-        out["platform"] = gateway.platform()
+        out["memory"] = gateway.events("model_attached")[-1]["memory_bytes"]
     return out
 
 
@@ -101,36 +118,41 @@ def main() -> None:
     experts = SHAPES[args.shape]["num_experts"]
     with tempfile.TemporaryDirectory(prefix="bench-moe-") as folder:
         model_dir = make_moe(Path(folder), args.shape)
-        whole = level(model_dir, None, args.tokens, args.rounds)
         rows = []
-        for fraction in FRACTIONS:
-            resident = max(1, round(experts * fraction))
-            got = level(model_dir, resident, args.tokens, args.rounds)
-            for streams in (1, 8):
-                tps, low, high, ttft = got[streams]
-                base_tps, _, _, base_ttft = whole[streams]
-                rows.append([
-                    f"{fraction * 100:g} % ({resident} of {experts})", streams,
-                    f"{fmt(tps, 1)} ({fmt(low, 1)}-{fmt(high, 1)})", fmt(base_tps, 1),
-                    fmt(tps / base_tps if tps and base_tps else None, 3),
-                    fmt(ttft * 1000, 0), fmt(base_ttft * 1000, 0),
-                    fmt(got["hit_rate"] * 100 if got["hit_rate"] is not None else None, 1),
-                    f"{got['memory'] / 2**20:.1f} / {whole['memory'] / 2**20:.1f}",
-                ])  # fmt: skip
+        with Gateway(config(model_dir, None), "whole") as whole:
+            asyncio.run(burst(whole.url, 1, 8, 0))
+            whole_memory = whole.events("model_attached")[-1]["memory_bytes"]
+            platform_path = whole.platform()
+            for fraction in FRACTIONS:
+                resident = max(1, round(experts * fraction))
+                got = level(whole, model_dir, resident, args.tokens, args.rounds)
+                for streams in (1, 8):
+                    m = got[streams]
+                    low, high = m["spread"]
+                    rows.append([
+                        f"{fraction * 100:g} % ({resident} of {experts})", streams,
+                        fmt(m["tps"], 1), fmt(m["base_tps"], 1),
+                        f"{fmt(m['ratio'], 3)} ({fmt(low, 2)}-{fmt(high, 2)})",
+                        fmt(m["ttft"] * 1000, 0), fmt(m["base_ttft"] * 1000, 0),
+                        fmt(got["hit_rate"] * 100 if got["hit_rate"] is not None else None, 1),
+                        f"{got['memory'] / 2**20:.1f} / {whole_memory / 2**20:.1f}",
+                    ])  # fmt: skip
     body = table(
-        ["resident", "streams", "decode tok/s (spread)", "whole model tok/s", "ratio",
+        ["resident", "streams", "decode tok/s", "whole model tok/s", "ratio (spread)",
          "TTFT ms", "whole TTFT ms", "hit rate %", "MiB held / whole"],
         rows,
     )  # fmt: skip
     report(
         f"Experts on disk: decode and TTFT by resident fraction ({args.shape} qwen3_moe, CPU)",
         body,
-        platform_path=whole["platform"],
+        platform_path=platform_path,
         load_before=load_before,
         notes=(
-            f"{args.rounds} rounds of {args.tokens} greedy tokens a stream; medians, spread the "
-            "lowest-highest round median; hit rate over the measured requests of both stream "
-            "counts; the expert files are in the page cache (a miss is a pread and a copy)."
+            f"{args.rounds} rounds of {args.tokens} greedy tokens a stream, each round on the "
+            "level's gateway then on the whole model's (both up together); medians, the ratio "
+            "the median of the rounds' ratios and its spread their lowest-highest; hit rate over "
+            "the measured requests of both stream counts; the expert files are in the page "
+            "cache (a miss is a pread and a copy)."
         ),
     )
 
