@@ -42,7 +42,13 @@ class Counts:
 class ExpertCache:
     """One layer's resident experts."""
 
-    def __init__(self, capacity: int, policy: str, load: Callable[[int], object]) -> None:
+    def __init__(
+        self,
+        capacity: int,
+        policy: str,
+        load: Callable[[int], object],
+        load_many: Callable[[list[int]], list[object]] | None = None,
+    ) -> None:
         if capacity < 1:
             raise ValueError("an expert cache holds at least one expert")
         if policy not in POLICIES:
@@ -50,6 +56,8 @@ class ExpertCache:
         self.capacity = capacity
         self.policy = policy
         self._load = load
+        # A step's missing experts read together (their reads may overlap); else one by one.
+        self._load_many = load_many or (lambda experts: [self._load(e) for e in experts])
         self._held: OrderedDict[int, object] = OrderedDict()  # least recent first
         self._uses: dict[int, int] = {}
 
@@ -70,17 +78,19 @@ class ExpertCache:
         used for this step only."""
         wanted = list(experts)
         step = set(wanted)
+        missing = [e for e in wanted if e not in self._held]
+        read = dict(zip(missing, self._load_many(missing), strict=True)) if missing else {}
         values = []
         for expert in wanted:
             self._uses[expert] = self._uses.get(expert, 0) + 1
-            value = self._held.get(expert)
-            if value is not None:
-                counts.hits += 1
-                self._held.move_to_end(expert)
-            else:
+            if expert in read:
                 counts.misses += 1
-                value = self._load(expert)
+                value = read[expert]
                 self._keep(expert, value, step, counts)
+            else:
+                counts.hits += 1
+                value = self._held[expert]
+                self._held.move_to_end(expert)
             values.append(value)
         return values
 

@@ -10,10 +10,14 @@ import json
 import os
 import struct
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from engines.errors import SourceError
+
+# Threads a model's expert reads run on (a step's misses read together).
+READ_THREADS = 4
 
 # safetensors dtype names -> (numpy dtype to read as, mlx dtype name to view it as)
 DTYPES = {
@@ -105,6 +109,7 @@ class ExpertReader:
         self.model_id = model_id
         self._fds: dict[Path, int] = {}
         self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None  # started at the first step's misses
         self.bytes_read = 0
 
     def _fd(self, file: Path) -> int:
@@ -122,9 +127,20 @@ class ExpertReader:
 
     def read(self, record: TensorRecord, expert: int):
         """Expert `expert` of `record` as an mlx array (a copy: the file is never mapped)."""
-        import mlx.core as mx
-        import numpy as np
+        return self.array(record, self.read_bytes(record, expert))
 
+    def read_all(self, wanted: list[tuple[TensorRecord, int]]) -> list[bytes]:
+        """The bytes of each (record, expert), read on the reader's threads together (a
+        step's misses; on an SSD their latencies overlap); one alone is read here."""
+        if len(wanted) == 1:
+            return [self.read_bytes(*wanted[0])]
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="experts")
+            pool = self._pool
+        return list(pool.map(lambda job: self.read_bytes(*job), wanted))
+
+    def read_bytes(self, record: TensorRecord, expert: int) -> bytes:
         try:
             raw = os.pread(
                 self._fd(record.file), record.stride, record.start + expert * record.stride
@@ -140,7 +156,15 @@ class ExpertReader:
                 f"expert file truncated: {record.name} expert {expert} is short "
                 f"({len(raw)} of {record.stride} bytes)",
             )
-        self.bytes_read += len(raw)
+        with self._lock:
+            self.bytes_read += len(raw)
+        return raw
+
+    def array(self, record: TensorRecord, raw: bytes):
+        """One expert's bytes of `record` as an mlx array of its dtype and shape."""
+        import mlx.core as mx
+        import numpy as np
+
         numpy_dtype, mlx_dtype = DTYPES[record.dtype]
         values = np.frombuffer(raw, dtype=numpy_dtype).reshape(record.shape[1:])
         array = mx.array(values)
@@ -149,6 +173,9 @@ class ExpertReader:
         return array
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
         with self._lock:
             for fd in self._fds.values():
                 os.close(fd)

@@ -33,13 +33,23 @@ class ExpertLayer:
         self.counts = counts
         self.experts = next(iter(leaves.values())).experts
         self.expert_bytes = sum(r.stride for r in leaves.values())
-        self.cache = ExpertCache(capacity, policy, self._read)
+        self.cache = ExpertCache(capacity, policy, self._read, self._read_many)
 
     def _read(self, expert: int) -> dict[str, mx.array]:
-        tensors = {path: self.reader.read(record, expert) for path, record in self.leaves.items()}
-        mx.eval(list(tensors.values()))
-        self.counts.bytes_read += self.expert_bytes
-        return tensors
+        return self._read_many([expert])[0]
+
+    def _read_many(self, experts: list[int]) -> list[dict[str, mx.array]]:
+        """A step's missing experts: every (expert, tensor) read at once on the reader's
+        threads (pread lets the others run meanwhile), made arrays here."""
+        jobs = [(e, path, record) for e in experts for path, record in self.leaves.items()]
+        raws = self.reader.read_all([(record, e) for e, _, record in jobs])
+        read: list[dict[str, mx.array]] = [{} for _ in experts]
+        where = {e: i for i, e in enumerate(experts)}
+        for (expert, path, record), raw in zip(jobs, raws, strict=True):
+            read[where[expert]][path] = self.reader.array(record, raw)
+        mx.eval([a for tensors in read for a in tensors.values()])
+        self.counts.bytes_read += self.expert_bytes * len(experts)
+        return read
 
     def _set(self, stacks: dict[str, mx.array | None]) -> None:
         for path, value in stacks.items():

@@ -222,8 +222,8 @@ def test_the_identity_above_can_fail_a_wrong_expert_changes_the_answers(moe, ful
     assert all(len(set(answer)) > 2 for answer in full["batched"])  # varied, not one token
     loaded, _ = engine(moe, experts={"resident": 4})
     layer = loaded.experts.layers[0]
-    right = layer._read
-    layer.cache._load = lambda expert: right((expert + 1) % layer.experts)
+    right = layer._read_many
+    layer.cache._load_many = lambda wanted: right([(e + 1) % layer.experts for e in wanted])
     assert answers(loaded) != full["batched"]
 
 
