@@ -279,6 +279,15 @@ class ContextConfig(Strict):
     tools_overflow: Literal["reject", "drop_unused"] = "reject"
 
 
+class ExpertsConfig(Strict):
+    """A mixture of experts held partly on disk (docs/experts.md): `resident` experts of each
+    layer kept in memory (`auto`: as many as the memory budget leaves), the rest read from
+    the safetensors files when routed; `policy` says which resident expert makes room."""
+
+    resident: PositiveInt | Literal["auto"] = "auto"
+    policy: Literal["lru", "lfu"] = "lru"
+
+
 class SamplingConfig(Strict):
     temperature: Annotated[float, Meta(ge=0, le=2)] | None = None
     top_p: Annotated[float, Meta(gt=0, le=1)] | None = None
@@ -429,6 +438,8 @@ class ModelConfig(Strict):
     # kv_bits (mlx-lm's speculative loop), and the `model_attached` line says so.
     disk_cache: bool = True
     weights: WeightsHeld = "auto"
+    # Routed experts kept partly on disk (an MoE architecture only); absent, loaded whole.
+    experts: ExpertsConfig | None = None
     isolation: Isolation = "none"
     draft: DraftConfig | None = None
     speculation: SpeculationConfig | None = None

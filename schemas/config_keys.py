@@ -82,6 +82,13 @@ MODEL_KEYS: dict[str, KeyRule] = {
     "kv_bits": KeyRule(LOCAL, restart=True),
     "disk_cache": KeyRule(MLX, restart=True),
     "weights": KeyRule(LOCAL, restart=True),
+    "experts": KeyRule(
+        MLX,
+        restart=True,
+        tasks=TEXT,
+        why_task="`experts` applies to MLX text models (a mixture of experts)",
+        conflicts={"distributed": f"`experts` {_SHARDED}"},
+    ),
     "isolation": KeyRule(
         MLX,
         restart=True,

@@ -12,7 +12,7 @@ import msgspec
 from engines.base import Capabilities, LoadInfo
 from engines.batch import Batch, SerialBatch
 from engines.cache import CacheDir
-from engines.llm.loading import decoding_detail, load_text
+from engines.llm.loading import decoding_detail, experts_detail, load_text
 from engines.llm.prepared import Prepared, Preparer
 from engines.mlx.cache.blocks import model_layout
 from engines.mlx.cache.disk import BLOCK_TOKENS, DiskKV, cacheable, min_tokens, why_off
@@ -62,6 +62,7 @@ class MLXEngine:
         self._model = self._tokenizer = self._draft = None
         self.parked_bytes = 0  # the byte limit of the parked sessions' KV caches
         self.parked_draft_bytes = 0  # and of their draft model's caches (`draft:`)
+        self.experts = None  # the cached experts (`experts:`, an ExpertSet), while loaded
 
     @property
     def platform(self) -> PlatformPath:
@@ -85,13 +86,30 @@ class MLXEngine:
         """The sources' size on disk (the draft model's too), times the float32 expansion
         where the CPU path does it."""
         float32 = self._platform.weights == "float32"
+        expansion = FLOAT32_EXPANSION if float32 and self._config.weights == "auto" else 1
         # The bfloat16 copy (CUDA) is taken only where the memory left affords it (`load`).
-        total = self._on_disk(self._config) * (
-            FLOAT32_EXPANSION if float32 and self._config.weights == "auto" else 1
-        )
+        if self._config.experts is not None:
+            total = self._estimate_with_experts(expansion)
+        else:
+            total = self._on_disk(self._config) * expansion
         if self._draft_config is not None:  # a draft is expanded on the CPU whatever its keys
             total += self._on_disk(self._draft_config) * (FLOAT32_EXPANSION if float32 else 1)
         return total
+
+    def _estimate_with_experts(self, expansion: int) -> int:
+        """`experts:`: the dense tensors (expanded as the others) and the resident experts
+        (kept as stored), `auto` counting one a layer, the least it loads with."""
+        from engines.mlx.experts.files import quantized_config, stored_split
+
+        path = check_source(self._config.id, self._config.source, base_dir=self._base_dir)
+        if path.is_file():  # a GGUF: converted at load, where `experts` is checked
+            return path.stat().st_size * expansion
+        dense, stacked, experts = stored_split(self._config.id, path)
+        if not quantized_config(path):  # float weights are held as they are
+            expansion = 1
+        resident = self._config.experts.resident
+        share = 1 if resident == "auto" else min(int(resident), experts or 1)
+        return dense * expansion + stacked * share // max(experts, 1)
 
     def _on_disk(self, config: ModelConfig) -> int:
         path = check_source(config.id, config.source, base_dir=self._base_dir)
@@ -110,6 +128,7 @@ class MLXEngine:
         # What this load resolved (`concurrency: auto`) is what the batch and preparer read.
         config = self._config = msgspec.structs.replace(self._declared, concurrency=loaded.streams)
         self._model, self._tokenizer, self._draft = loaded.model, loaded.tokenizer, loaded.draft
+        self.experts = loaded.experts  # the cached experts (`experts:`), or None
         self.parked_bytes, self.parked_draft_bytes = loaded.parked_bytes, loaded.parked_draft_bytes
         self._preparer = Preparer(config, loaded.model, loaded.tokenizer, loaded.context)
         self.disk, disk_detail = self._open_disk(loaded.model, loaded.path, loaded.held)
@@ -128,6 +147,7 @@ class MLXEngine:
                     self._declared.concurrency, loaded.streams, self._platform.device
                 ),
                 "disk_cache": disk_detail,
+                **experts_detail(loaded),
             },
         )
 
@@ -246,6 +266,9 @@ class MLXEngine:
             self._preparer.close()
         self._model = self._tokenizer = self._draft = None
         self._preparer = None
+        if self.experts is not None:  # the expert files' descriptors
+            self.experts.close()
+            self.experts = None
         release_buffers()
 
     def _open_disk(self, model, path: Path, held: str) -> tuple[DiskKV | None, str]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engines.errors import ContextTooLarge, ModelUnavailable, SourceError
+from engines.mlx.experts.sizing import size_resident
 from engines.mlx.load import hold, open_source
 from engines.mlx.sizing import (
     auto_streams,
@@ -51,6 +52,8 @@ class Loaded:
     draft_weights: int = 0
     draft_per_token: int = 0
     streams: int = 1  # requests decoded together (`concurrency`, `auto` resolved)
+    experts: object | None = None  # the cached experts (`experts:`), an ExpertSet
+    dense_weights: int = 0  # the weights but the resident experts
 
     @property
     def memory_bytes(self) -> int:
@@ -72,8 +75,14 @@ def load_text(
     path = resolve_source(config.id, config.source, base_dir=base_dir)
     if loader is not None:
         model, tokenizer = loader(path)
+    elif config.experts is not None:
+        # Lazily: the expert stacks are replaced before anything evaluates (reads) them.
+        model, tokenizer = open_source(config.id, config.source, path, _lazy_opener)
     else:
         model, tokenizer = open_source(config.id, config.source, path)
+    experts = None
+    if config.experts is not None:
+        experts = install_cache(config, model, path)
     trained = trained_context(getattr(model, "args", None))
     # The draft model first: its weights, and a draft cache beside each window (a request
     # decoded together or a parked session) come out of the memory the window is sized in.
@@ -91,12 +100,27 @@ def load_text(
     count = decoded_together(config, platform, trained, left, weight_bytes(model), stored_per_token)
     sizing = Window(config, trained, left, count + parked_windows(config, count))
     held = weights_held(config, platform, model, sizing, draft_per_token)
-    weights = hold(model, held)
+    weights = dense = hold(model, held)
     per_token = kv_per_token(model, held, config.kv_bits)
     count = decoded_together(config, platform, trained, left, weights, per_token + draft_per_token)
     parked = parked_windows(config, count)
     windows = count + parked
     sizing = Window(config, trained, left, windows)
+    if experts is not None:
+        # The streams and their windows are sized on the dense weights; the resident experts
+        # take what they leave (`experts.resident: auto`), and the window is sized on both.
+        window = config.context.max if config.context.max != "auto" else trained
+        resident = size_resident(
+            config.id,
+            config.experts.resident,
+            experts.experts,
+            experts.expert_bytes,
+            dense,
+            (per_token + draft_per_token) * window * windows,
+            left,
+        )
+        experts.resize(resident)
+        weights = dense + experts.resident_bytes
     context = sizing(weights, per_token + draft_per_token)
     if config.speculation is not None:
         refuse_speculation_on_cuda(config.id, platform)
@@ -121,6 +145,8 @@ def load_text(
         draft_weights,
         draft_per_token,
         count,
+        experts,
+        dense,
     )
 
 
@@ -147,6 +173,40 @@ def decoded_together(
         lambda n: n + parked_windows(config, n),
         auto_streams(platform.device),
     )
+
+
+def _lazy_opener(path: str) -> tuple:
+    import mlx_lm
+
+    return mlx_lm.load(path, lazy=True)
+
+
+def install_cache(config: ModelConfig, model, path: Path):
+    """The expert cache in place of every routed-experts module; a model that routes none is
+    refused `experts` by name."""
+    from engines.mlx.experts.install import install_experts, switch_modules
+
+    if not switch_modules(model):
+        kind = getattr(getattr(model, "args", None), "model_type", type(model).__name__)
+        raise ModelUnavailable(
+            f"model {config.id!r}: `experts` applies to a mixture-of-experts model (mlx-lm's "
+            f"SwitchGLU/SwitchMLP); this one ({kind}) routes no experts: remove `experts`"
+        )
+    # One expert a layer until the dense weights are weighed (`size_resident`).
+    return install_experts(config.id, model, path, 1, config.experts.policy)
+
+
+def experts_detail(loaded: Loaded) -> dict:
+    """What `model_attached` says of the cached experts."""
+    experts = loaded.experts
+    if experts is None:
+        return {}
+    return {
+        "dense_bytes": str(loaded.dense_weights),
+        "expert_bytes_on_disk": str(experts.disk_bytes),
+        "experts_resident": f"{experts.resident} of {experts.experts} per layer ({experts.policy})",
+        "experts_resident_bytes": str(experts.resident_bytes),
+    }
 
 
 @dataclass(frozen=True)

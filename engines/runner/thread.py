@@ -16,6 +16,7 @@ import queue
 import threading
 import time
 import traceback
+import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -122,6 +123,9 @@ class ModelThread:
         self._trim_timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._context = contextvars.copy_context()  # replaced by `bind`'s
+        # `experts:`: the expert cache's counts as each job started (its `generated` says
+        # the look-ups between then and its end); kept on the loop, dropped with the job.
+        self._expert_marks: weakref.WeakKeyDictionary[Job, object] = weakref.WeakKeyDictionary()
 
     def bind(self, loop: asyncio.AbstractEventLoop, context: contextvars.Context) -> None:
         """The loop to post back to, and the context its callbacks run in (the runner's)."""
@@ -131,6 +135,8 @@ class ModelThread:
         """On the loop: take an admitted job; it starts with the thread's next step."""
         self.running += 1
         job.started_at = time.perf_counter()
+        if (experts := getattr(self._engine, "experts", None)) is not None:
+            self._expert_marks[job] = experts.counts.copy()
         self.cancel_trim()  # busy again: what is cached serves this job, no trim
         if timeline.ON:  # out of the queue, to the model's thread
             timeline.mark("inbox")
@@ -401,6 +407,7 @@ class ModelThread:
         else:
             reason = done.stop_reason
         first = job.first_token_at
+        experts = self._expert_counts(job)
         emit(
             Generated(
                 model=self._settings().id,
@@ -426,8 +433,20 @@ class ModelThread:
                 documents=documents,
                 audio_seconds=audio_seconds,
                 real_time_factor=rtf,
+                expert_hits=experts.hits if experts else 0,
+                expert_misses=experts.misses if experts else 0,
+                expert_bytes_read=experts.bytes_read if experts else 0,
             )
         )
+
+    def _expert_counts(self, job: Job):
+        """The expert look-ups since `job` started (`experts:`), or None: the steps of a
+        batch are shared, so requests decoded together each count the steps they shared."""
+        mark = self._expert_marks.pop(job, None)
+        experts = getattr(self._engine, "experts", None)
+        if mark is None or experts is None:
+            return None
+        return experts.counts.since(mark)
 
 
 def truncated_messages(

@@ -30,6 +30,7 @@ from engines.log import bound
 from gateway.control.registry import Registry
 from gateway.http.shutdown import Admission
 from gateway.ops.cache_metrics import CacheMetrics
+from gateway.ops.expert_metrics import ExpertMetrics
 from schemas.events import (
     ConfigRejected,
     ConfigReloaded,
@@ -150,6 +151,7 @@ class Metrics:
         for result in ("ok", "rejected"):
             self.reloads.labels(result)
         self.prometheus.register(RunnerState(registry, admission))
+        self.prometheus.register(ExpertMetrics(registry))
         self.kv_cache = CacheMetrics(self.prometheus)
         self._served: dict[str, str] = {}  # request_id -> model, until request_finished
         self._recent: dict[str, deque[tuple[float, int, float]]] = {}

@@ -26,6 +26,7 @@ from gateway.control.registry import Generation
 from gateway.control.state import cache_dir
 from gateway.logs.setup import current_redactor
 from gateway.ops.activity.history import history
+from gateway.ops.expert_metrics import experts_row
 from gateway.ops.ui import model_state
 from gateway.ops.viewer import OWN_GUARD, Viewer, only_admin, provide_viewer, require_viewer
 from schemas.canonical import ChatAsk, Message
@@ -75,6 +76,7 @@ async def models(state: State, generation: Generation, viewer: Viewer) -> dict:
                 "context": runner.context,
                 "unloads_in_s": runner.unloads_in(),
                 "sampling": sampling_of(model),
+                "experts": experts_row(runner),  # `experts:`: resident per layer, hit rate
             }
         )
     return {

@@ -91,6 +91,11 @@ function downloadBar(download) {
 // What a model holds, and of it the weights and the KV cache reserved for its window.
 function memoryCell(row, model) {
   const td = cell(row, bytes(model.memory_bytes), "num memory");
+  if (model.experts) {
+    // `experts:`: the experts resident per layer, and the share of routed ones found resident.
+    const hits = model.experts.hit_rate == null ? "–" : `${(model.experts.hit_rate * 100).toFixed(1)} % hits`;
+    td.append(el("span", { className: "alias" }, `experts ${model.experts.resident}/${model.experts.experts}, ${hits}`));
+  }
   if (!model.weights_bytes || !model.memory_bytes) return;
   const kv = Math.max(0, model.memory_bytes - model.weights_bytes);
   const split = `weights ${bytes(model.weights_bytes)} · KV ${kv ? bytes(kv) : "0 B"}`;

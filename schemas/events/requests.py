@@ -55,6 +55,11 @@ class Generated(Event, tag="generated"):
     # factor, seconds spent per second of audio (below 1: faster than it plays).
     audio_seconds: float = 0.0
     real_time_factor: float | None = None
+    # `experts:`: routed experts found resident, read from disk, and the bytes read, between
+    # the request's start and end (requests decoded together share their steps' look-ups).
+    expert_hits: int = 0
+    expert_misses: int = 0
+    expert_bytes_read: int = 0
 
 
 class OptionsIgnored(Event, tag="options_ignored"):
