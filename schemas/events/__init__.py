@@ -43,6 +43,7 @@ from schemas.events.requests import (
     RequestStarted,
     UpstreamFailed,
 )
+from schemas.events.tools import McpServerFailed, McpServerStarted, McpServerStopped, ToolCalled
 from schemas.events.server import (
     ConfigRejected,
     ConfigReloaded,
@@ -54,6 +55,10 @@ from schemas.events.server import (
 
 __all__ = [
     "Event",
+    "ToolCalled",
+    "McpServerStarted",
+    "McpServerFailed",
+    "McpServerStopped",
     "RequestStarted",
     "RequestRouted",
     "RequestQueued",
