@@ -37,6 +37,7 @@ from gateway.http.middleware import request_events
 from gateway.http.protocols import Protocols
 from gateway.http.shutdown import Admission
 from gateway.logs.setup import PRESENTED, LogScope, Redactor
+from gateway.mcp.pool import McpPool
 from gateway.ollama import chat as ollama_chat
 from gateway.ollama import embed as ollama_embed
 from gateway.ollama import errors as ollama_errors
@@ -124,6 +125,7 @@ def create_app(
         lambda: viewer.row_key(registry.current.config.server, names, PRESENTED.get()),
     )
     capture = Capture(activity, lambda: registry.current.config)
+    mcp_pool = McpPool(base_dir)  # the declared MCP servers, each started at first use
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -153,6 +155,7 @@ def create_app(
             if watcher:
                 watcher.cancel()
             pulls.close()
+            await mcp_pool.close()
             for runner in registry.current.runners.values():
                 await runner.stop("shutdown")
             sampler.cancel()
@@ -196,6 +199,7 @@ def create_app(
         state=State(
             {
                 "registry": registry,
+                "mcp_pool": mcp_pool,
                 "reloader": reloader,
                 "budget": budget,
                 "admission": admission,

@@ -387,7 +387,8 @@ class McpServerConfig(Strict):
     transport: Literal["streamable_http", "sse"] = "streamable_http"  # with `url` only
     headers: dict[str, str] = {}  # sent with every request to `url` (a token, say)
     allowed_tools: list[str] | None = None  # absent: every tool the server lists
-    timeout: Duration = "30s"  # one tool call, and the server's start
+    timeout: Duration = "30s"  # one tool call (and one tools/list)
+    start_timeout: Duration = "30s"  # starting it: the program up, the session initialized
     max_result_bytes: ByteSize = "1MiB"  # a longer tool result is cut, and says so
 
 

@@ -21,7 +21,10 @@ def check_mcp_servers(servers: Any, server: Any, src: Source) -> None:
         if isinstance(name, str):
             if name in declared:
                 where = ("mcp_servers", i, "name")
-                src.at(where, f"duplicate MCP server name {name!r} (also mcp_servers[{declared[name]}])")
+                src.at(
+                    where,
+                    f"duplicate MCP server name {name!r} (also mcp_servers[{declared[name]}])",
+                )
             declared.setdefault(name, i)
         has_command, has_url = "command" in entry, "url" in entry
         if has_command == has_url:

@@ -15,7 +15,13 @@ from litestar.handlers.base import BaseRouteHandler
 from engines.errors import Forbidden, GatewayError, Unauthorized
 from engines.log import bind
 from gateway.control.key_names import KeyNames
-from gateway.control.keys import ALLOWED_MODELS, KeyEntry, has_keys, key_entries
+from gateway.control.keys import (
+    ALLOWED_MCP_SERVERS,
+    ALLOWED_MODELS,
+    KeyEntry,
+    has_keys,
+    key_entries,
+)
 from gateway.control.limits import KeyLimiter
 from gateway.http.errors import protocol_of, protocols_of
 from gateway.http.exposure import is_loopback
@@ -139,6 +145,7 @@ async def require_api_key(connection: ASGIConnection, handler: BaseRouteHandler)
     not carry `ALLOWED_MODELS` back.
     """
     ALLOWED_MODELS.set(None)
+    ALLOWED_MCP_SERVERS.set(None)
     server = connection.app.state.registry.current.config.server
     if handler.opt.get("public") or handler.opt.get("admin"):
         return
@@ -161,6 +168,7 @@ async def require_api_key(connection: ASGIConnection, handler: BaseRouteHandler)
             "missing or invalid API key: send it as 'Authorization: Bearer <key>' or 'x-api-key'"
         )
     ALLOWED_MODELS.set(matched.models)
+    ALLOWED_MCP_SERVERS.set(matched.mcp_servers)
     bind(key_label=matched.label)
     priority = asked_priority(connection, matched.priority)
     limiter: KeyLimiter = connection.app.state.limiter

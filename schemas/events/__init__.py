@@ -43,7 +43,6 @@ from schemas.events.requests import (
     RequestStarted,
     UpstreamFailed,
 )
-from schemas.events.tools import McpServerFailed, McpServerStarted, McpServerStopped, ToolCalled
 from schemas.events.server import (
     ConfigRejected,
     ConfigReloaded,
@@ -52,6 +51,7 @@ from schemas.events.server import (
     ServerStopping,
     TaskFailed,
 )
+from schemas.events.tools import McpServerFailed, McpServerStarted, McpServerStopped, ToolCalled
 
 __all__ = [
     "Event",

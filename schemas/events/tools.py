@@ -21,7 +21,6 @@ class ToolCalled(Event, tag="tool_called"):
 class McpServerStarted(Event, tag="mcp_server_started"):
     server: str
     transport: str  # stdio | streamable_http | sse
-    tools: int
     start_s: float
 
 

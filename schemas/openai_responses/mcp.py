@@ -22,8 +22,9 @@ class ApprovalFilters(Wire, kw_only=True):
 
 
 class McpToolRequest(Wire, kw_only=True):
-    """The `mcp` tool as a request carries it. `server_label` names a server declared in
-    `mcp_servers:`; what the gateway cannot honour (headers, tokens, connectors) is refused."""
+    """The `mcp` tool as a request carries it (converted from the request's `tools[i]`).
+    `server_label` names a server declared in `mcp_servers:`; what the gateway cannot honour
+    (headers, authorization, connectors, a server_url of its own) is refused by name."""
 
     type: Literal["mcp"] = "mcp"
     server_label: str
@@ -34,13 +35,12 @@ class McpToolRequest(Wire, kw_only=True):
     headers: dict[str, str] | None = None
     authorization: str | None = None
     connector_id: str | None = None
-    tunnel_id: str | None = None
-    defer_loading: bool | None = None
 
 
-class McpToolEcho(Wire, kw_only=True, tag_field="type", tag="mcp"):
+class McpToolEcho(Wire, kw_only=True):
     """The `mcp` tool as the response echoes it."""
 
+    type: Literal["mcp"] = "mcp"
     server_label: str
     server_url: str | None = None
     allowed_tools: list[str] | ApprovalFilter | None = None
@@ -55,17 +55,19 @@ class ListedTool(Wire, kw_only=True):
     annotations: dict[str, Any] | None = None
 
 
-class OutputMcpListTools(Wire, kw_only=True, tag_field="type", tag="mcp_list_tools"):
+class OutputMcpListTools(Wire, kw_only=True):
+    type: Literal["mcp_list_tools"] = "mcp_list_tools"
     id: str
     server_label: str
     tools: list[ListedTool]
     error: str | None = None
 
 
-class OutputMcpCall(Wire, kw_only=True, tag_field="type", tag="mcp_call"):
+class OutputMcpCall(Wire, kw_only=True):
     """`error` is one of OpenAI's shapes: {type: mcp_tool_execution_error, content} when the
     tool failed, {type: mcp_protocol_error, code, message} when the call did not complete."""
 
+    type: Literal["mcp_call"] = "mcp_call"
     id: str
     server_label: str
     name: str
@@ -76,7 +78,8 @@ class OutputMcpCall(Wire, kw_only=True, tag_field="type", tag="mcp_call"):
     approval_request_id: str | None = None
 
 
-class OutputMcpApprovalRequest(Wire, kw_only=True, tag_field="type", tag="mcp_approval_request"):
+class OutputMcpApprovalRequest(Wire, kw_only=True):
+    type: Literal["mcp_approval_request"] = "mcp_approval_request"
     id: str
     server_label: str
     name: str

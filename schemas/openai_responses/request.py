@@ -54,11 +54,22 @@ ITEM_ID_PREFIXES = {"message": "msg", "function_call": "fc", "function_call_outp
 
 
 class Tool(Wire, kw_only=True):
+    """A function tool, or an `mcp` tool (its fields below; checked as
+    `openai_responses.mcp.McpToolRequest` by gateway/openai/mcp_tools.py)."""
+
     type: str
     name: str | None = None
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
+    server_label: str | None = None
+    server_url: str | None = None
+    allowed_tools: Any = None
+    require_approval: Any = None
+    server_description: str | None = None
+    headers: Any = None
+    authorization: str | None = None
+    connector_id: str | None = None
 
 
 class ToolChoiceObject(Wire, kw_only=True):
