@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from msgspec.structs import replace
 
+from engines.errors import BadRequest
 from gateway.mcp.server import CallResult
 from gateway.openai.mcp_tools import McpTool, McpTools
 from gateway.openai.response_events import EventBuilder
@@ -56,6 +57,63 @@ class Totals:
         )
 
 
+@dataclass
+class Answered:
+    """A call the client approved (or denied) in this request's input, made before the
+    model runs: its `mcp_call` item (None when denied) and what the model is told."""
+
+    item: wire.OutputMcpCall | None
+    messages: list[Message]
+
+
+async def answer_approvals(mcp: McpTools, earlier: list[dict], own: list[dict]) -> list[Answered]:
+    """Each `mcp_approval_response` of this request's input, answering an
+    `mcp_approval_request` of the conversation (`previous_response_id`, or the input): the
+    call made when approved, the model told when not."""
+    items = [*earlier, *own]
+    requests = {i.get("id"): i for i in items if i.get("type") == "mcp_approval_request"}
+    answers = [i for i in own if i.get("type") == "mcp_approval_response"]
+    done = {i.get("approval_request_id") for i in items if i.get("type") == "mcp_call"}
+    answered = []
+    for answer in answers:
+        asked = requests.get(answer.get("approval_request_id"))
+        where = f"mcp_approval_response {answer.get('approval_request_id')!r}"
+        if asked is None:
+            raise BadRequest(
+                f"{where} answers no mcp_approval_request of this conversation "
+                "(send it with previous_response_id, or with the request item in input)"
+            )
+        if asked["id"] in done:
+            continue  # answered in an earlier turn already
+        tool = mcp.tools.get(asked.get("name", ""))
+        if tool is None or tool.label != asked.get("server_label"):
+            raise BadRequest(
+                f"{where}: tool {asked.get('name')!r} of MCP server "
+                f"{asked.get('server_label')!r} is not among this request's mcp tools"
+            )
+        call = ToolCall(id=asked["id"], name=asked["name"], arguments=asked.get("arguments", ""))
+        turn = Message(role="assistant", tool_calls=[call])
+        if not answer.get("approve"):
+            reason = answer.get("reason") or "no reason given"
+            text = f"error: the client did not approve this call ({reason})"
+            answered.append(Answered(None, [turn, _tool_message(call, text)]))
+            continue
+        result = await made_call(tool, call)
+        item = _call_item(tool, call, asked["id"])
+        answered.append(
+            Answered(_done(item, result), [turn, _tool_message(call, _for_model(result))])
+        )
+    return answered
+
+
+def call_messages(item: wire.InputMcpCall) -> list[Message]:
+    """An earlier turn's `mcp_call` as the model hears it: its call, and its result."""
+    call = ToolCall(id=item.id, name=item.name, arguments=item.arguments)
+    failed = item.output is None or item.error is not None
+    text = f"error: {item.error}" if failed else item.output
+    return [Message(role="assistant", tool_calls=[call]), _tool_message(call, text)]
+
+
 async def run(
     builder: EventBuilder,
     results: AsyncIterator[Output],
@@ -63,6 +121,7 @@ async def run(
     next_round: Callable[[ChatAsk], Awaitable[AsyncIterator[Output]]],
     mcp: McpTools,
     max_calls: int | None,
+    answered: list[Answered] = (),
 ) -> AsyncIterator[wire.Event]:
     """The response's events, round after round; the builder holds the response."""
     for event in builder.start():
@@ -72,8 +131,14 @@ async def run(
             yield event
         for event in builder.close_item(listed, (wire.McpListToolsCompleted, {})):
             yield event
+    made = 0
+    for approved in answered:
+        if approved.item is not None:
+            made += 1
+            for event in _item_events(builder, approved.item):
+                yield event
     limit = MAX_CALLS if max_calls is None else max_calls
-    made, totals, messages = 0, Totals(), list(ask.messages)
+    totals, messages = Totals(), list(ask.messages)
     while True:
         calls: list[ToolCall] = []
         said: list[str] = []
@@ -105,14 +170,15 @@ async def run(
                 continue
             else:
                 made += 1
-                result = CallResult(text="")
-                async for event in _call(builder, tool, call, None):
-                    if isinstance(event, CallResult):
-                        result = event
-                    else:
-                        yield event
+                item = _call_item(tool, call, None)
+                for event in builder.open_item(item, *_call_started(item)):
+                    yield event
+                result = await made_call(tool, call)
+                done = _done(item, result)
+                for event in builder.close_item(done, (_end_event(done), {})):
+                    yield event
                 text = _for_model(result)
-            answers.append(Message(role="tool", content=text, tool_call_id=call.id, name=call.name))
+            answers.append(_tool_message(call, text))
         if waiting:
             # The client answers with mcp_approval_response items (previous_response_id).
             last = Finished(
@@ -126,18 +192,8 @@ async def run(
         results = await next_round(ask)
 
 
-async def call_approved(
-    builder: EventBuilder, tool: McpTool, call: ToolCall, approval_id: str
-) -> AsyncIterator[wire.Event | CallResult]:
-    """A call the client approved in this request's input: made before the model runs."""
-    async for event in _call(builder, tool, call, approval_id):
-        yield event
-
-
-async def _call(
-    builder: EventBuilder, tool: McpTool, call: ToolCall, approval_id: str | None
-) -> AsyncIterator[wire.Event | CallResult]:
-    item = wire.OutputMcpCall(
+def _call_item(tool: McpTool, call: ToolCall, approval_id: str | None) -> wire.OutputMcpCall:
+    return wire.OutputMcpCall(
         id=f"mcp_{uuid.uuid4().hex}",
         server_label=tool.label,
         name=call.name,
@@ -145,37 +201,53 @@ async def _call(
         status="in_progress",
         approval_request_id=approval_id,
     )
-    for event in builder.open_item(
-        item,
+
+
+def _call_started(item: wire.OutputMcpCall) -> list[tuple[type, dict]]:
+    return [
         (wire.McpCallInProgress, {}),
-        (wire.McpCallArgumentsDelta, {"delta": call.arguments}),
-        (wire.McpCallArgumentsDone, {"arguments": call.arguments}),
-    ):
-        yield event
+        (wire.McpCallArgumentsDelta, {"delta": item.arguments}),
+        (wire.McpCallArgumentsDone, {"arguments": item.arguments}),
+    ]
+
+
+def _end_event(done: wire.OutputMcpCall) -> type:
+    return wire.McpCallCompleted if done.status == "completed" else wire.McpCallFailed
+
+
+def _item_events(builder: EventBuilder, done: wire.OutputMcpCall) -> list[wire.Event]:
+    """A call made before the stream began (an approved one): all of its events at once."""
+    item = replace(done, status="in_progress", output=None, error=None)
+    events = builder.open_item(item, *_call_started(item))
+    return events + builder.close_item(done, (_end_event(done), {}))
+
+
+async def made_call(tool: McpTool, call: ToolCall) -> CallResult:
+    """`tools/call` with the model's arguments; arguments that are no JSON object are an
+    error the model hears, as a failed tool's is."""
     try:
         arguments = json.loads(call.arguments or "{}")
     except json.JSONDecodeError as error:
-        arguments = None
-        result = CallResult(text="", error=f"arguments are not JSON: {error}", protocol_error=True)
-    if arguments is not None and not isinstance(arguments, dict):
-        result = CallResult(text="", error="arguments are not a JSON object", protocol_error=True)
-    elif arguments is not None:
-        result = await tool.server.call(call.name, arguments)
-    yield result
+        return CallResult(text="", error=f"arguments are not JSON: {error}", protocol_error=True)
+    if not isinstance(arguments, dict):
+        return CallResult(text="", error="arguments are not a JSON object", protocol_error=True)
+    return await tool.server.call(call.name, arguments)
+
+
+def _done(item: wire.OutputMcpCall, result: CallResult) -> wire.OutputMcpCall:
+    """The item as the call ended, with the error in one of OpenAI's two shapes."""
     if result.error is None:
-        done = replace(item, status="completed", output=result.text)
-        end = wire.McpCallCompleted
-    elif result.protocol_error:
+        return replace(item, status="completed", output=result.text)
+    if result.protocol_error:
         error = {"type": "mcp_protocol_error", "code": -32603, "message": result.error}
-        done, end = replace(item, status="failed", error=error), wire.McpCallFailed
     else:
-        error = {
-            "type": "mcp_tool_execution_error",
-            "content": [{"type": "text", "text": result.text}],
-        }
-        done, end = replace(item, status="failed", error=error), wire.McpCallFailed
-    for event in builder.close_item(done, (end, {})):
-        yield event
+        content = [{"type": "text", "text": result.text}]
+        error = {"type": "mcp_tool_execution_error", "content": content}
+    return replace(item, status="failed", error=error)
+
+
+def _tool_message(call: ToolCall, text: str) -> Message:
+    return Message(role="tool", content=text, tool_call_id=call.id, name=call.name)
 
 
 async def _approval_request(

@@ -132,7 +132,7 @@ async def own_items(data: wire.ResponseRequest, store: ResponseStore, owner: str
                     "items belong to the API key that stored them"
                 )
             item = found
-        elif kind not in wire.INPUT_ITEM_TYPES:
+        elif kind not in wire.ALL_INPUT_ITEM_TYPES:
             raise BadRequest(f"input items of type {kind!r} are not supported ($.input[{i}].type)")
         else:
             item.setdefault("id", f"{wire.ITEM_ID_PREFIXES.get(kind, 'item')}_{uuid.uuid4().hex}")
@@ -228,6 +228,8 @@ def to_messages(instructions: str | None, items: list[dict[str, Any]]) -> list[M
             messages.append(
                 Message(role="tool", content=content, tool_call_id=item.call_id, name=name)
             )
+        elif isinstance(item, wire.InputMcpCall):
+            messages += mcp_loop.call_messages(item)
     return messages
 
 
@@ -285,6 +287,8 @@ async def responses(request: Request, generation: Generation) -> Response | Stre
     messages = await fetch_images(request, messages, generation.config.server)
     route = announce(generation.resolve(data.model), stream=data.stream, protocol="openai")
     mcp = await mcp_tools.prepare(request, data, generation)
+    answered = await mcp_loop.answer_approvals(mcp, earlier, own)
+    messages += [m for approval in answered for m in approval.messages]
     tools, output = response_controls(data, mcp.specs)
     if data.store is not False:
         # Before generating: an answer that cannot be stored is refused, not computed (an
@@ -319,7 +323,8 @@ async def responses(request: Request, generation: Generation) -> Response | Stre
     def events_of(outputs: AsyncIterator[Output]) -> AsyncIterator[wire.Event] | None:
         if not mcp.asked:
             return None
-        return mcp_loop.run(builder, outputs, ask, next_round, mcp, data.max_tool_calls)
+        limit = data.max_tool_calls
+        return mcp_loop.run(builder, outputs, ask, next_round, mcp, limit, answered)
 
     if not data.stream:
         # The same builder as the stream, its events unused: both answers have one shape.

@@ -6,8 +6,10 @@ not use, and that is fine."""
 from __future__ import annotations
 
 from schemas.openai_responses.mcp import (
+    ALL_INPUT_ITEM_TYPES,
     ApprovalFilter,
     ApprovalFilters,
+    InputItems,
     InputMcpApprovalRequest,
     InputMcpApprovalResponse,
     InputMcpCall,
@@ -25,7 +27,6 @@ from schemas.openai_responses.request import (
     InputFunctionCall,
     InputFunctionCallOutput,
     InputItem,
-    InputItems,
     InputMessage,
     InputPart,
     InputReasoning,
@@ -137,6 +138,7 @@ __all__ = [
     "OutputTextDone",
     "FunctionCallArgumentsDelta",
     "FunctionCallArgumentsDone",
+    "ALL_INPUT_ITEM_TYPES",
     "ApprovalFilter",
     "ApprovalFilters",
     "InputMcpApprovalRequest",

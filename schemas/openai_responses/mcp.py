@@ -7,7 +7,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from schemas.openai_responses.request import InputItem
+from schemas.openai_responses.request import (
+    INPUT_ITEM_TYPES,
+    InputFunctionCall,
+    InputFunctionCallOutput,
+    InputItem,
+    InputMessage,
+    InputReasoning,
+)
 from schemas.wire import Wire
 
 
@@ -88,6 +95,8 @@ class OutputMcpApprovalRequest(Wire, kw_only=True):
 
 # The same items as a follow-up's input carries them (stored context, or sent back).
 class InputMcpListTools(InputItem, kw_only=True, tag="mcp_list_tools"):
+    """Nothing the model reads: the tools it is offered come from this request's tools."""
+
     server_label: str = ""
 
 
@@ -111,3 +120,18 @@ class InputMcpApprovalResponse(InputItem, kw_only=True, tag="mcp_approval_respon
     approval_request_id: str
     approve: bool
     reason: str | None = None
+
+
+# Every input item, the MCP loop's included: what a request (or a stored context) may hold.
+InputItems = list[
+    InputMessage
+    | InputFunctionCall
+    | InputFunctionCallOutput
+    | InputReasoning
+    | InputMcpListTools
+    | InputMcpCall
+    | InputMcpApprovalRequest
+    | InputMcpApprovalResponse
+]
+MCP_ITEM_TYPES = ("mcp_list_tools", "mcp_call", "mcp_approval_request", "mcp_approval_response")
+ALL_INPUT_ITEM_TYPES = (*INPUT_ITEM_TYPES, *MCP_ITEM_TYPES)

@@ -47,10 +47,15 @@ class InputReasoning(InputItem, kw_only=True, tag="reasoning"):
     """An earlier turn's reasoning, sent back by agents; nothing here can use it."""
 
 
-InputItems = list[InputMessage | InputFunctionCall | InputFunctionCallOutput | InputReasoning]
+# The MCP loop's items join these in openai_responses/mcp.py (`InputItems` there).
 INPUT_ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning")
 # Ids given to input items that come without one, by type (as OpenAI numbers them).
-ITEM_ID_PREFIXES = {"message": "msg", "function_call": "fc", "function_call_output": "fco"}
+ITEM_ID_PREFIXES = {
+    "message": "msg",
+    "function_call": "fc",
+    "function_call_output": "fco",
+    "mcp_approval_response": "mcpa",
+}
 
 
 class Tool(Wire, kw_only=True):

@@ -56,6 +56,9 @@ models:
   - id: looping
     engine: scripted
     script: {{reply: '{add}'}}
+  - id: approver
+    engine: scripted
+    script: {{replies: ['{add}', 'Approved: 5.', '{add}', 'Not run, then.']}}
 """
 
 
@@ -225,6 +228,46 @@ def test_max_tool_calls_bounds_the_loop(gateway, client):
     # Asked again with no tools, the model's call is only text.
     assert response.output[-1].type == "message"
     assert response.status == "completed"
+
+
+def test_a_call_waits_for_the_clients_approval_and_runs_once_approved(gateway, client):
+    tools = [
+        {"type": "mcp", "server_label": "tools", "allowed_tools": ["add"]}
+    ]  # approval: OpenAI's default
+    first = client.responses.create(model="approver", input="2+3?", tools=tools)
+    assert [i.type for i in first.output] == ["mcp_list_tools", "mcp_approval_request"]
+    asked = first.output[1]
+    assert (asked.server_label, asked.name, asked.arguments) == ("tools", "add", '{"a": 2, "b": 3}')
+    assert first.status == "completed"
+    before = len(gateway.events("tool_called", tool="add"))
+    answer = {"type": "mcp_approval_response", "approval_request_id": asked.id, "approve": True}
+    second = client.responses.create(
+        model="approver", previous_response_id=first.id, input=[answer], tools=tools
+    )
+    assert [i.type for i in second.output] == ["mcp_list_tools", "mcp_call", "message"]
+    made = second.output[1]
+    assert (made.approval_request_id, made.output, made.status) == (asked.id, "5", "completed")
+    assert second.output_text == "Approved: 5."
+    assert len(gateway.events("tool_called", tool="add")) == before + 1
+    # A denied call is not made; the model hears it was not approved.
+    third = client.responses.create(model="approver", input="again", tools=tools)
+    denied = {
+        "type": "mcp_approval_response",
+        "approval_request_id": third.output[1].id,
+        "approve": False,
+    }
+    fourth = client.responses.create(
+        model="approver", previous_response_id=third.id, input=[denied], tools=tools
+    )
+    assert [i.type for i in fourth.output] == ["mcp_list_tools", "message"]
+    assert len(gateway.events("tool_called", tool="add")) == before + 1
+
+
+def test_an_approval_answering_nothing_is_a_400(client):
+    answer = {"type": "mcp_approval_response", "approval_request_id": "mcpr_nope", "approve": True}
+    with pytest.raises(openai.BadRequestError) as info:
+        client.responses.create(model="adder", input=[answer], tools=[mcp()])
+    assert "'mcpr_nope' answers no mcp_approval_request" in info.value.message
 
 
 def test_a_server_that_never_starts_is_a_424_naming_it(client):
