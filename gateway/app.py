@@ -37,6 +37,7 @@ from gateway.http.middleware import request_events
 from gateway.http.protocols import Protocols
 from gateway.http.shutdown import Admission
 from gateway.logs.setup import PRESENTED, LogScope, Redactor
+from gateway.mcp import routes as mcp_routes
 from gateway.mcp.pool import McpPool
 from gateway.ollama import chat as ollama_chat
 from gateway.ollama import embed as ollama_embed
@@ -126,6 +127,8 @@ def create_app(
     )
     capture = Capture(activity, lambda: registry.current.config)
     mcp_pool = McpPool(base_dir)  # the declared MCP servers, each started at first use
+    # A reload stops the servers it removes or changes (those kept run on).
+    reloader.after.append(lambda applied: mcp_pool.follow(applied.mcp_servers))
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -186,6 +189,7 @@ def create_app(
             *controls.ROUTES,
             *benchmark.ROUTES,
             *playground.ROUTES,
+            *mcp_routes.ROUTES,
         ],
         dependencies={"generation": Provide(provide_generation, sync_to_thread=False)},
         exception_handlers={Exception: error_response},

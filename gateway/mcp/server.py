@@ -20,6 +20,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.sse import sse_client
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import ListenNotSupportedError
 
 from engines.backoff import Backoff
 from engines.child_env import inherited
@@ -164,7 +165,14 @@ class McpServer:
         try:
             async with self._client_for() as client:
                 ready.set_result(client)
-                await self._closed.wait()
+                closed = self._closed
+                listening = asyncio.create_task(self._listen(client))
+                try:
+                    await closed.wait()
+                finally:
+                    listening.cancel()
+                    with contextlib.suppress(BaseException):
+                        await listening
         except BaseException as error:
             if not ready.done():
                 ready.set_exception(error if isinstance(error, Exception) else RuntimeError())
@@ -191,6 +199,19 @@ class McpServer:
         else:
             transport = _streamable_http(config.url, config.headers, self._timeout)
         return Client(transport, message_handler=handler, cache=None)
+
+    async def _listen(self, client: Client) -> None:
+        """2026-07-28 servers tell of a changed tool list on a `subscriptions/listen` stream
+        (older ones by a plain notification: `_on_message`)."""
+        try:
+            async with client.listen(tools_list_changed=True) as changes:
+                async for _ in changes:
+                    self._tools = None  # listed again at next use
+        except ListenNotSupportedError:
+            return
+        except Exception as error:  # the stream ends with the connection
+            if self._client is client:
+                self._failed(f"change stream lost: {_describe(error)}")
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, mcp_types.ToolListChangedNotification):

@@ -27,6 +27,7 @@ def call(name: str, **arguments) -> str:
 
 CONFIG = """
 server:
+  admin_key: admin-secret
   api_keys:
     - {{key: full-key, label: full}}
     - {{key: limited-key, label: limited, mcp_servers: [remote]}}
@@ -36,6 +37,7 @@ mcp_servers:
   - name: remote
     url: http://127.0.0.1:{port}/mcp
     allowed_tools: [add, shout]
+  - {{name: growing, command: {python}, args: [{server}]}}
   - {{name: never-starts, command: {python}, args: ["-c", "import time; time.sleep(60)"], start_timeout: 2s}}
 models:
   - id: adder
@@ -56,6 +58,9 @@ models:
   - id: looping
     engine: scripted
     script: {{reply: '{add}'}}
+  - id: grower
+    engine: scripted
+    script: {{replies: ['{grow}', 'Grown.']}}
   - id: approver
     engine: scripted
     script: {{replies: ['{add}', 'Approved: 5.', '{add}', 'Not run, then.']}}
@@ -93,6 +98,7 @@ def gateway(tmp_path_factory, remote_port):
         boom=call("boom", reason="no luck"),
         hang=call("hang", seconds=30),
         die=call("die"),
+        grow=call("grow"),
     )
     with serving(tmp_path_factory.mktemp("mcp"), text) as process:
         yield process
@@ -114,7 +120,7 @@ def test_mcp_call_runs_the_tool_on_the_server_and_the_model_answers(gateway, cli
     assert kinds == ["mcp_list_tools", "message", "mcp_call", "message"]
     listed, said, made, answer = response.output
     assert listed.server_label == "tools"
-    assert {t.name for t in listed.tools} == {"add", "shout", "boom", "hang", "die"}
+    assert {t.name for t in listed.tools} == {"add", "shout", "boom", "hang", "die", "grow"}
     add = next(t for t in listed.tools if t.name == "add")
     assert add.input_schema["properties"].keys() == {"a", "b"}
     assert said.content[0].text.strip() == "Checking."
@@ -173,7 +179,7 @@ def test_the_stream_has_openais_mcp_events_in_order(client):
 def test_a_streamable_http_server_serves_the_same_loop(gateway, client):
     response = client.responses.create(model="remote-adder", input="2+3", tools=[mcp("remote")])
     listed, made, _ = response.output
-    # The server's own allowed_tools (config) leave two of its five tools.
+    # The server's own allowed_tools (config) leave two of its six tools.
     assert sorted(t.name for t in listed.tools) == ["add", "shout"]
     assert (made.type, made.server_label, made.output) == ("mcp_call", "remote", "5")
     assert response.output_text == "Five."
@@ -311,3 +317,57 @@ def test_max_tool_calls_without_an_mcp_tool_is_still_refused(client):
     with pytest.raises(openai.BadRequestError) as info:
         client.responses.create(model="adder", input="go", max_tool_calls=2)
     assert "max_tool_calls" in info.value.message
+
+
+def test_a_tool_list_change_is_heard_and_the_list_read_again(gateway, client):
+    def growing_tools() -> set[str]:
+        listed = httpx.get(
+            f"{gateway.url}/v1/mcp/tools", headers={"Authorization": "Bearer full-key"}, timeout=60
+        )
+        return {t["name"] for t in listed.json()["data"] if t["server"] == "growing"}
+
+    assert "extra" not in growing_tools()
+    response = client.responses.create(model="grower", input="grow", tools=[mcp("growing")])
+    assert next(i for i in response.output if i.type == "mcp_call").output == "grown"
+    # The server said notifications/tools/list_changed during the call: the cache is gone.
+    assert "extra" in growing_tools()
+
+
+def test_the_servers_and_tools_routes_show_what_the_key_may_use(gateway):
+    def get(path: str, key: str) -> httpx.Response:
+        return httpx.get(
+            f"{gateway.url}{path}", headers={"Authorization": f"Bearer {key}"}, timeout=30
+        )
+
+    everything = get("/v1/mcp/servers", "admin-secret").json()["data"]
+    assert {s["name"] for s in everything} == {
+        "tools",
+        "fragile",
+        "remote",
+        "growing",
+        "never-starts",
+    }
+    assert "command" not in everything[0] and "headers" not in everything[0]
+    limited = get("/v1/mcp/servers", "limited-key").json()["data"]
+    assert [(s["name"], s["transport"]) for s in limited] == [("remote", "streamable_http")]
+    tools = get("/v1/mcp/tools", "limited-key").json()
+    assert sorted(t["name"] for t in tools["data"]) == ["add", "shout"]
+    assert {t["server"] for t in tools["data"]} == {"remote"} and tools["errors"] == []
+    assert get("/v1/mcp/tools", "wrong-key").status_code == 401
+
+
+def test_a_reload_stops_a_removed_server(gateway):
+    import os
+    import signal
+
+    headers = {"Authorization": "Bearer admin-secret"}
+    httpx.get(f"{gateway.url}/v1/mcp/tools", headers=headers, timeout=60)  # starts every server
+    config = gateway.log.parent / "models.yaml"
+    text = config.read_text()
+    kept = [line for line in text.splitlines() if "name: growing" not in line]
+    config.write_text("\n".join(kept) + "\n")
+    os.kill(gateway.process.pid, signal.SIGHUP)
+    stopped = gateway.wait_event("mcp_server_stopped", server="growing", timeout=30)
+    assert stopped["reason"] == "removed"
+    servers = httpx.get(f"{gateway.url}/v1/mcp/servers", headers=headers).json()["data"]
+    assert "growing" not in {s["name"] for s in servers}

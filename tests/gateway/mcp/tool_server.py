@@ -3,7 +3,8 @@
 
 Its tools: `add` (the loop's happy path), `shout` (a tool the allow-lists leave out),
 `boom` (a tool error), `hang` (never answers: the per-call timeout), `die` (the process
-exits mid-call: a server that dies)."""
+exits mid-call: a server that dies), `grow` (adds the tool `extra` and says
+notifications/tools/list_changed)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import os
 import sys
 import time
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 server = MCPServer("test-tools")
@@ -46,6 +47,19 @@ def hang(seconds: float) -> str:
 def die() -> str:
     """Ends the server's process in the middle of the call."""
     os._exit(3)
+
+
+def extra() -> str:
+    """A tool that exists once `grow` ran."""
+    return "extra"
+
+
+@server.tool()
+async def grow(ctx: Context) -> str:
+    """Adds the tool `extra`, and tells the client its tool list changed."""
+    server.add_tool(extra)
+    await ctx.notify_tools_changed()
+    return "grown"
 
 
 if __name__ == "__main__":
