@@ -36,7 +36,9 @@ mcp_servers:
   - {{name: fragile, command: {python}, args: [{server}], timeout: 5s}}
   - name: remote
     url: http://127.0.0.1:{port}/mcp
+    headers: {{Authorization: "Bearer ${{MCP_TOKEN}}"}}
     allowed_tools: [add, shout]
+    max_result_bytes: 16B
   - {{name: growing, command: {python}, args: [{server}]}}
   - {{name: never-starts, command: {python}, args: ["-c", "import time; time.sleep(60)"], start_timeout: 2s}}
 models:
@@ -58,6 +60,9 @@ models:
   - id: looping
     engine: scripted
     script: {{reply: '{add}'}}
+  - id: shouter
+    engine: scripted
+    script: {{replies: ['{shout}', 'Loud.']}}
   - id: grower
     engine: scripted
     script: {{replies: ['{grow}', 'Grown.']}}
@@ -99,8 +104,11 @@ def gateway(tmp_path_factory, remote_port):
         hang=call("hang", seconds=30),
         die=call("die"),
         grow=call("grow"),
+        shout=call("shout", text="a result longer than sixteen bytes"),
     )
-    with serving(tmp_path_factory.mktemp("mcp"), text) as process:
+    # The server's token: the session-end check fails the run if any log line holds it.
+    env = {"MCP_TOKEN": "mcp-secret-token-4d1f"}
+    with serving(tmp_path_factory.mktemp("mcp"), text, env=env) as process:
         yield process
 
 
@@ -187,6 +195,23 @@ def test_a_streamable_http_server_serves_the_same_loop(gateway, client):
     assert started and started[0]["transport"] == "streamable_http"
 
 
+def test_a_result_past_max_result_bytes_is_cut_and_says_so(gateway, client):
+    response = client.responses.create(model="shouter", input="shout", tools=[mcp("remote")])
+    made = next(i for i in response.output if i.type == "mcp_call")
+    assert made.output.startswith("A RESULT LONGER ")  # its first 16 bytes
+    assert made.output.endswith("[result cut at 16B of 34 bytes]")
+    (event,) = gateway.events("tool_called", tool="shout")
+    assert event["truncated"] is True and event["bytes"] == len(made.output.encode())
+
+
+def test_a_streamed_call_that_times_out_ends_in_mcp_call_failed(client):
+    events = list(client.responses.create(model="hanging", input="go", tools=[mcp()], stream=True))
+    kinds = [e.type for e in events]
+    assert "response.mcp_call.failed" in kinds and kinds[-1] == "response.completed"
+    made = next(i for i in events[-1].response.output if i.type == "mcp_call")
+    assert made.status == "failed" and "no answer within 3s" in made.error.message
+
+
 def test_a_tool_error_goes_back_to_the_model_not_a_500(gateway, client):
     response = client.responses.create(model="failing", input="go", tools=[mcp()])
     assert response.status == "completed"
@@ -207,7 +232,7 @@ def test_a_tool_that_hangs_is_cut_at_the_servers_timeout(gateway, client):
     assert made.status == "failed" and made.error.type == "mcp_protocol_error"
     assert "no answer within 3s" in made.error.message
     assert response.output_text == "It took too long."
-    (event,) = gateway.events("tool_called", tool="hang")
+    event = gateway.events("tool_called", tool="hang")[-1]
     assert 2.5 < event["duration_s"] < 15
 
 
