@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import time
@@ -16,11 +17,12 @@ from typing import Any
 
 import httpx2
 import mcp_types
-from mcp import Client, StdioServerParameters
+from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.sse import sse_client
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ListenNotSupportedError
+from mcp_types import CONNECTION_CLOSED, INTERNAL_ERROR, REQUEST_TIMEOUT
 
 from engines.backoff import Backoff
 from engines.child_env import inherited
@@ -38,6 +40,7 @@ class CallResult:
     text: str
     error: str | None = None
     protocol_error: bool = False  # the call itself failed (timeout, server gone), not the tool
+    code: int = INTERNAL_ERROR  # of a protocol error: JSON-RPC's, as the server or SDK said
     truncated: bool = False
 
 
@@ -85,12 +88,17 @@ class McpServer:
             result = await client.call_tool(tool, arguments, read_timeout_seconds=self._timeout)
         except McpServerUnavailable as error:
             outcome = CallResult(text=str(error), error=str(error), protocol_error=True)
-        except Exception as error:
-            reason = _describe(error)
-            if "timed out" in reason:
+        except MCPError as error:
+            reason, code = error.error.message, error.code
+            if code == REQUEST_TIMEOUT:
                 reason = f"no answer within {self.config.timeout} (the server's timeout)"
-            else:
+            elif code == CONNECTION_CLOSED:
                 self._failed(f"tools/call failed: {reason}")
+            # Any other code is the server's answer (an unknown tool, bad arguments): it runs on.
+            outcome = CallResult(text=reason, error=reason, protocol_error=True, code=code)
+        except Exception as error:  # the transport broke under the call
+            reason = _describe(error)
+            self._failed(f"tools/call failed: {reason}")
             outcome = CallResult(text=reason, error=reason, protocol_error=True)
         else:
             outcome = self._result(result)
@@ -191,8 +199,7 @@ class McpServer:
                 cwd=cwd,
             )
             # The server's stderr is not the gateway's event log.
-            errlog = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
-            transport = stdio_client(params, errlog=errlog)
+            transport = stdio_client(params, errlog=_devnull())
             return Client(transport, message_handler=handler, cache=None)
         if config.transport == "sse":
             transport = sse_client(config.url, headers=config.headers, timeout=self._timeout)
@@ -257,6 +264,12 @@ class McpServer:
         self.state, self.last_error = "failed", reason
         emit(McpServerFailed(server=self.name, error=reason, retry_in_s=delay), level="warning")
         return McpServerUnavailable(f"MCP server {self.name!r}: {reason}")
+
+
+@functools.cache
+def _devnull():
+    """One handle on /dev/null for every stdio server's stderr, open as long as the process."""
+    return open(os.devnull, "w")  # noqa: SIM115
 
 
 @contextlib.asynccontextmanager

@@ -239,7 +239,7 @@ def _done(item: wire.OutputMcpCall, result: CallResult) -> wire.OutputMcpCall:
     if result.error is None:
         return replace(item, status="completed", output=result.text)
     if result.protocol_error:
-        error = {"type": "mcp_protocol_error", "code": -32603, "message": result.error}
+        error = {"type": "mcp_protocol_error", "code": result.code, "message": result.error}
     else:
         content = [{"type": "text", "text": result.text}]
         error = {"type": "mcp_tool_execution_error", "content": content}
