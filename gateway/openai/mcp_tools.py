@@ -23,7 +23,7 @@ from schemas.canonical import ToolSpec
 
 # Fields of OpenAI's `mcp` tool this gateway does not honour: the server's own credentials
 # belong in `mcp_servers:` (`headers`, `env`), not in requests.
-NOT_HONOURED = ("headers", "authorization", "connector_id")
+NOT_HONOURED = ("headers", "authorization", "connector_id", "tunnel_id")
 
 
 @dataclass
@@ -80,6 +80,11 @@ def asked_mcp(data: wire.ResponseRequest) -> list[tuple[int, wire.McpToolRequest
                     f"{where}.{name} is not supported: the gateway calls only servers declared "
                     "in mcp_servers:, with the credentials declared there"
                 )
+        # Deferred loading (tool search) and programmatic callers: no such machinery here.
+        if spec.defer_loading:
+            raise BadRequest(f"{where}.defer_loading is not supported: tools load at once")
+        if spec.allowed_callers not in (None, ["direct"]):
+            raise BadRequest(f"{where}.allowed_callers is not supported (only ['direct'])")
         asked.append((i, spec))
     return asked
 

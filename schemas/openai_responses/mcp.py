@@ -42,6 +42,9 @@ class McpToolRequest(Wire, kw_only=True):
     headers: dict[str, str] | None = None
     authorization: str | None = None
     connector_id: str | None = None
+    tunnel_id: str | None = None
+    defer_loading: bool | None = None
+    allowed_callers: list[str] | None = None
 
 
 class McpToolEcho(Wire, kw_only=True):

@@ -75,6 +75,9 @@ class Tool(Wire, kw_only=True):
     headers: Any = None
     authorization: str | None = None
     connector_id: str | None = None
+    tunnel_id: str | None = None
+    defer_loading: bool | None = None
+    allowed_callers: Any = None
 
 
 class ToolChoiceObject(Wire, kw_only=True):

@@ -329,6 +329,10 @@ def test_a_key_not_allowed_the_server_is_refused(gateway):
         ),
         (mcp(headers={"Authorization": "Bearer x"}), "$.tools[0].headers"),
         (mcp(authorization="token"), "$.tools[0].authorization"),
+        (mcp(connector_id="connector_gmail"), "$.tools[0].connector_id"),
+        (mcp(defer_loading=True), "$.tools[0].defer_loading"),
+        (mcp(allowed_callers=["programmatic"]), "$.tools[0].allowed_callers"),
+        ({"type": "mcp", "server_label": "tools", "name": "x"}, "$.tools[0].name"),
         (mcp(require_approval="sometimes"), "require_approval"),
     ],
 )
