@@ -127,6 +127,7 @@ def create_app(
     )
     capture = Capture(activity, lambda: registry.current.config)
     mcp_pool = McpPool(base_dir)  # the declared MCP servers, each started at first use
+    mcp_pool.follow(config.mcp_servers)
     # A reload stops the servers it removes or changes (those kept run on).
     reloader.after.append(lambda applied: mcp_pool.follow(applied.mcp_servers))
 

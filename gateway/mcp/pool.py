@@ -18,7 +18,8 @@ class McpPool:
         self._stopping: set[asyncio.Task] = set()
 
     def follow(self, configs: list[McpServerConfig]) -> None:
-        """Match the servers to `configs` (the generation a request resolved against)."""
+        """Match the servers to `configs`: the config at start, then each reload's (never a
+        request's generation: one that began before a reload would undo it)."""
         wanted = {c.name: c for c in configs}
         for name, server in list(self._servers.items()):
             if wanted.get(name) != server.config:

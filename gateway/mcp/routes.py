@@ -10,21 +10,19 @@ from litestar import Request, get
 
 from engines.errors import McpServerUnavailable
 from gateway.control.keys import mcp_allowed
-from gateway.control.registry import Generation
 from gateway.mcp.pool import McpPool
 from gateway.mcp.server import McpServer
 
 VISIBLE = {"admin_too": True}  # the API-key guard lets the admin key through as well
 
 
-def _visible(request: Request, generation: Generation) -> list[McpServer]:
+def _visible(request: Request) -> list[McpServer]:
     pool: McpPool = request.app.state.mcp_pool
-    pool.follow(generation.config.mcp_servers)
     return [s for s in pool.servers() if mcp_allowed(s.name)]
 
 
 @get("/v1/mcp/servers", opt=VISIBLE)
-async def list_servers(request: Request, generation: Generation) -> dict:
+async def list_servers(request: Request) -> dict:
     """Each server: how it is reached (never its command line, env or headers), its state."""
     data = [
         {
@@ -35,14 +33,14 @@ async def list_servers(request: Request, generation: Generation) -> dict:
             "allowed_tools": server.config.allowed_tools,
             "timeout": server.config.timeout,
         }
-        for server in _visible(request, generation)
+        for server in _visible(request)
     ]
     return {"object": "list", "data": data}
 
 
 @get("/v1/mcp/tools", opt=VISIBLE)
-async def list_tools(request: Request, generation: Generation) -> dict:
-    servers = _visible(request, generation)
+async def list_tools(request: Request) -> dict:
+    servers = _visible(request)
     # Started side by side: one slow server does not hold up the others' lists.
     found = await asyncio.gather(*(s.tools() for s in servers), return_exceptions=True)
     data, errors = [], []

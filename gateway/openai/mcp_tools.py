@@ -15,7 +15,6 @@ from litestar import Request
 
 from engines.errors import BadRequest
 from gateway.control.keys import check_mcp_allowed
-from gateway.control.registry import Generation
 from gateway.mcp.pool import McpPool
 from gateway.mcp.server import McpServer
 from schemas import openai_responses as wire
@@ -89,14 +88,13 @@ def asked_mcp(data: wire.ResponseRequest) -> list[tuple[int, wire.McpToolRequest
     return asked
 
 
-async def prepare(request: Request, data: wire.ResponseRequest, generation: Generation) -> McpTools:
+async def prepare(request: Request, data: wire.ResponseRequest) -> McpTools:
     """The request's MCP tools, each server's tools listed (started at first use)."""
     found = McpTools()
     asked = asked_mcp(data)
     if not asked:
         return found
-    pool = pool_of(request)
-    pool.follow(generation.config.mcp_servers)
+    pool = pool_of(request)  # follows the config in force (set at start and by reloads)
     seen: set[str] = set()
     functions = {t.name for t in data.tools if t.type == "function"}
     for i, spec in asked:

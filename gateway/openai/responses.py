@@ -286,7 +286,7 @@ async def responses(request: Request, generation: Generation) -> Response | Stre
     messages = to_messages(data.instructions, [*earlier, *own])
     messages = await fetch_images(request, messages, generation.config.server)
     route = announce(generation.resolve(data.model), stream=data.stream, protocol="openai")
-    mcp = await mcp_tools.prepare(request, data, generation)
+    mcp = await mcp_tools.prepare(request, data)
     answered = await mcp_loop.answer_approvals(mcp, earlier, own)
     messages += [m for approval in answered for m in approval.messages]
     tools, output = response_controls(data, mcp.specs)

@@ -301,6 +301,23 @@ def test_an_approval_answering_nothing_is_a_400(client):
     assert "'mcpr_nope' answers no mcp_approval_request" in info.value.message
 
 
+def test_concurrent_requests_share_one_server_session(gateway, client):
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(_):
+        return client.responses.create(
+            model="looping", input="go", tools=[mcp(allowed_tools=["add"])], max_tool_calls=1
+        )
+
+    starts = len(gateway.events("mcp_server_started", server="tools"))
+    with ThreadPoolExecutor(4) as pool:
+        responses = list(pool.map(one, range(4)))
+    for response in responses:
+        (made,) = [i for i in response.output if i.type == "mcp_call"]
+        assert (made.status, made.output) == ("completed", "5")
+    assert len(gateway.events("mcp_server_started", server="tools")) == max(starts, 1)
+
+
 def test_a_server_that_never_starts_is_a_424_naming_it(client):
     began = time.monotonic()
     with pytest.raises(openai.APIStatusError) as info:
