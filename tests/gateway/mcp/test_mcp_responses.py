@@ -149,6 +149,16 @@ def test_mcp_call_runs_the_tool_on_the_server_and_the_model_answers(gateway, cli
     assert event["key_label"] == "full"
     assert "arguments" not in event and "output" not in event
     assert gateway.events("mcp_server_started", server="tools")[0]["transport"] == "stdio"
+    # The request's Activity row (the ops page) counts its calls (written from a thread:
+    # a moment after the answer).
+    row, deadline = {}, time.monotonic() + 10
+    while "tool_calls" not in row.get("detail", {}) and time.monotonic() < deadline:
+        rows = httpx.get(
+            f"{gateway.url}/ui/api/activity", headers={"Authorization": "Bearer admin-secret"}
+        ).json()["rows"]
+        row = next((r for r in rows if r["request_id"] == event["request_id"]), {})
+        time.sleep(0.1)
+    assert (row["detail"]["tool_calls"], row["detail"]["tools"]) == (1, "tools.add")
 
 
 def test_the_stream_has_openais_mcp_events_in_order(client):
