@@ -107,6 +107,12 @@ def summarize(config: GatewayConfig) -> list[str]:
         if is_hub_source(m.source):  # from the cache alone: check never touches the network
             parts.append(cache_status(m.id, m.source))
         lines.append("  ".join(parts))
+    for server in config.mcp_servers:
+        # How it is reached, never its env or headers (they hold tokens).
+        reached = (
+            f"stdio {server.command}" if server.command else f"{server.transport} {server.url}"
+        )
+        lines.append(f"mcp server {server.name}: {reached}  timeout={server.timeout}")
     return lines
 
 
