@@ -260,5 +260,9 @@ class UpstreamUnavailable(GatewayError):
         self.retry_after = retry_after
 
 
+class McpServerUnavailable(GatewayError):
+    """A declared MCP server could not be started, reached or listed (gateway/mcp)."""
+
+
 class UpstreamTimeout(GatewayError):
     """A model's upstream did not answer, or stopped answering, within `timeout`."""

@@ -42,6 +42,8 @@ from gateway.http.middleware import request_events
 from gateway.http.protocols import Protocols
 from gateway.http.shutdown import Admission
 from gateway.logs.setup import PRESENTED, LogScope, Redactor
+from gateway.mcp import routes as mcp_routes
+from gateway.mcp.pool import McpPool
 from gateway.ollama import chat as ollama_chat
 from gateway.ollama import embed as ollama_embed
 from gateway.ollama import errors as ollama_errors
@@ -134,6 +136,10 @@ def create_app(
         lambda: viewer.row_key(registry.current.config.server, names, PRESENTED.get()),
     )
     capture = Capture(activity, lambda: registry.current.config)
+    mcp_pool = McpPool(base_dir)  # the declared MCP servers, each started at first use
+    mcp_pool.follow(config.mcp_servers)
+    # A reload stops the servers it removes or changes (those kept run on).
+    reloader.after.append(lambda applied: mcp_pool.follow(applied.mcp_servers))
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -165,6 +171,7 @@ def create_app(
             if watcher:
                 watcher.cancel()
             pulls.close()
+            await mcp_pool.close()
             for runner in registry.current.runners.values():
                 await runner.stop("shutdown")
             sampler.cancel()
@@ -200,6 +207,7 @@ def create_app(
             *controls.ROUTES,
             *benchmark.ROUTES,
             *playground.ROUTES,
+            *mcp_routes.ROUTES,
         ],
         dependencies={"generation": Provide(provide_generation, sync_to_thread=False)},
         exception_handlers={Exception: error_response},
@@ -213,6 +221,7 @@ def create_app(
         state=State(
             {
                 "registry": registry,
+                "mcp_pool": mcp_pool,
                 "reloader": reloader,
                 "budget": budget,
                 "admission": admission,

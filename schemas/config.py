@@ -140,6 +140,8 @@ class ApiKey(Strict):
     # Absent: `key:` and a keyed hash of the key (gateway/control/key_names.py); never `admin`.
     label: Label | None = None
     models: list[Identifier] | None = None
+    # The MCP servers (`mcp_servers:` names) its requests may use; absent: every one.
+    mcp_servers: list[McpName] | None = None
     priority: KeyPriority = KeyPriority()
     limits: KeyLimits = KeyLimits()
 
@@ -388,6 +390,42 @@ class ProcessConfig(Strict):
     stop_grace: Duration = "10s"  # after SIGTERM, before SIGKILL
 
 
+McpUrl = Annotated[
+    str,
+    Meta(
+        pattern=r"^https?://[^\s/]+(/\S*)?$",
+        description='An MCP server\'s http(s) endpoint such as "http://127.0.0.1:9000/mcp"',
+    ),
+]
+McpName = Annotated[
+    str,
+    Meta(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$",
+        max_length=64,
+        description="An MCP server's name (a Responses tool's server_label): letters, digits, _ -",
+    ),
+]
+
+
+class McpServerConfig(Strict):
+    """One MCP server the gateway's tool loop may call (`mcp_servers:`, docs/mcp.md): a
+    program it starts (`command`, spoken to over stdio) or a server at `url` (streamable
+    HTTP, or `transport: sse` for older servers). Started at first use."""
+
+    name: McpName
+    command: str | None = None  # stdio: the program, found on PATH
+    args: list[str] = []
+    env: dict[str, str] = {}  # added to the minimal environment it starts with
+    cwd: str | None = None  # relative to the config file's directory
+    url: McpUrl | None = None
+    transport: Literal["streamable_http", "sse"] = "streamable_http"  # with `url` only
+    headers: dict[str, str] = {}  # sent with every request to `url` (a token, say)
+    allowed_tools: list[str] | None = None  # absent: every tool the server lists
+    timeout: Duration = "30s"  # one tool call (and one tools/list)
+    start_timeout: Duration = "30s"  # starting it: the program up, the session initialized
+    max_result_bytes: ByteSize = "1MiB"  # a longer tool result is cut, and says so
+
+
 class DistributedConfig(Strict):
     """`distributed:` an MLX model sharded over `ranks` processes on MLX's own collectives
     (engines/llm/distributed). Rank 0 runs on the gateway's machine."""
@@ -493,3 +531,4 @@ class GatewayConfig(Strict, kw_only=True):
     server: ServerConfig = ServerConfig()
     defaults: ModelSettings = ModelSettings()
     models: Annotated[list[ModelConfig], Meta(min_length=1)]
+    mcp_servers: list[McpServerConfig] = []

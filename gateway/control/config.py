@@ -16,9 +16,17 @@ import msgspec
 from engines.errors import ConfigInvalid, SourceError
 from engines.sources.hub import NotCached, cache_status, is_hub_source
 from gateway.control.field_check import check_value, report_error, unknown_key
+from gateway.control.mcp_check import check_mcp_servers
 from gateway.control.references import check_references, resolve_drafts
 from gateway.control.yaml_source import KeyPath, Source, read_yaml
-from schemas.config import GatewayConfig, ModelConfig, ModelSettings, ServerConfig, Task
+from schemas.config import (
+    GatewayConfig,
+    McpServerConfig,
+    ModelConfig,
+    ModelSettings,
+    ServerConfig,
+    Task,
+)
 from schemas.config_keys import ENGINES, LOCAL, MODEL_KEYS
 
 
@@ -99,6 +107,12 @@ def summarize(config: GatewayConfig) -> list[str]:
         if is_hub_source(m.source):  # from the cache alone: check never touches the network
             parts.append(cache_status(m.id, m.source))
         lines.append("  ".join(parts))
+    for server in config.mcp_servers:
+        # How it is reached, never its env or headers (they hold tokens).
+        reached = (
+            f"stdio {server.command}" if server.command else f"{server.transport} {server.url}"
+        )
+        lines.append(f"mcp server {server.name}: {reached}  timeout={server.timeout}")
     return lines
 
 
@@ -115,13 +129,16 @@ def _validate(doc: Any, src: Source) -> GatewayConfig | None:
     if not isinstance(doc, dict):
         src.at((), "expected a mapping with 'server', 'defaults' and 'models'")
         return None
-    for key in doc.keys() - {"server", "defaults", "models"}:
-        src.at((key,), unknown_key(key, ["server", "defaults", "models"]), key=True)
+    for key in doc.keys() - set(TOP_LEVEL):
+        src.at((key,), unknown_key(key, TOP_LEVEL), key=True)
     # An empty section (every line commented out) reads as null: take it as `{}`.
     server = {} if doc.get("server") is None else doc["server"]
     defaults = {} if doc.get("defaults") is None else doc["defaults"]
     check_value(server, ServerConfig, ("server",), src)
     check_value(defaults, ModelSettings, ("defaults",), src)
+    mcp_servers = [] if doc.get("mcp_servers") is None else doc["mcp_servers"]
+    check_value(mcp_servers, list[McpServerConfig], ("mcp_servers",), src)
+    check_mcp_servers(mcp_servers, server, src)
     models = doc.get("models")
     if not isinstance(models, list) or not models:
         message = "a list of at least one model" if "models" in doc else "missing required key"
@@ -141,6 +158,7 @@ def _validate(doc: Any, src: Source) -> GatewayConfig | None:
         return None
     resolve_drafts(merged)
     doc = {**doc, "server": server, "defaults": defaults, "models": merged}
+    doc["mcp_servers"] = mcp_servers
     try:
         # Values read from the environment are strings: let "8080" become a port.
         return msgspec.convert(doc, GatewayConfig, strict=not src.env)
@@ -149,6 +167,7 @@ def _validate(doc: Any, src: Source) -> GatewayConfig | None:
         return None
 
 
+TOP_LEVEL = ["server", "defaults", "models", "mcp_servers"]
 # A remote engine -> its own section: the key that engine alone takes, and must set.
 REMOTE = {
     engine: key

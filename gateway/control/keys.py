@@ -17,6 +17,8 @@ from schemas.config import ApiKey, KeyLimits, KeyPriority, ModelConfig, ServerCo
 # What the admin key's requests are named by; no key's `label` may be it.
 ADMIN_LABEL = "admin"
 ALLOWED_MODELS: ContextVar[tuple[str, ...] | None] = ContextVar("allowed_models", default=None)
+# The MCP servers the request's key may use (`mcp_servers:` of its entry); None: every one.
+ALLOWED_MCP_SERVERS: ContextVar[tuple[str, ...] | None] = ContextVar("allowed_mcp", default=None)
 
 
 class KeyEntry(NamedTuple):
@@ -27,6 +29,7 @@ class KeyEntry(NamedTuple):
     models: tuple[str, ...] | None  # None: every model
     priority: KeyPriority
     limits: KeyLimits
+    mcp_servers: tuple[str, ...] | None = None  # None: every declared MCP server
 
 
 def has_keys(server: ServerConfig) -> bool:
@@ -46,7 +49,10 @@ def key_entries(server: ServerConfig, names: KeyNames) -> list[KeyEntry]:
             if entry.key:  # a key read from an unset ${VAR} is no key at all
                 label = entry.label or names.label(entry.key)
                 models = None if entry.models is None else tuple(entry.models)
-                entries.append(KeyEntry(entry.key, label, models, entry.priority, entry.limits))
+                mcp = None if entry.mcp_servers is None else tuple(entry.mcp_servers)
+                entries.append(
+                    KeyEntry(entry.key, label, models, entry.priority, entry.limits, mcp)
+                )
         elif entry:
             entries.append(KeyEntry(entry, names.label(entry), None, KeyPriority(), KeyLimits()))
     return entries
@@ -81,3 +87,18 @@ def visible_names(
 ) -> list[str]:
     """The ids and aliases the request's key may see (in "not found" messages, say)."""
     return sorted(n for m in usable_models(models, resolve_name) for n in (m.id, *m.aliases))
+
+
+def check_mcp_allowed(name: str, where: str) -> None:
+    """`Forbidden` when the request's key may not use the MCP server `name`."""
+    names = ALLOWED_MCP_SERVERS.get()
+    if names is not None and name not in names:
+        listed = ", ".join(names) or "none"
+        raise Forbidden(
+            f"{where}: this API key may not use MCP server {name!r} (it may use: {listed})"
+        )
+
+
+def mcp_allowed(name: str) -> bool:
+    names = ALLOWED_MCP_SERVERS.get()
+    return names is None or name in names

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -84,6 +85,8 @@ class Reloader:
         self._lock = asyncio.Lock()
         self._draining = Tasks()  # old runners draining, loads begun by a reload
         self.applied_hash = file_hash(path)
+        # Called with each config applied, on the loop (the MCP servers follow it: gateway/mcp).
+        self.after: list[Callable[[GatewayConfig], None]] = []
 
     async def reload(self, trigger: str) -> ReloadDiff:
         """Apply the file as it is now, or refuse it whole (`ConfigInvalid`)."""
@@ -97,6 +100,8 @@ class Reloader:
                 raise
             diff = await self._apply(config)
             self.applied_hash = digest
+            for follow in self.after:
+                follow(self.registry.current.config)
             emit(ConfigReloaded(trigger=trigger, **msgspec.structs.asdict(diff)))
             return diff
 

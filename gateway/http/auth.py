@@ -16,7 +16,13 @@ from litestar.handlers.base import BaseRouteHandler
 from engines.errors import Forbidden, GatewayError, Unauthorized
 from engines.log import bind
 from gateway.control.key_names import KeyNames
-from gateway.control.keys import ALLOWED_MODELS, KeyEntry, has_keys, key_entries
+from gateway.control.keys import (
+    ALLOWED_MCP_SERVERS,
+    ALLOWED_MODELS,
+    KeyEntry,
+    has_keys,
+    key_entries,
+)
 from gateway.control.limits import KeyLimiter
 from gateway.http.errors import protocol_of, protocols_of
 from gateway.http.exposure import is_loopback
@@ -158,6 +164,7 @@ async def require_api_key(connection: ASGIConnection, handler: BaseRouteHandler)
     not carry `ALLOWED_MODELS` back.
     """
     ALLOWED_MODELS.set(None)
+    ALLOWED_MCP_SERVERS.set(None)
     server = connection.app.state.registry.current.config.server
     if handler.opt.get("public") or handler.opt.get("admin"):
         return
@@ -205,6 +212,7 @@ def _admit_on_behalf(connection: ASGIConnection, entries: list[KeyEntry], behalf
 
 def _admit(connection: ASGIConnection, matched: KeyEntry, priority: int) -> None:
     ALLOWED_MODELS.set(matched.models)
+    ALLOWED_MCP_SERVERS.set(matched.mcp_servers)
     bind(key_label=matched.label)
     limiter: KeyLimiter = connection.app.state.limiter
     at_end(connection.scope, limiter.admit(matched.label, matched.limits))  # its slot

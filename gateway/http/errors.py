@@ -44,6 +44,8 @@ RENDERING: dict[type[e.GatewayError], tuple[int, str]] = {
     e.UpstreamError: (502, "bad_gateway"),
     e.UpstreamUnavailable: (503, "overloaded_error"),
     e.UpstreamTimeout: (504, "timeout_error"),
+    # OpenAI's status for an MCP server whose tools could not be listed: 424 Failed Dependency.
+    e.McpServerUnavailable: (424, "external_connector_error"),
     e.ClientGone: (499, "client_closed_request"),
     e.ConfigInvalid: (400, "invalid_request_error"),
     e.ContextTooLarge: (503, "server_error"),

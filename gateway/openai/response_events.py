@@ -62,6 +62,24 @@ class EventBuilder:
             return events + self._finish(output)
         return events
 
+    def open_item(self, item: wire.OutputItem, *middle: tuple[type, dict]) -> list[wire.Event]:
+        """An item made outside the builder (the MCP loop's): what is open closes, then
+        `output_item.added` and the item's own events (`middle`, each with its place)."""
+        events = [*self._close_reasoning(), *self._close_message("completed")]
+        index = len(self.response.output)
+        events.append(self._event(wire.OutputItemAdded, output_index=index, item=item))
+        return events + self._item_events(item, index, middle)
+
+    def close_item(self, item: wire.OutputItem, *middle: tuple[type, dict]) -> list[wire.Event]:
+        """The item `open_item` began, as it ended: its last events, `output_item.done`."""
+        index = len(self.response.output)
+        self.response.output.append(item)
+        events = self._item_events(item, index, middle)
+        return [*events, self._event(wire.OutputItemDone, output_index=index, item=item)]
+
+    def _item_events(self, item, index: int, middle) -> list[wire.Event]:
+        return [self._event(k, item_id=item.id, output_index=index, **f) for k, f in middle]
+
     def error(self, code: str, message: str) -> wire.Event:
         """The `error` event for a failure after the stream began."""
         return self._event(wire.ErrorEvent, code=code, message=message)

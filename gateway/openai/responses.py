@@ -25,7 +25,7 @@ from gateway.http.auth import stored_owner
 from gateway.http.body import decode_body
 from gateway.http.request_state import client_of
 from gateway.http.streaming import sse_response, started, unless_client_leaves
-from gateway.openai import stored_responses
+from gateway.openai import mcp_loop, mcp_tools, stored_responses
 from gateway.openai.chat import effort
 from gateway.openai.controls import controls, output_format, tool_choice
 from gateway.openai.response_events import EventBuilder
@@ -52,7 +52,6 @@ INCLUDABLE = ("message.output_text.logprobs",)
 # anything but its no-op value.
 REFUSED = {
     "truncation": lambda v: v != "disabled",
-    "max_tool_calls": lambda v: True,
     "service_tier": lambda v: v not in ("auto", "default"),
     "stream_options": lambda v: bool(v),
 }
@@ -66,12 +65,17 @@ def _refuse_unsupported(data: wire.ResponseRequest) -> None:
     if data.prompt is not None:
         raise BadRequest("stored prompts ($.prompt) are not supported: send input")
     refuse_set(data, REFUSED)
+    if data.max_tool_calls is not None and not any(t.type == "mcp" for t in data.tools):
+        # Only the gateway's own tool loop makes calls to count (gateway/openai/mcp_loop.py).
+        raise BadRequest("$.max_tool_calls is not supported without an mcp tool")
     if data.text is not None and data.text.verbosity not in (None, "medium"):
         raise BadRequest("$.text.verbosity is not supported by this gateway")
     for item in data.include or []:
         if item not in INCLUDABLE:
             raise BadRequest(f"$.include: {item!r} is not supported (only {INCLUDABLE[0]!r})")
     for i, tool in enumerate(data.tools):
+        if tool.type == "mcp":
+            continue  # checked against the declared servers (gateway/openai/mcp_tools.py)
         if tool.type != "function":
             raise BadRequest(f"tools of type {tool.type!r} are not supported ($.tools[{i}].type)")
         if not tool.name:
@@ -80,7 +84,9 @@ def _refuse_unsupported(data: wire.ResponseRequest) -> None:
         raise BadRequest("$.n: the Responses API has one output per response; send n requests")
 
 
-def response_controls(data: wire.ResponseRequest) -> tuple[list[ToolSpec], OutputControls]:
+def response_controls(
+    data: wire.ResponseRequest, mcp: list[ToolSpec] = ()
+) -> tuple[list[ToolSpec], OutputControls]:
     """The tools offered and the output controls: `text.format`, `tool_choice`,
     `parallel_tool_calls`, strict tools, and logprobs when `include` asks for them."""
     fmt = None
@@ -92,7 +98,7 @@ def response_controls(data: wire.ResponseRequest) -> tuple[list[ToolSpec], Outpu
         raise BadRequest(f"$.tool_choice.type {choice.type!r} is not supported (only function)")
     if isinstance(choice, str) and choice not in ("none", "auto", "required"):
         raise BadRequest(f"$.tool_choice {choice!r} is not one of none, auto, required")
-    tools, kind, forced = tool_choice(choice, to_tools(data))
+    tools, kind, forced = tool_choice(choice, [*to_tools(data), *mcp])
     strict = [t.name or "" for t in data.tools if t.strict]
     asked = INCLUDABLE[0] in (data.include or [])
     if data.top_logprobs and not asked:
@@ -127,7 +133,7 @@ async def own_items(data: wire.ResponseRequest, store: ResponseStore, owner: str
                     "items belong to the API key that stored them"
                 )
             item = found
-        elif kind not in wire.INPUT_ITEM_TYPES:
+        elif kind not in wire.ALL_INPUT_ITEM_TYPES:
             raise BadRequest(f"input items of type {kind!r} are not supported ($.input[{i}].type)")
         else:
             item.setdefault("id", f"{wire.ITEM_ID_PREFIXES.get(kind, 'item')}_{uuid.uuid4().hex}")
@@ -223,6 +229,8 @@ def to_messages(instructions: str | None, items: list[dict[str, Any]]) -> list[M
             messages.append(
                 Message(role="tool", content=content, tool_call_id=item.call_id, name=name)
             )
+        elif isinstance(item, wire.InputMcpCall):
+            messages += mcp_loop.call_messages(item)
     return messages
 
 
@@ -230,10 +238,13 @@ def to_tools(data: wire.ResponseRequest) -> list[ToolSpec]:
     return [
         ToolSpec(name=t.name or "", description=t.description or "", parameters=t.parameters or {})
         for t in data.tools
+        if t.type == "function"
     ]
 
 
-def _skeleton(data: wire.ResponseRequest, chat: ChatRequest, model: str) -> wire.Response:
+def _skeleton(
+    data: wire.ResponseRequest, chat: ChatRequest, model: str, mcp: mcp_tools.McpTools
+) -> wire.Response:
     """The response before any output: what was asked, with the settings actually applied."""
     return wire.Response(
         id=f"resp_{uuid.uuid4().hex}",
@@ -255,7 +266,9 @@ def _skeleton(data: wire.ResponseRequest, chat: ChatRequest, model: str) -> wire
                 strict=t.strict,
             )
             for t in data.tools
-        ],
+            if t.type == "function"
+        ]
+        + [mcp_tools.echo(spec) for spec in mcp.asked],
         metadata=data.metadata or {},
         user=data.user,
         previous_response_id=data.previous_response_id,
@@ -274,7 +287,10 @@ async def responses(request: Request, generation: Generation) -> Response | Stre
     messages = to_messages(data.instructions, [*earlier, *own])
     messages = await fetch_images(request, messages, generation.config.server)
     route = announce(generation.resolve(data.model), stream=data.stream, protocol="openai")
-    tools, output = response_controls(data)
+    mcp = await mcp_tools.prepare(request, data)
+    answered = await mcp_loop.answer_approvals(mcp, earlier, own)
+    messages += [m for approval in answered for m in approval.messages]
+    tools, output = response_controls(data, mcp.specs)
     if data.store is not False:
         # Before generating: an answer that cannot be stored is refused, not computed (an
         # SDK would retry a 500 that came after it, and pay for it again).
@@ -291,7 +307,7 @@ async def responses(request: Request, generation: Generation) -> Response | Stre
     )
     chat, (results,), _ = await serve_chat(route.runner, ask)
     tell_dropped_tools(request, chat)
-    skeleton = _skeleton(data, chat, route.served)
+    skeleton = _skeleton(data, chat, route.served, mcp)
     summary = bool(data.reasoning and data.reasoning.summary)
     builder = EventBuilder(skeleton, summary=summary)
 
@@ -302,9 +318,19 @@ async def responses(request: Request, generation: Generation) -> Response | Stre
             # Off the loop: a save evicts, and may wait for another process's write lock.
             await to_thread(store.save, registry_server(request), owner, whole, own, context)
 
+    async def next_round(again: ChatAsk) -> AsyncIterator[Output]:
+        _, (more,), _ = await serve_chat(route.runner, again)
+        return more
+
+    def events_of(outputs: AsyncIterator[Output]) -> AsyncIterator[wire.Event] | None:
+        if not mcp.asked:
+            return None
+        limit = data.max_tool_calls
+        return mcp_loop.run(builder, outputs, ask, next_round, mcp, limit, answered)
+
     if not data.stream:
         # The same builder as the stream, its events unused: both answers have one shape.
-        final = await unless_client_leaves(request, _final(builder, results))
+        final = await unless_client_leaves(request, _final(builder, results, events_of(results)))
         await keep(final)
         return Response(final)
     outputs = await started(request, results)
@@ -312,11 +338,19 @@ async def responses(request: Request, generation: Generation) -> Response | Stre
     def error_event(_status: int, message: str, kind: str) -> ServerSentEventMessage:
         return _sse(builder.error(kind, message))
 
-    events = _events(builder, outputs, keep)
+    events = _events(builder, outputs, keep, events_of(outputs))
     return sse_response(request, events, error_event, outputs.aclose)
 
 
-async def _final(builder: EventBuilder, results: AsyncIterator[Output]) -> wire.Response:
+async def _final(
+    builder: EventBuilder,
+    results: AsyncIterator[Output],
+    looped: AsyncIterator[wire.Event] | None,
+) -> wire.Response:
+    if looped is not None:  # the MCP tool loop: its events fill the builder's response
+        async for _ in looped:
+            pass
+        return builder.response
     builder.start()
     async for output in results:
         builder.feed(output)
@@ -332,16 +366,22 @@ async def _events(
     builder: EventBuilder,
     outputs: AsyncIterator[Output],
     keep: Callable[[wire.Response], Awaitable[None]],
+    looped: AsyncIterator[wire.Event] | None,
 ) -> AsyncIterator[ServerSentEventMessage]:
-    for event in builder.start():
+    async for event in looped or _fed(builder, outputs):
+        if isinstance(event, wire.ResponseCompleted | wire.ResponseIncomplete):
+            # Stored before it is announced: a save that fails ends the stream with
+            # `error` instead of `response.completed`.
+            await keep(builder.response)
         yield _sse(event)
+
+
+async def _fed(builder: EventBuilder, outputs: AsyncIterator[Output]) -> AsyncIterator[wire.Event]:
+    for event in builder.start():
+        yield event
     async for output in outputs:
         for event in builder.feed(output):
-            if isinstance(event, wire.ResponseCompleted | wire.ResponseIncomplete):
-                # Stored before it is announced: a save that fails ends the stream with
-                # `error` instead of `response.completed`.
-                await keep(builder.response)
-            yield _sse(event)
+            yield event
 
 
 ROUTES = [responses, *stored_responses.ROUTES]

@@ -53,10 +53,15 @@ from schemas.events.server import (
     ServerStopping,
     TaskFailed,
 )
+from schemas.events.tools import McpServerFailed, McpServerStarted, McpServerStopped, ToolCalled
 
 __all__ = [
     "Event",
     "BatchChanged",
+    "ToolCalled",
+    "McpServerStarted",
+    "McpServerFailed",
+    "McpServerStopped",
     "RequestStarted",
     "RequestRouted",
     "RequestQueued",

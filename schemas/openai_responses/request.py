@@ -47,18 +47,37 @@ class InputReasoning(InputItem, kw_only=True, tag="reasoning"):
     """An earlier turn's reasoning, sent back by agents; nothing here can use it."""
 
 
-InputItems = list[InputMessage | InputFunctionCall | InputFunctionCallOutput | InputReasoning]
+# The MCP loop's items join these in openai_responses/mcp.py (`InputItems` there).
 INPUT_ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning")
 # Ids given to input items that come without one, by type (as OpenAI numbers them).
-ITEM_ID_PREFIXES = {"message": "msg", "function_call": "fc", "function_call_output": "fco"}
+ITEM_ID_PREFIXES = {
+    "message": "msg",
+    "function_call": "fc",
+    "function_call_output": "fco",
+    "mcp_approval_response": "mcpa",
+}
 
 
 class Tool(Wire, kw_only=True):
+    """A function tool, or an `mcp` tool (its fields below; checked as
+    `openai_responses.mcp.McpToolRequest` by gateway/openai/mcp_tools.py)."""
+
     type: str
     name: str | None = None
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
+    server_label: str | None = None
+    server_url: str | None = None
+    allowed_tools: Any = None
+    require_approval: Any = None
+    server_description: str | None = None
+    headers: Any = None
+    authorization: str | None = None
+    connector_id: str | None = None
+    tunnel_id: str | None = None
+    defer_loading: bool | None = None
+    allowed_callers: Any = None
 
 
 class ToolChoiceObject(Wire, kw_only=True):

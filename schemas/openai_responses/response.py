@@ -7,6 +7,12 @@ from typing import Any, Literal
 
 from msgspec import field
 
+from schemas.openai_responses.mcp import (
+    McpToolEcho,
+    OutputMcpApprovalRequest,
+    OutputMcpCall,
+    OutputMcpListTools,
+)
 from schemas.openai_responses.request import TextConfig, ToolChoiceObject
 from schemas.wire import Wire
 
@@ -58,7 +64,14 @@ class OutputReasoning(Wire, kw_only=True):
     status: ItemStatus
 
 
-OutputItem = OutputMessage | OutputFunctionCall | OutputReasoning
+OutputItem = (
+    OutputMessage
+    | OutputFunctionCall
+    | OutputReasoning
+    | OutputMcpListTools
+    | OutputMcpCall
+    | OutputMcpApprovalRequest
+)
 
 
 class InputTokensDetails(Wire, kw_only=True):
@@ -108,7 +121,7 @@ class Response(Wire, kw_only=True):
     top_p: float | None = None
     text: TextConfig = field(default_factory=TextConfig)
     tool_choice: str | ToolChoiceObject = "auto"
-    tools: list[FunctionTool] = []
+    tools: list[FunctionTool | McpToolEcho] = []
     truncation: Literal["disabled"] = "disabled"
     usage: ResponseUsage | None = None
     metadata: dict[str, str] = {}

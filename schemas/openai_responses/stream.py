@@ -137,3 +137,46 @@ class FunctionCallArgumentsDone(Event, kw_only=True, tag="response.function_call
     output_index: int
     name: str
     arguments: str
+
+
+# The gateway's MCP tool loop (gateway/openai/mcp_loop.py): a server's tool list, and each call.
+class McpListToolsInProgress(Event, kw_only=True, tag="response.mcp_list_tools.in_progress"):
+    item_id: str
+    output_index: int
+
+
+class McpListToolsCompleted(Event, kw_only=True, tag="response.mcp_list_tools.completed"):
+    item_id: str
+    output_index: int
+
+
+class McpListToolsFailed(Event, kw_only=True, tag="response.mcp_list_tools.failed"):
+    item_id: str
+    output_index: int
+
+
+class McpCallInProgress(Event, kw_only=True, tag="response.mcp_call.in_progress"):
+    item_id: str
+    output_index: int
+
+
+class McpCallArgumentsDelta(Event, kw_only=True, tag="response.mcp_call_arguments.delta"):
+    item_id: str
+    output_index: int
+    delta: str
+
+
+class McpCallArgumentsDone(Event, kw_only=True, tag="response.mcp_call_arguments.done"):
+    item_id: str
+    output_index: int
+    arguments: str
+
+
+class McpCallCompleted(Event, kw_only=True, tag="response.mcp_call.completed"):
+    item_id: str
+    output_index: int
+
+
+class McpCallFailed(Event, kw_only=True, tag="response.mcp_call.failed"):
+    item_id: str
+    output_index: int

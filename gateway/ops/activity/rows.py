@@ -87,6 +87,14 @@ def fold(row: dict[str, Any], event: dict[str, Any]) -> None:
         case "guardrail":
             actions = [a for a in (row["guardrail"] or "").split(",") if a]
             row["guardrail"] = ",".join([*actions, str(event.get("action"))])
+        case "tool_called":
+            # The gateway's MCP tool loop (docs/mcp.md): how many calls, which, how many failed.
+            detail = row["detail"]
+            detail["tool_calls"] = detail.get("tool_calls", 0) + 1
+            detail["tool_errors"] = detail.get("tool_errors", 0) + bool(event.get("error"))
+            tool = f"{event.get('server')}.{event.get('tool')}"
+            named = [t for t in str(detail.get("tools", "")).split(",") if t]
+            detail["tools"] = ",".join(named if tool in named else [*named, tool])
         case "request_finished":
             row["status"] = event.get("status")
             row["duration_ms"] = event.get("duration_ms")
