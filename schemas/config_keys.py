@@ -121,6 +121,22 @@ MODEL_KEYS: dict[str, KeyRule] = {
     "distributed": KeyRule(
         MLX, restart=True, tasks=TEXT, why_task="a distributed model serves chat only"
     ),
+    # A new runner on reload: the base reloads (docs/adapters.md says what is left to do).
+    "adapters": KeyRule(
+        MLX,
+        restart=True,
+        tasks=TEXT,
+        why_task="`adapters` apply to MLX text models only",
+        conflicts={
+            "kv_bits": "`adapters` with `kv_bits`: a quantized KV cache decodes on mlx-lm's "
+            "single-stream loop, which applies no adapter per row: remove one",
+            "draft": "`adapters` with `draft`: drafts are not verified per adapter: remove one",
+            "speculation": "`adapters` with `speculation`: drafts are not verified per "
+            "adapter: remove one",
+            "isolation": "`adapters` with `isolation: process`: not yet: remove one",
+            "distributed": f"`adapters` {_SHARDED}",
+        },
+    ),
 }
 
 if list(MODEL_KEYS) != [f.name for f in msgspec.structs.fields(ModelConfig) if f.name != "id"]:
