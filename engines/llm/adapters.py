@@ -200,7 +200,7 @@ def attach(
 
     refuse_unbatched(model_id, model)
     files = read_all(model_id, adapters, base_dir, model)
-    rows = RowAdapters([f.scale * a.scale for f, a in zip(files, adapters)])
+    rows = RowAdapters([f.scale * a.scale for f, a in zip(files, adapters, strict=True)])
     tensors = [mx.load(str(f.weights)) for f in files]
     modules = dict(model.named_modules())
     targets = sorted({m for f in files for m in f.modules})
@@ -210,7 +210,7 @@ def attach(
         base = modules[target]
         a_stack, b_stack, factors, dora = [], [], [], False
         inputs, outputs = linear_shapes_of(base)
-        for f, t, scale in zip(files, tensors, rows.scales):
+        for f, t, scale in zip(files, tensors, rows.scales, strict=True):
             spec = f.modules.get(target)
             if spec is None:
                 a = mx.zeros((inputs, rank))
