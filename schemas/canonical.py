@@ -188,6 +188,8 @@ class ChatRequest(msgspec.Struct, frozen=True, kw_only=True):
     controls: OutputControls = OutputControls()
     client: Client = NO_CLIENT
     keep: tuple[KeepMark, ...] = ()  # prefixes to keep cached (engines/mlx/cache/marked.py)
+    # The adapter (`adapters:`) this request runs under, by id; None: the base model.
+    adapter: str | None = None
 
 
 class ChatAsk(msgspec.Struct, frozen=True, kw_only=True):

@@ -10,6 +10,7 @@ from pathlib import Path
 from engines.base import Capabilities, LoadInfo
 from engines.batch import Batch, SerialBatch
 from engines.cache import CacheDir
+from engines.errors import BadRequest
 from engines.llm.loading import decoding_detail, load_text
 from engines.llm.prepared import Prepared, Preparer
 from engines.mlx.cache.blocks import model_layout
@@ -58,6 +59,7 @@ class MLXEngine:
         self._model = self._tokenizer = self._draft = None
         self.parked_bytes = 0  # the byte limit of the parked sessions' KV caches
         self.parked_draft_bytes = 0  # and of their draft model's caches (`draft:`)
+        self.adapters = None  # the attached adapters (`adapters:`, an AdapterSet), while loaded
 
     @property
     def platform(self) -> PlatformPath:
@@ -103,8 +105,16 @@ class MLXEngine:
         self.parked_bytes, self.parked_draft_bytes = loaded.parked_bytes, loaded.parked_draft_bytes
         self._preparer = Preparer(config, loaded.model, loaded.tokenizer, loaded.context)
         self.disk, disk_detail = self._open_disk(loaded.model, loaded.path, loaded.held)
+        adapter_detail, adapter_bytes = {}, 0
+        if config.adapters:
+            from engines.llm.adapters import attach
+
+            self.adapters = attach(config.id, loaded.model, config.adapters, self._base_dir)
+            adapter_bytes = self.adapters.nbytes
+            adapter_detail = adapters_detail(self.adapters, loaded.weights)
+            # Rows under an adapter neither read nor write the disk tier (base rows do).
         return LoadInfo(
-            memory_bytes=loaded.memory_bytes,
+            memory_bytes=loaded.memory_bytes + adapter_bytes,
             context=loaded.context,
             trained_context=loaded.trained,
             detail={
@@ -113,6 +123,7 @@ class MLXEngine:
                 "kv_bytes_per_token": str(loaded.per_token),
                 **decoding_detail(config, self.parked_bytes, loaded.draft_weights),
                 "disk_cache": disk_detail,
+                **adapter_detail,
             },
         )
 
@@ -128,8 +139,13 @@ class MLXEngine:
         return self._preparer.count(request)
 
     def prepare(self, request: ChatRequest, *, aside: bool = False) -> Prepared:
-        """Everything one generation needs (`Preparer.prepare`)."""
-        return self._preparer.prepare(request, aside=aside)
+        """Everything one generation needs (`Preparer.prepare`), under its adapter."""
+        job = self._preparer.prepare(request, aside=aside)
+        if request.adapter is None:
+            return job
+        if self.adapters is None or request.adapter not in self.adapters.ids:
+            raise BadRequest(f"model {self._config.id!r} has no adapter {request.adapter!r}")
+        return job._replace(adapter=self.adapters.slot(request.adapter))
 
     def prompt_logprobs(self, request: ChatRequest, prompt: list[int]) -> Logprobs | None:
         """The prompt's own token logprobs, when the request asked for them (echo)."""
@@ -265,3 +281,19 @@ def disk_floor(prompt_tokens: int, engine: MLXEngine) -> int:
     """The tokens a disk hit must beat, as the batch path's (`reuse_min_tokens`): from a
     short shared prefix or under half the prompt, loading costs more than it saves."""
     return max(reuse_min_tokens(engine.platform.device), prompt_tokens // 2) - 1
+
+
+def adapters_detail(adapters, base_bytes: int) -> dict:
+    """The `model_attached` line's word on the adapters: the base's weights, held once, and
+    what the adapters add to them."""
+    from engines.units import describe
+
+    each = ", ".join(
+        f"{i} ({f.format} {f.kind}, rank {f.rank}, {len(f.modules)} layers)"
+        for i, f in zip(adapters.ids, adapters.files, strict=True)
+    )
+    return {
+        "adapters": each,
+        "adapter_bytes": f"{describe(adapters.nbytes)} beside {describe(base_bytes)} of base "
+        "weights, held once",
+    }

@@ -49,7 +49,7 @@ def write_adapter(directory, seed: int, dora: bool, keys=("self_attn.q_proj", "s
     params = {"rank": 4 + seed, "scale": 2.0, "dropout": 0.0, "keys": list(keys)}
     linear_to_lora_layers(model, 2, params, use_dora=dora)
     mx.random.seed(100 + seed)
-    for name, module in model.named_modules():
+    for _, module in model.named_modules():
         if hasattr(module, "lora_b"):
             module.lora_b = mx.random.normal(module.lora_b.shape) * 0.2
             if dora:
