@@ -27,6 +27,9 @@ class LoadInfo(msgspec.Struct, frozen=True, kw_only=True):
     context: int
     trained_context: int | None = None
     dimensions: int | None = None  # an embedding model's vector size
+    # Requests decoded together as this load sized them (`concurrency: auto`); 0 where the
+    # engine sizes none (the runner then takes the config's number, or 1).
+    concurrency: int = 0
     detail: dict[str, str] = {}
 
 

@@ -395,6 +395,9 @@ WeightsHeld = Literal["auto", "stored"]
 Isolation = Literal["none", "process"]
 # What an MLX model serves, when its config says (else inferred from its architecture).
 Task = Literal["chat", "embed", "rerank"]
+# Requests decoded together: `auto` sizes it at load (engines/mlx/sizing.py `streams`), a
+# number fixes it, `1` is strictly serial.
+Concurrency = PositiveInt | Literal["auto"]
 
 
 class ModelConfig(Strict):
@@ -406,7 +409,7 @@ class ModelConfig(Strict):
     aliases: list[Identifier] = []
     residency: Residency = "pinned"
     context: ContextConfig = ContextConfig()
-    concurrency: PositiveInt = 1
+    concurrency: Concurrency = "auto"
     prefix_reuse: bool = True
     session_slots: Annotated[int, Meta(ge=0)] = 4
     kv_bits: Literal[4, 8] | None = None

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import msgspec
+
 from engines.base import Capabilities, LoadInfo
 from engines.batch import Batch, SerialBatch
 from engines.cache import CacheDir
@@ -19,6 +21,7 @@ from engines.mlx.cache.prefix import reuse_min_tokens
 from engines.mlx.facts import source_chat_template
 from engines.mlx.logprobs import logprobs_of
 from engines.mlx.memory import release_buffers
+from engines.mlx.sizing import streams_detail
 from engines.mlx.stream import StreamRun
 from engines.mlx.weights import FLOAT32_EXPANSION
 from engines.platform import PlatformPath
@@ -46,6 +49,7 @@ class MLXEngine:
         *,
         loader: Callable[[Path], tuple] | None = None,
     ) -> None:
+        self._declared = model  # as models.yaml says; `_config` as the last load resolved it
         self._config = model
         self._disk_dir = disk
         self.disk: DiskKV | None = None  # the KV cache's disk tier, while loaded
@@ -97,10 +101,16 @@ class MLXEngine:
         return sum(f.stat().st_size for f in files)
 
     def load(self, memory_left: int | None = None) -> LoadInfo:
-        config = self._config
         loaded = load_text(
-            config, self._platform, self._base_dir, self._draft_config, memory_left, self._loader
+            self._declared,
+            self._platform,
+            self._base_dir,
+            self._draft_config,
+            memory_left,
+            self._loader,
         )
+        # What this load resolved (`concurrency: auto`) is what the batch and preparer read.
+        config = self._config = msgspec.structs.replace(self._declared, concurrency=loaded.streams)
         self._model, self._tokenizer, self._draft = loaded.model, loaded.tokenizer, loaded.draft
         self.parked_bytes, self.parked_draft_bytes = loaded.parked_bytes, loaded.parked_draft_bytes
         self._preparer = Preparer(config, loaded.model, loaded.tokenizer, loaded.context)
@@ -117,11 +127,15 @@ class MLXEngine:
             memory_bytes=loaded.memory_bytes + adapter_bytes,
             context=loaded.context,
             trained_context=loaded.trained,
+            concurrency=loaded.streams,
             detail={
                 "path": str(loaded.path),
                 "weights": loaded.held,
                 "kv_bytes_per_token": str(loaded.per_token),
                 **decoding_detail(config, self.parked_bytes, loaded.draft_weights),
+                "concurrency": streams_detail(
+                    self._declared.concurrency, loaded.streams, self._platform.device
+                ),
                 "disk_cache": disk_detail,
                 **adapter_detail,
             },

@@ -12,7 +12,13 @@ from pathlib import Path
 
 from engines.errors import ContextTooLarge, ModelUnavailable, SourceError
 from engines.mlx.load import hold, open_source
-from engines.mlx.sizing import kv_bytes_per_token, size_context, trained_context
+from engines.mlx.sizing import (
+    auto_streams,
+    kv_bytes_per_token,
+    size_context,
+    streams,
+    trained_context,
+)
 from engines.mlx.weights import (
     EXPANDED,
     expansion_bytes,
@@ -44,6 +50,7 @@ class Loaded:
     draft: object | None = None  # the draft model (`draft:`), its weights and KV a token
     draft_weights: int = 0
     draft_per_token: int = 0
+    streams: int = 1  # requests decoded together (`concurrency`, `auto` resolved)
 
     @property
     def memory_bytes(self) -> int:
@@ -77,14 +84,19 @@ def load_text(
         draft_held = "float32" if platform.weights == "float32" else "as stored"
         draft_per_token = kv_per_token(draft, draft_held, config.kv_bits)
     # The KV caches counted against the budget: one window per request decoded together,
-    # and the parked sessions' caches, bounded to `parked` windows in all.
-    parked = parked_windows(config)
-    windows = config.concurrency + parked
+    # and the parked sessions' caches, bounded to `parked` windows in all. `auto` streams
+    # are counted on the weights as stored, then again on the weights as held.
     left = None if memory_left is None else memory_left - draft_weights
-    sizing = Window(config, trained, left, windows)
+    stored_per_token = kv_per_token(model, "as stored", config.kv_bits) + draft_per_token
+    count = decoded_together(config, platform, trained, left, weight_bytes(model), stored_per_token)
+    sizing = Window(config, trained, left, count + parked_windows(config, count))
     held = weights_held(config, platform, model, sizing, draft_per_token)
     weights = hold(model, held)
     per_token = kv_per_token(model, held, config.kv_bits)
+    count = decoded_together(config, platform, trained, left, weights, per_token + draft_per_token)
+    parked = parked_windows(config, count)
+    windows = count + parked
+    sizing = Window(config, trained, left, windows)
     context = sizing(weights, per_token + draft_per_token)
     if config.speculation is not None:
         refuse_speculation_on_cuda(config.id, platform)
@@ -108,6 +120,32 @@ def load_text(
         draft,
         draft_weights,
         draft_per_token,
+        count,
+    )
+
+
+def decoded_together(
+    config: ModelConfig,
+    platform: PlatformPath,
+    trained: int,
+    left: int | None,
+    weights: int,
+    per_token: int,
+) -> int:
+    """The requests decoded together (`concurrency`; `auto` by `engines.mlx.sizing.streams`).
+    A quantized KV cache decodes one request at a time (mlx-lm's batch has none)."""
+    if config.kv_bits and config.concurrency == "auto":
+        return 1
+    return streams(
+        config.id,
+        config.concurrency,
+        config.context.max,
+        trained,
+        weights,
+        per_token,
+        left,
+        lambda n: n + parked_windows(config, n),
+        auto_streams(platform.device),
     )
 
 
@@ -176,12 +214,12 @@ def load_draft(
     return model
 
 
-def parked_windows(config: ModelConfig) -> int:
+def parked_windows(config: ModelConfig, streams: int) -> int:
     """Windows of KV cache the parked sessions may hold together: one per slot, at most one
-    per request decoded together (a long conversation fills a whole window)."""
+    per request decoded together (`streams`: a long conversation fills a whole window)."""
     if not config.prefix_reuse or config.kv_bits:
         return 0
-    return min(config.session_slots, config.concurrency)
+    return min(config.session_slots, streams)
 
 
 def decoding_detail(config: ModelConfig, parked_bytes: int, draft_weights: int) -> dict:

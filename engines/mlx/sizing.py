@@ -3,6 +3,8 @@ with, and the window the memory left for its KV caches affords."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from engines.errors import ContextTooLarge
 from engines.units import describe
 
@@ -64,3 +66,58 @@ def size_context(
             f"after {describe(weights)} of weights; the largest window that fits is {fits}",
         )
     return int(wanted)
+
+
+# `concurrency: auto`'s ceiling: a CPU's cores are spent a few streams in, a GPU's batch
+# goes on gaining into the dozens.
+AUTO_STREAMS_CPU = 8
+AUTO_STREAMS_GPU = 32
+
+
+def auto_streams(device: str) -> int:
+    """The most streams `auto` takes on `device` (PlatformPath.device)."""
+    return AUTO_STREAMS_CPU if device == "cpu" else AUTO_STREAMS_GPU
+
+
+def streams(
+    model_id: str,
+    wanted: int | str,
+    window: int | str,
+    trained: int,
+    weights: int,
+    kv_per_token: int,
+    memory_left: int | None,
+    windows_of: Callable[[int], int],
+    cap: int,
+) -> int:
+    """Requests decoded together: `concurrency: auto` takes as many as keep the window one
+    request alone would get, at most `cap`; a number is kept as it is.
+
+    `windows_of(n)`: the windows of KV cache `n` streams count (theirs and the parked
+    sessions'). Where even one stream's window does not fit, 1: the window's sizing then
+    refuses with the numbers.
+    """
+    if wanted != "auto":
+        return int(wanted)
+
+    def sized(n: int) -> int:
+        try:
+            return size_context(
+                model_id, window, trained, weights, kv_per_token, memory_left, windows_of(n)
+            )
+        except ContextTooLarge:
+            return 0
+
+    alone = sized(1)
+    if alone == 0:
+        return 1
+    return next((n for n in range(cap, 1, -1) if sized(n) >= alone), 1)
+
+
+def streams_detail(wanted: int | str, resolved: int, device: str) -> str:
+    """What `model_attached` says of `concurrency`."""
+    if wanted != "auto":
+        return str(resolved)
+    return (
+        f"auto: {resolved} (at most {auto_streams(device)} on this device, each with a full window)"
+    )

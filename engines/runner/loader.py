@@ -71,6 +71,8 @@ class Loader:
         self._settings = settings
         self._engine = engine
         self._executor = executor
+        # Requests decoded together: as the last load sized them (`concurrency: auto`).
+        self.concurrency = declared_streams(settings())
         self._budget = budget
         self._fetch = fetch
         self._resident = resident
@@ -252,6 +254,7 @@ class Loader:
         self._backoff.reset()
         self.context, self.memory_bytes = info.context, info.memory_bytes
         self.dimensions = info.dimensions
+        self.concurrency = info.concurrency or declared_streams(self._settings())
         if self._budget:
             self._budget.hold(self._resident, info.memory_bytes)
         emit(
@@ -294,3 +297,9 @@ class Loader:
         finally:
             self.state, self.download = EngineState.LOADING, None
         self.source_detail = report_downloaded(model_id, self._fetch, snapshots, started)
+
+
+def declared_streams(model: ModelConfig) -> int:
+    """`concurrency` where no load sized it: the number models.yaml gives, else one at a time
+    (an engine that sizes none, as the scripted one, decodes serially under `auto`)."""
+    return 1 if model.concurrency == "auto" else model.concurrency

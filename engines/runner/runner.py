@@ -80,7 +80,12 @@ class Runner:
         self._idle.set()
         self._queue = AdmissionQueue(self._settings, left=self._settle)
         self._thread = ModelThread(
-            self._settings, engine, self._executor, freed=self._resume, stopped=self._pump
+            self._settings,
+            engine,
+            self._executor,
+            freed=self._resume,
+            stopped=self._pump,
+            capacity=lambda: self._loader.concurrency,
         )
         self._loader = Loader(
             self._settings,
@@ -364,7 +369,7 @@ class Runner:
     def _pump(self) -> None:
         """Admit from the front of the line while the batch has room (`concurrency`) and
         its burst lasts (engines/residency.py)."""
-        while self.state is EngineState.READY and self._thread.running < self.model.concurrency:
+        while self.state is EngineState.READY and self._thread.running < self._loader.concurrency:
             if self._yielding():
                 break
             job = self._queue.take()

@@ -100,6 +100,7 @@ class ModelThread:
         *,
         freed: Callable[[], None],
         stopped: Callable[[], None],
+        capacity: Callable[[], int],
     ) -> None:
         """`executor` is the runner's single worker (loads run on it too: one thread per
         model). On the loop, `freed` is called when a job has ended and `stopped` when the
@@ -109,6 +110,7 @@ class ModelThread:
         self._executor = executor
         self._freed = freed
         self._stopped = stopped
+        self._capacity = capacity  # requests decoded together, as the load sized them
         self.running = 0  # jobs handed over and not ended; kept on the loop
         # Admitted jobs cross to the model's thread here; only that thread reads it.
         self._inbox: queue.SimpleQueue[Job] = queue.SimpleQueue()
@@ -232,7 +234,7 @@ class ModelThread:
         if batch.active == 1 and not on_their_way():
             return  # alone, and no request on its way to any model: no company to wait for
         deadline = time.perf_counter() + (BURST_MAX_IDLE_S if idle else BURST_MAX_S)
-        while batch.active < self._settings().concurrency:
+        while batch.active < self._capacity():
             large = idle and batch.active >= BURST_SIZE
             gap = BURST_GAP_IDLE_S if large else BURST_GAP_S
             wait = min(gap, deadline - time.perf_counter())

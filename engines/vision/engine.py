@@ -17,6 +17,8 @@ import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import msgspec
+
 from engines.base import Capabilities, LoadInfo
 from engines.batch import Batch, SerialBatch
 from engines.cache import CacheDir
@@ -26,7 +28,14 @@ from engines.mlx.cache.disk import min_tokens, why_off
 from engines.mlx.load import hold, open_source
 from engines.mlx.memory import release_buffers
 from engines.mlx.prepare import start
-from engines.mlx.sizing import kv_bytes_per_token, size_context, trained_context
+from engines.mlx.sizing import (
+    auto_streams,
+    kv_bytes_per_token,
+    size_context,
+    streams,
+    streams_detail,
+    trained_context,
+)
 from engines.mlx.weights import FLOAT32_EXPANSION
 from engines.platform import PlatformPath
 from engines.sources.resolve import check_source, resolve_source
@@ -58,6 +67,7 @@ class VisionEngine:
         base_dir: Path | None,
         disk: CacheDir | None = None,
     ) -> None:
+        self._declared = model  # as models.yaml says; `_config` as the last load resolved it
         self._config = model
         self._disk_dir = disk
         self.disk: APCDisk | None = None  # the block cache's disk tier, while loaded
@@ -93,13 +103,13 @@ class VisionEngine:
     def load(self, memory_left: int | None = None) -> LoadInfo:
         import mlx_vlm
 
-        refuse_off_task(self._config, "vision")
-        path = resolve_source(self._config.id, self._config.source, base_dir=self._base_dir)
-        config = self._config
+        config = self._declared  # a later load sizes `concurrency: auto` again
+        refuse_off_task(config, "vision")
+        path = resolve_source(config.id, config.source, base_dir=self._base_dir)
         model, processor = open_source(
             config.id, config.source, path, mlx_vlm.load, library="mlx-vlm"
         )
-        image_token = check_markers(self._config.id, str(path), model, processor)
+        image_token = check_markers(config.id, str(path), model, processor)
         if self._held() == "float32":  # every float weight too, not only the quantized ones
             to_float32(model)
         weights = hold(model, "as stored")
@@ -108,24 +118,33 @@ class VisionEngine:
         element = 4 if self._held() == "float32" else 2
         per_token = kv_bytes_per_token(text, element)
         geometry = geometry_of(model.config, processor, element)
-        sequences = self._config.concurrency
-        wanted = self._config.context.max
-        if memory_left is None:
-            context = size_context(self._config.id, wanted, trained, weights, per_token, None)
-            plan = plan_pixels(self._config.vision, processor, geometry, None)
-        else:
+        wanted = config.context.max
+        left = memory_left
+        if memory_left is not None and wanted == "auto":
             # A window sized `auto` would take every byte: the vision encoder may first set
             # aside up to half of what the weights leave.
-            half = max(0, memory_left - weights) // 2 if wanted == "auto" else 0
-            first = plan_pixels(self._config.vision, processor, geometry, half)
-            left = memory_left - (first.reserved if wanted == "auto" else 0)
-            context = size_context(
-                self._config.id, wanted, trained, weights, per_token, left, sequences
-            )
-            room = memory_left - weights - per_token * context * sequences
-            plan = plan_pixels(self._config.vision, processor, geometry, room)
+            half = max(0, memory_left - weights) // 2
+            left = memory_left - plan_pixels(config.vision, processor, geometry, half).reserved
+        sequences = streams(
+            config.id,
+            config.concurrency,
+            wanted,
+            trained,
+            weights,
+            per_token,
+            left,
+            lambda n: n,
+            auto_streams(self._platform.device),
+        )
+        context = size_context(config.id, wanted, trained, weights, per_token, left, sequences)
+        room = (
+            None if memory_left is None else memory_left - weights - per_token * context * sequences
+        )
+        plan = plan_pixels(config.vision, processor, geometry, room)
         if not plan.disabled:
             cap_processor(processor, plan)
+        # What this load resolved (`concurrency: auto`) is what the batch reads.
+        self._config = msgspec.structs.replace(self._declared, concurrency=sequences)
         self._model, self._processor, self._tokenizer = model, processor, processor.tokenizer
         self._context, self._plan = context, plan
         self._inputs = Preprocessor(config.id, processor, image_token, plan)
@@ -141,12 +160,16 @@ class VisionEngine:
             memory_bytes=weights + per_token * context * sequences + plan.reserved,
             context=context,
             trained_context=trained,
+            concurrency=sequences,
             detail={
                 "path": str(path),
                 "weights": self._held(),
                 "kv_bytes_per_token": str(per_token),
                 "weights_bytes": str(weights),
                 **decoding_detail(self._config),
+                "concurrency": streams_detail(
+                    self._declared.concurrency, sequences, self._platform.device
+                ),
                 "vision": plan.describe(),
                 "disk_cache": disk_detail,
             },

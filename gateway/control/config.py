@@ -254,11 +254,11 @@ def _check_sections(model: dict, path: KeyPath, src: Source) -> None:
 
 
 def _remote_concurrency(model: dict) -> None:
-    """A remote model that sets no `concurrency` (`defaults:` give it none) admits as many
-    requests at once as its replicas take: urls x max_in_flight (a process is one)."""
+    """A remote model that sets no `concurrency` (`defaults:` give it none), or `auto`, admits
+    as many requests at once as its replicas take: urls x max_in_flight (a process is one)."""
     engine = _engine_of(model, {})
     section = model.get(REMOTE[engine]) if engine in REMOTE else None
-    if "concurrency" not in model and isinstance(section, dict):
+    if model.get("concurrency", "auto") == "auto" and isinstance(section, dict):
         urls = section.get("urls", [None]) if engine == "upstream" else [None]
         per_replica = section.get("max_in_flight", 4)
         if isinstance(urls, list) and urls and isinstance(per_replica, int) and per_replica > 0:

