@@ -121,10 +121,11 @@ MODEL_KEYS: dict[str, KeyRule] = {
     "distributed": KeyRule(
         MLX, restart=True, tasks=TEXT, why_task="a distributed model serves chat only"
     ),
-    # A new runner on reload: the base reloads (docs/adapters.md says what is left to do).
+    # Applied by the running base on reload (gateway/control/reload.py): only a model's
+    # first adapters (or its last removed) need a new runner.
     "adapters": KeyRule(
         MLX,
-        restart=True,
+        restart=False,
         tasks=TEXT,
         why_task="`adapters` apply to MLX text models only",
         conflicts={

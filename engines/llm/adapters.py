@@ -15,7 +15,8 @@ rows of different adapters together."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 import mlx.core as mx
@@ -143,40 +144,171 @@ class MultiLoRALinear(nn.Module):
         return (out - bias) * factor.astype(out.dtype) + bias
 
 
-@dataclass
 class AdapterSet:
-    """The adapters attached to a model, by slot, and what they hold."""
+    """The adapters attached to one loaded model, by slot, and what they hold.
 
-    ids: list[str]
-    files: list[AdapterFiles]
-    rows: RowAdapters
-    nbytes: int  # the stacked matrices' bytes, as held
-    own_bytes: list[int] = field(default_factory=list)  # each adapter's own tensors
+    Slots only grow while the base stays loaded: a reload that adds or changes an adapter
+    appends its slot (`stage`, then `apply_staged` on the model's thread, between two
+    forward passes); one that removes an adapter only stops routing to it (`current`), so a
+    row already decoding under it (its slot on its cache's tag) finishes as it began. A
+    removed adapter's matrices stay held until the base loads again."""
+
+    def __init__(self, model_id: str, model, base_dir: Path | None) -> None:
+        self.model_id = model_id
+        self._model = model
+        self._base_dir = base_dir
+        self.shapes = linear_shapes(model)  # the base's own layers, before any is wrapped
+        self.slots: list[tuple[AdapterConfig, AdapterFiles]] = []
+        self.current: dict[str, int] = {}  # the adapters declared now -> their slot
+        self.known: dict[str, int] = {}  # every id ever attached -> its latest slot
+        self.rows = RowAdapters([])
+        self.layers: dict[str, MultiLoRALinear] = {}
+        self.nbytes = 0  # the stacked matrices' bytes, as held
+        self._staged: tuple[list[AdapterConfig], list[AdapterFiles]] | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def ids(self) -> list[str]:
+        return list(self.current)
 
     def slot(self, adapter_id: str | None) -> int | None:
-        return None if adapter_id is None else self.ids.index(adapter_id)
+        """The slot a request for `adapter_id` runs under: an adapter removed by a reload
+        still resolves for the requests admitted before it (the routes send no new ones)."""
+        return None if adapter_id is None else self.known[adapter_id]
 
     def make_cache(self, model, slot: int | None) -> list:
         return tag(make_prompt_cache(model), slot)
+
+    def describe(self) -> str:
+        return ", ".join(
+            f"{config.id} ({files.format} {files.kind}, rank {files.rank}, "
+            f"{len(files.modules)} layers)"
+            for config, files in (self.slots[i] for i in self.current.values())
+        )
+
+    def stage(self, adapters: list[AdapterConfig]) -> None:
+        """The adapters a reload declares, read and checked against the base here (any
+        thread; `ModelUnavailable` naming the adapter, the set unchanged); the model's
+        thread applies them before its next forward pass."""
+        files = read_all(self.model_id, adapters, self._base_dir, self.shapes)
+        with self._lock:
+            self._staged = (list(adapters), files)
+
+    def apply_staged(self) -> None:
+        """On the model's thread: the staged adapters in force (a new slot for each new or
+        changed one), if a reload staged any."""
+        with self._lock:
+            staged, self._staged = self._staged, None
+        if staged is None:
+            return
+        adapters, files = staged
+        fresh = []
+        current = {}
+        for config, found in zip(adapters, files, strict=True):
+            slot = self.current.get(config.id)
+            if slot is not None and self.slots[slot][0] == config:
+                current[config.id] = slot  # unchanged: its slot serves on
+            else:
+                current[config.id] = len(self.slots) + len(fresh)
+                fresh.append((config, found))
+        self._extend(fresh)
+        self.current = current
+        self.known.update(current)
+
+    def _extend(self, fresh: list[tuple[AdapterConfig, AdapterFiles]]) -> None:
+        """New slots for `fresh`: every adapted layer's stacks grown by theirs (zeros where
+        an adapter leaves a layer alone; every rank padded to the largest)."""
+        from mlx.utils import tree_unflatten
+
+        if not fresh:
+            return
+        scales = [f.scale * c.scale for c, f in fresh]
+        tensors = [mx.load(str(f.weights)) for _, f in fresh]
+        targets = sorted(set(self.layers) | {m for _, f in fresh for m in f.modules})
+        modules = dict(self._model.named_modules())
+        old = len(self.slots)
+        replaced = []
+        for target in targets:
+            layer = self.layers.get(target)
+            base = layer.base if layer is not None else modules[target]
+            inputs, outputs = linear_shapes_of(base)
+            a_stack, b_stack, factors = [], [], []
+            for (_, f), t, scale in zip(fresh, tensors, scales, strict=True):
+                a, b, factor = slot_matrices(base, f.modules.get(target), t, scale)
+                a_stack.append(a)
+                b_stack.append(b)
+                factors.append(factor)
+            rank = max([a.shape[1] for a in a_stack] + ([layer.lora_a.shape[2]] if layer else []))
+            a = mx.stack([pad_rank(x, rank, 1) for x in a_stack])
+            b = mx.stack([pad_rank(x, rank, 0) for x in b_stack])
+            dora = any(f is not None for f in factors) or (layer is not None and "dora" in layer)
+            factor = None
+            if dora:
+                ones = mx.ones((outputs,))
+                factor = mx.stack([ones if f is None else f for f in factors])
+            if layer is None:  # a layer no adapter touched before: the old slots add nothing
+                a = mx.concatenate([mx.zeros((old, inputs, rank)), a]) if old else a
+                b = mx.concatenate([mx.zeros((old, rank, outputs)), b]) if old else b
+                if factor is not None and old:
+                    factor = mx.concatenate([mx.ones((old, outputs)), factor])
+                layer = MultiLoRALinear(base, self.rows, a, b, factor)
+                self.layers[target] = layer
+                replaced.append((target, layer))
+            else:
+                self.nbytes -= layer_bytes(layer)
+                layer.lora_a = mx.concatenate([pad_rank(layer.lora_a, rank, 2), a])
+                layer.lora_b = mx.concatenate([pad_rank(layer.lora_b, rank, 1), b])
+                if factor is not None:
+                    before = layer.dora if "dora" in layer else mx.ones((old, outputs))
+                    layer.dora = mx.concatenate([before, factor])
+            mx.eval(layer.parameters())
+            self.nbytes += layer_bytes(layer)
+        if replaced:
+            self._model.update_modules(tree_unflatten(replaced))
+        self.rows.scales = self.rows.scales + scales
+        self.slots += fresh
+
+
+def slot_matrices(base, spec, tensors, scale: float):
+    """One adapter's matrices for one layer, as held: a (in, rank), b (rank, out) and
+    DoRA's factor m / |W + scale B A| per output (None for LoRA); zeros (rank 1) where
+    the adapter leaves the layer alone."""
+    inputs, outputs = linear_shapes_of(base)
+    if spec is None:
+        return mx.zeros((inputs, 1)), mx.zeros((1, outputs)), None
+    a, b = tensors[spec.a_name], tensors[spec.b_name]
+    if spec.transposed:
+        a, b = a.T, b.T
+    a, b = a.astype(mx.float32), b.astype(mx.float32)
+    if spec.m_name is None:
+        return a, b, None
+    adapted = dense_weight(base) + (scale * b.T) @ a.T
+    return a, b, tensors[spec.m_name].astype(mx.float32) / mx.linalg.norm(adapted, axis=1)
+
+
+def pad_rank(x, rank: int, axis: int):
+    """`x` with its rank axis padded by zeros to `rank`: zero rows add nothing."""
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (0, rank - x.shape[axis])
+    return mx.pad(x, widths) if rank > x.shape[axis] else x
+
+
+def layer_bytes(layer: MultiLoRALinear) -> int:
+    return layer.lora_a.nbytes + layer.lora_b.nbytes + (layer.dora.nbytes if "dora" in layer else 0)
 
 
 def linear_shapes(model) -> dict[str, tuple[int, int]]:
     """The base model's linear layers by module path: (in, out) each."""
     shapes = {}
     for name, module in model.named_modules():
-        if isinstance(module, nn.QuantizedLinear):
-            out, packed = module.weight.shape
-            shapes[name] = (packed * 32 // module.bits, out)
-        elif isinstance(module, nn.Linear):
-            out, inputs = module.weight.shape
-            shapes[name] = (inputs, out)
+        if isinstance(module, (nn.QuantizedLinear, nn.Linear)):
+            shapes[name] = linear_shapes_of(module)
     return shapes
 
 
-def read_all(model_id: str, adapters: list[AdapterConfig], base_dir: Path | None, model):
-    """Each adapter's files, checked against the loaded base (`ModelUnavailable` naming the
-    adapter otherwise)."""
-    shapes = linear_shapes(model)
+def read_all(model_id: str, adapters: list[AdapterConfig], base_dir: Path | None, shapes):
+    """Each adapter's files, checked against the base's layers `shapes` (`ModelUnavailable`
+    naming the adapter otherwise)."""
     read = []
     for adapter in adapters:
         path = Path(adapter.path).expanduser()
@@ -196,48 +328,12 @@ def attach(
 ) -> AdapterSet:
     """Every adapter onto `model` (loaded, its weights held): the layers they adapt become
     `MultiLoRALinear`s, and the model's forward pass selects each row's adapter."""
-    from mlx.utils import tree_unflatten
-
     refuse_unbatched(model_id, model)
-    files = read_all(model_id, adapters, base_dir, model)
-    rows = RowAdapters([f.scale * a.scale for f, a in zip(files, adapters, strict=True)])
-    tensors = [mx.load(str(f.weights)) for f in files]
-    modules = dict(model.named_modules())
-    targets = sorted({m for f in files for m in f.modules})
-    rank = max(f.rank for f in files)
-    replaced, nbytes = [], 0
-    for target in targets:
-        base = modules[target]
-        a_stack, b_stack, factors, dora = [], [], [], False
-        inputs, outputs = linear_shapes_of(base)
-        for f, t, scale in zip(files, tensors, rows.scales, strict=True):
-            spec = f.modules.get(target)
-            if spec is None:
-                a = mx.zeros((inputs, rank))
-                b = mx.zeros((rank, outputs))
-            else:
-                a, b = t[spec.a_name], t[spec.b_name]
-                if spec.transposed:
-                    a, b = a.T, b.T
-                a = mx.pad(a.astype(mx.float32), [(0, 0), (0, rank - spec.rank)])
-                b = mx.pad(b.astype(mx.float32), [(0, rank - spec.rank), (0, 0)])
-            factor = mx.ones((outputs,))
-            if spec is not None and spec.m_name is not None:
-                dora = True
-                weight = dense_weight(base)
-                adapted = weight + (scale * b.T) @ a.T
-                factor = t[spec.m_name].astype(mx.float32) / mx.linalg.norm(adapted, axis=1)
-            a_stack.append(a)
-            b_stack.append(b)
-            factors.append(factor)
-        a, b = mx.stack(a_stack), mx.stack(b_stack)
-        factor = mx.stack(factors) if dora else None
-        mx.eval(a, b, *([factor] if factor is not None else []))
-        nbytes += a.nbytes + b.nbytes + (factor.nbytes if factor is not None else 0)
-        replaced.append((target, MultiLoRALinear(base, rows, a, b, factor)))
-    model.update_modules(tree_unflatten(replaced))
-    select_rows_on_call(model, rows)
-    return AdapterSet([a.id for a in adapters], files, rows, nbytes, [f.nbytes for f in files])
+    attached = AdapterSet(model_id, model, base_dir)
+    attached.stage(adapters)
+    attached.apply_staged()
+    select_rows_on_call(model, attached)
+    return attached
 
 
 def linear_shapes_of(module) -> tuple[int, int]:
@@ -257,12 +353,15 @@ def dense_weight(module) -> mx.array:
     return module.weight.astype(mx.float32)
 
 
-def select_rows_on_call(model, rows: RowAdapters) -> None:
-    """The model's forward pass, made to read its rows' adapters from the cache first: its
-    class is extended (Python looks `__call__` up on the class, not the instance)."""
+def select_rows_on_call(model, attached: AdapterSet) -> None:
+    """The model's forward pass, made to take what a reload staged and read its rows'
+    adapters from the cache first: its class is extended (Python looks `__call__` up on
+    the class, not the instance)."""
     cls = type(model)
+    rows = attached.rows
 
     def __call__(self, inputs, *args, **kwargs):
+        attached.apply_staged()
         cache = kwargs.get("cache", args[0] if args else None)
         rows.select(cache, inputs.shape[0])
         try:

