@@ -100,6 +100,8 @@ def summarize(config: GatewayConfig) -> list[str]:
             parts.append(f"task={m.task}")
         if m.draft:
             parts.append(f"draft={m.draft.model}")
+        if m.adapters:
+            parts.append(f"adapters={','.join(a.id for a in m.adapters)}")
         if m.distributed:
             d = m.distributed
             parts.append(f"distributed={d.ranks} ranks, {d.mode}, {d.backend}")

@@ -79,3 +79,14 @@ def test_adapter_names_clash_with_no_model_or_adapter(tmp_path):
     assert "adapters[0].id: model 'base': adapter name 'base-alias' is already a name of " in found
     assert "model 'base'" in found
     assert "adapters[1].aliases[0]: model 'base': adapter name 'tone' is already" in found
+
+
+def test_the_shipped_example_passes_gateway_check():
+    from conftest import REPO
+
+    from gateway.control.config import summarize
+
+    config = validate_config(REPO / "configs" / "examples" / "adapters.yaml")
+    adapters = config.models[0].adapters
+    assert [a.id for a in adapters] == ["smollm2-concise", "smollm2-playful"]
+    assert "adapters=smollm2-concise,smollm2-playful" in summarize(config)[0]
