@@ -15,10 +15,11 @@ different adapters). Every stream has its own prompt; tokens are the gateway's o
 sent); the table gives each one's median over the rounds and the mixed/base ratios (goal
 in issue 52: >= 0.8 against the base at the same number of streams).
 
-Memory: `model_attached`'s `memory_bytes` of both (the weights as held, float32 on the
-CPU, and the adapters' stacked matrices); a fused copy holds what the plain model holds,
-so A fused models hold A times it. The tokens/s of A fused models under one budget is not
-measured here (A loads of the base).
+Memory: the base's weights as held (float32 on the CPU) and the adapters' stacked matrices,
+as the adapted gateway's `model_attached` says (`adapter_bytes`); a fused copy holds what
+the base holds, so A fused models hold A times its weights; the KV cache of the same
+streams is the same either way (the last column adds the plain gateway's to each). The
+tokens/s of A fused models under one budget is not measured here (A loads of the base).
 """
 
 from __future__ import annotations
@@ -145,25 +146,35 @@ def main() -> None:
             [f"{args.adapters} adapters x {args.streams} mixed", total, fmt(mix, 1), "1"],
         ],
     )
-    adapted_memory = adapted_event["memory_bytes"]
+    # "N (x GiB) beside M (y GiB) of base weights": the adapters' and the base's bytes.
+    said = adapted_event["detail"]["adapter_bytes"].split()
+    adapter_bytes, weight_bytes = int(said[0]), int(said[3])
+    kv = plain_memory - weight_bytes  # the KV cache budget of `total` streams, either way
     memory = table(
-        ["what is held", "bytes", "MiB"],
+        ["what is held", "weights + adapters, bytes", "MiB", "memory_bytes (with KV), MiB"],
         [
-            ["the base alone", plain_memory, fmt(plain_memory / 2**20, 1)],
             [
-                f"the base + {args.adapters} adapters (one load)",
-                adapted_memory,
-                fmt(adapted_memory / 2**20, 1),
+                "the base alone",
+                weight_bytes,
+                fmt(weight_bytes / 2**20, 1),
+                fmt(plain_memory / 2**20, 1),
             ],
             [
-                f"{args.adapters} fused copies ({args.adapters} x the base)",
-                args.adapters * plain_memory,
-                fmt(args.adapters * plain_memory / 2**20, 1),
+                f"the base + {args.adapters} adapters (one load)",
+                weight_bytes + adapter_bytes,
+                fmt((weight_bytes + adapter_bytes) / 2**20, 1),
+                fmt(adapted_event["memory_bytes"] / 2**20, 1),
+            ],
+            [
+                f"{args.adapters} fused copies",
+                args.adapters * weight_bytes,
+                fmt(args.adapters * weight_bytes / 2**20, 1),
+                fmt((args.adapters * weight_bytes + kv) / 2**20, 1),
             ],
         ],
     )
-    ratio = adapted_memory / (args.adapters * plain_memory)
-    share = f"one base with its adapters / {args.adapters} fused copies: {ratio:.3f}"
+    ratio = (weight_bytes + adapter_bytes) / (args.adapters * weight_bytes)
+    share = f"weights held, one base with its adapters / {args.adapters} fused copies: {ratio:.3f}"
     body = f"{throughput}\n\n{memory}\n\n{share}"
     notes = (
         f"{args.repeats} rounds after a warm-up, {args.max_tokens} new tokens a stream at most; "

@@ -62,14 +62,15 @@ class AdapterBatchKVCache(BatchKVCache):
         return cache
 
 
-def tag(cache: list, slot: int | None) -> list:
+def tag(cache: list, slot: int | None, scale: float | None = None) -> list:
     """`cache` (a sequence's, one per layer) made to say it runs under `slot` (None: the
-    base), whether it is new, parked or read from the disk tier."""
+    base) at `scale` (None: the slot's own; a request's `lora` may set another), whether
+    it is new, parked or read from the disk tier."""
     first = cache[0]
     if not isinstance(first, KVCache) or isinstance(first, BatchKVCache):
         raise TypeError(f"an adapter's row needs a KVCache at layer 0, not {type(first)}")
     first.__class__ = AdapterKVCache
-    first.adapter = slot
+    first.adapter = None if slot is None else (slot, scale)
     return cache
 
 
@@ -82,6 +83,7 @@ class Selection:
     scales: mx.array
     base: mx.array
     uniform: int | None  # the one slot every row runs under, if they all do
+    uniform_scale: float = 0.0  # ...and the one scale
 
 
 @dataclass
@@ -99,12 +101,14 @@ class RowAdapters:
         if len(tags) != rows or all(t is None for t in tags):
             self.current = None
             return
-        uniform = tags[0] if all(t == tags[0] for t in tags) else None
+        scales = [0.0 if t is None else self.scales[t[0]] if t[1] is None else t[1] for t in tags]
+        same = tags[0] is not None and all(t == tags[0] for t in tags)
         self.current = Selection(
-            mx.array([0 if t is None else t for t in tags]),
-            mx.array([0.0 if t is None else self.scales[t] for t in tags]),
+            mx.array([0 if t is None else t[0] for t in tags]),
+            mx.array(scales),
             mx.array([t is None for t in tags]),
-            uniform,
+            tags[0][0] if same else None,
+            scales[0],
         )
 
 
@@ -129,7 +133,7 @@ class MultiLoRALinear(nn.Module):
         if chosen.uniform is not None:
             k = chosen.uniform
             z = (x @ self.lora_a[k]) @ self.lora_b[k]
-            z = z * self.rows.scales[k]
+            z = z * chosen.uniform_scale
         else:
             z = (x @ self.lora_a[chosen.slots]) @ self.lora_b[chosen.slots]
             z = z * chosen.scales.reshape(-1, *([1] * (z.ndim - 1)))
@@ -178,6 +182,18 @@ class AdapterSet:
 
     def make_cache(self, model, slot: int | None) -> list:
         return tag(make_prompt_cache(model), slot)
+
+    def scale_of(self, adapter_id: str, asked: float | None) -> float | None:
+        """The scale a request's row runs at: its own (`lora`'s), or None for the slot's.
+        A DoRA adapter's magnitudes are normalized at its declared scale: it takes no other."""
+        if asked is None:
+            return None
+        config, files = self.slots[self.known[adapter_id]]
+        if files.kind == "dora" and asked != config.scale:
+            raise ValueError(
+                f"adapter {adapter_id!r} is DoRA: it runs at its declared scale {config.scale} only"
+            )
+        return asked * files.scale
 
     def describe(self) -> str:
         return ", ".join(

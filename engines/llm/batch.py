@@ -139,7 +139,7 @@ class MLXBatch:
         adapters = getattr(self._engine, "adapters", None)
         if adapters is not None:  # every row says which adapter it runs under, the base's too
             cache = adapters.make_cache(self._model, job.adapter) if cache is None else cache
-            tag(cache, job.adapter)
+            tag(cache, job.adapter, job.adapter_scale)
         if timeline.ON:  # the parked caches and the disk tier are searched
             timeline.mark("looked up")
         reused = len(job.prompt) - len(rest)

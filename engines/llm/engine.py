@@ -161,7 +161,11 @@ class MLXEngine:
             self.adapters.apply_staged()  # a reload's adapters, before this row names one
         if self.adapters is None or request.adapter not in self.adapters.known:
             raise BadRequest(f"model {self._config.id!r} has no adapter {request.adapter!r}")
-        return job._replace(adapter=self.adapters.slot(request.adapter))
+        try:
+            scale = self.adapters.scale_of(request.adapter, request.adapter_scale)
+        except ValueError as refused:
+            raise BadRequest(f"$.lora[0].scale: {refused}") from None
+        return job._replace(adapter=self.adapters.slot(request.adapter), adapter_scale=scale)
 
     def change_adapters(self, adapters: list) -> None:
         """A reload's `adapters:` for this base, which stays loaded: read and checked now
@@ -316,6 +320,6 @@ def adapters_detail(adapters, base_bytes: int) -> dict:
 
     return {
         "adapters": adapters.describe(),
-        "adapter_bytes": f"{describe(adapters.nbytes)} beside {describe(base_bytes)} of base "
-        "weights, held once",
+        "adapter_bytes": f"{adapters.nbytes} ({describe(adapters.nbytes)}) beside {base_bytes} "
+        f"({describe(base_bytes)}) of base weights, held once",
     }

@@ -41,6 +41,7 @@ class Prepared(NamedTuple):
     keep: tuple[tuple[int, float], ...] = ()
     # The adapter slot the request runs under (engines/llm/adapters.py); None: the base.
     adapter: int | None = None
+    adapter_scale: float | None = None  # the row's own (a request's `lora`), else the slot's
 
 
 class Preparer:

@@ -17,14 +17,23 @@ def adapter_model(base: ModelConfig, adapter: AdapterConfig) -> ModelConfig:
 
 
 class AdapterView:
-    def __init__(self, runner: Runner, base: ModelConfig, adapter: AdapterConfig) -> None:
+    def __init__(
+        self,
+        runner: Runner,
+        base: ModelConfig,
+        adapter: AdapterConfig,
+        scale: float | None = None,
+    ) -> None:
+        """`scale`: the one a request chose (OpenAI's `lora`), else the adapter's own."""
         self._runner = runner
         self.model = adapter_model(base, adapter)
         self.adapter = adapter.id
         self.base_id = base.id
+        self.scale = scale
 
     def submit(self, request):
-        return self._runner.submit(msgspec.structs.replace(request, adapter=self.adapter))
+        chosen = msgspec.structs.replace(request, adapter=self.adapter, adapter_scale=self.scale)
+        return self._runner.submit(chosen)
 
     def __getattr__(self, name: str):
         return getattr(self._runner, name)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from engines.errors import ModelNotFound
+from engines.errors import BadRequest, ModelNotFound
 from engines.log import emit
 from engines.runner import Runner
 from engines.runner.adapter_view import AdapterView
@@ -52,6 +52,31 @@ class Generation:
     def runner_of(self, model_id: str) -> Runner:
         """The runner serving a model id: its own, or an adapter's view of its base's."""
         return self.views[model_id] if model_id in self.views else self.runners[model_id]
+
+    def with_lora(self, route: Route, asked: list | None) -> Route:
+        """The route under a request's `lora` (llama.cpp's `[{id, scale}]`): one declared
+        adapter of the base model named, at its scale; `BadRequest` naming the field for
+        anything else. None or `[]`: the route as it is."""
+        if not asked:
+            return route
+        if len(asked) > 1:
+            raise BadRequest("$.lora: one adapter per request (each row of a batch runs one)")
+        if isinstance(route.runner, AdapterView):
+            raise BadRequest(
+                f"$.lora: model {route.model.id!r} is an adapter already; name its base "
+                f"{route.runner.base_id!r} with `lora`, or drop `lora`"
+            )
+        base = self.models[route.model.id]
+        adapters = {a.id: a for a in base.adapters}
+        entry = asked[0]
+        if entry.id not in adapters:
+            known = ", ".join(adapters) or "none"
+            raise BadRequest(
+                f"$.lora[0].id: {entry.id!r} is no adapter of model {base.id!r} (its adapters: "
+                f"{known})"
+            )
+        view = AdapterView(route.runner, base, adapters[entry.id], entry.scale)
+        return route._replace(runner=view)
 
     def resolve(self, name: str) -> Route:
         """The runner for a model id or alias, else the fallback, else `ModelNotFound`;

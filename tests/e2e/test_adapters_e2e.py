@@ -135,3 +135,45 @@ def test_reload_adds_and_removes_adapters_on_the_loaded_base(gateway, root, open
     with pytest.raises(openai.NotFoundError, match="poet"):
         ask(openai_client, "poet")
     assert len(gateway.events("model_attached", model="smollm2")) == 1
+
+
+def test_lora_field_selects_an_adapter_and_refuses_the_rest(openai_client):
+    """llama.cpp's `lora: [{id, scale}]` on the base: scale 1 answers as the adapter's own
+    model id, scale 0 as the base, another scale otherwise; anything else is a 400 naming
+    the field."""
+    import openai
+
+    def asked(lora, model="smollm2"):
+        return (
+            openai_client.chat.completions.create(
+                model=model, messages=QUESTION, max_tokens=16, extra_body={"lora": lora}
+            )
+            .choices[0]
+            .message.content
+        )
+
+    pirate, base = ask(openai_client, "pirate"), ask(openai_client, "smollm2")
+    assert asked([{"id": "pirate", "scale": 1}]) == pirate
+    assert asked([{"id": "pirate"}]) == pirate
+    assert asked([{"id": "pirate", "scale": 0}]) == base
+    assert asked([{"id": "pirate", "scale": 0.3}]) not in (pirate, base)
+    assert asked([]) == base
+    completion = openai_client.completions.create(
+        model="smollm2", prompt="The capital of France is", max_tokens=8,
+        extra_body={"lora": [{"id": "pirate"}]},
+    )  # fmt: skip
+    plain = openai_client.completions.create(
+        model="pirate", prompt="The capital of France is", max_tokens=8
+    )
+    assert completion.choices[0].text == plain.choices[0].text
+    refused = {
+        "lora[0].id": [{"id": "nobody"}],
+        "lora[0]": [{"id": "pirate", "rank": 2}],
+        "lora[0].scale": [{"id": "pirate", "scale": -1}],
+        "$.lora": [{"id": "pirate"}, {"id": "bard"}],
+    }
+    for field, lora in refused.items():
+        with pytest.raises(openai.BadRequestError, match=field.replace("[", r"\[")):
+            asked(lora)
+    with pytest.raises(openai.BadRequestError, match="is an adapter already"):
+        asked([{"id": "pirate"}], model="pirate")
