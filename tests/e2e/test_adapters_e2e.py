@@ -96,6 +96,16 @@ def test_anthropic_client_reaches_an_adapter(anthropic_client, openai_client):
     assert reply.content[0].text == ask(openai_client, "poet")
 
 
+def test_the_ops_state_and_metrics_name_each_adapter(gateway):
+    import httpx
+
+    state = httpx.get(f"{gateway.url}/ui/state", timeout=10).json()
+    (base,) = [m for m in state["models"] if m["id"] == "smollm2"]
+    assert base["adapters"] == ["pirate", "poet"]
+    metrics = httpx.get(f"{gateway.url}/metrics", timeout=10).text
+    assert 'gateway_adapter{adapter="pirate",model="smollm2"} 1.0' in metrics
+
+
 def test_ollama_lists_and_serves_each_adapter(ollama_client, openai_client):
     names = {m.model for m in ollama_client.list().models}
     assert {"smollm2", "pirate", "smollm2-pirate", "poet"} <= names
