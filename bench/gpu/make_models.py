@@ -99,16 +99,20 @@ def write_tokenizer(src: Path, out: Path, vocab_size: int) -> None:
     (out / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2))
 
 
-def make(shape: str, tokenizer: Path, root: Path, dtype: str = "bfloat16") -> Path:
-    """The model SHAPE under ROOT/SHAPE. DTYPE float32 is for tests that compare two ways of
-    computing the same model: bfloat16 rounding differs with the order of a split sum, which on
-    random weights' near-tie logits is enough to change the greedy token."""
+def make(
+    shape: str, tokenizer: Path, root: Path, dtype: str = "bfloat16", quantized: bool = True
+) -> Path:
+    """The model SHAPE under ROOT/SHAPE (ROOT/SHAPE-DTYPE unquantized). DTYPE float32 is for
+    tests that compare two ways of computing the same model: bfloat16 rounding differs with the
+    order of a split sum, which on random weights' near-tie logits is enough to change the greedy
+    token. `quantized=False` stores the weights as DTYPE: for a peer server that runs weights as
+    stored (the gateway expands 4-bit ones to bfloat16 on CUDA), so both run the same arithmetic."""
     import mlx.core as mx
     import mlx.nn as nn
     from mlx.utils import tree_flatten
     from mlx_lm.models import llama
 
-    out = root / shape
+    out = root / (shape if quantized else f"{shape}-{dtype}")
     if (out / "done").exists():
         print(f"[{shape}] kept {out}", flush=True)
         return out
@@ -122,7 +126,8 @@ def make(shape: str, tokenizer: Path, root: Path, dtype: str = "bfloat16") -> Pa
     mx.random.seed(0)
     model = llama.Model(args)
     model.set_dtype(getattr(mx, dtype))
-    nn.quantize(model, group_size=64, bits=4)
+    if quantized:
+        nn.quantize(model, group_size=64, bits=4)
     weights = dict(tree_flatten(model.parameters()))
     mx.eval(weights)
     mx.save_safetensors(str(out / "model.safetensors"), weights, metadata={"format": "mlx"})
@@ -134,7 +139,7 @@ def make(shape: str, tokenizer: Path, root: Path, dtype: str = "bfloat16") -> Pa
         "bos_token_id": 1,
         "eos_token_id": shape_args["vocab_size"],  # "<|never|>": see the module docstring
         "torch_dtype": dtype,
-        "quantization": {"group_size": 64, "bits": 4},
+        **({"quantization": {"group_size": 64, "bits": 4}} if quantized else {}),
     }
     (out / "config.json").write_text(json.dumps(config, indent=2))
     write_tokenizer(tokenizer, out, shape_args["vocab_size"])
@@ -153,9 +158,12 @@ def main() -> None:
     parser.add_argument("--tokenizer", type=Path, required=True, help="SmolLM2 tokenizer dir")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("shapes", nargs="*", default=["smollm2", "1b", "8b"])
+    parser.add_argument(
+        "--unquantized", action="store_true", help="store bfloat16 weights (SHAPE-bfloat16)"
+    )
     args = parser.parse_args()
     for shape in args.shapes:
-        make(shape, args.tokenizer, args.out)
+        make(shape, args.tokenizer, args.out, quantized=not args.unquantized)
 
 
 if __name__ == "__main__":
