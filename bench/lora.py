@@ -11,7 +11,9 @@ as `mlx_lm.lora` adapts by default), `concurrency` = adapters x streams on both.
 sends, in turn: `base xS` (S streams on `plain`), `base xA*S` (A*S streams on `plain`) and
 `mixed` (S streams to each adapter of `adapted`, all at once: one batch of rows under A
 different adapters). Every stream has its own prompt; tokens are the gateway's own counts
-(the usage chunk); aggregate tokens/s = all new tokens / (last stream end - first request
+(the usage chunk). Both gateways run with `prefix_reuse: false` and `disk_cache: false`:
+rows under an adapter park no prefix and write no disk blocks, so the base's rows would do
+work the adapters' skip. Aggregate tokens/s = all new tokens / (last stream end - first request
 sent); the table gives each one's median over the rounds and the mixed/base ratios (goal
 in issue 52: >= 0.8 against the base at the same number of streams).
 
@@ -28,6 +30,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -71,6 +74,8 @@ models:
     source: {SMOLLM2}
     concurrency: {streams}
     sampling: {{temperature: 0}}
+    prefix_reuse: false
+    disk_cache: false
 {block}
 """
 
@@ -147,8 +152,8 @@ def main() -> None:
         ],
     )
     # "N (x GiB) beside M (y GiB) of base weights": the adapters' and the base's bytes.
-    said = adapted_event["detail"]["adapter_bytes"].split()
-    adapter_bytes, weight_bytes = int(said[0]), int(said[3])
+    said = re.match(r"(\d+) .* beside (\d+) ", adapted_event["detail"]["adapter_bytes"])
+    adapter_bytes, weight_bytes = int(said[1]), int(said[2])
     kv = plain_memory - weight_bytes  # the KV cache budget of `total` streams, either way
     memory = table(
         ["what is held", "weights + adapters, bytes", "MiB", "memory_bytes (with KV), MiB"],
