@@ -29,7 +29,8 @@ from schemas.config import AdapterConfig
 
 
 class AdapterKVCache(KVCache):
-    """Layer 0's cache of one sequence, tagged with the adapter slot it runs under."""
+    """Layer 0's cache of one sequence, tagged with the adapter it runs under: (slot,
+    scale or None for the slot's own), or None for the base."""
 
     adapter: int | None = None
 
@@ -42,7 +43,7 @@ class AdapterKVCache(KVCache):
 
 
 class AdapterBatchKVCache(BatchKVCache):
-    """Layer 0's cache of a batch: `rows` is each row's adapter slot, kept in row order."""
+    """Layer 0's cache of a batch: `rows` is each row's tag, kept in row order."""
 
     rows: list = []
 

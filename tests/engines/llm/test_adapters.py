@@ -223,3 +223,30 @@ def test_a_reloaded_adapter_that_does_not_fit_changes_nothing(tmp_path, adapter_
         adapters.stage([kept, AdapterConfig(id="nowhere", path=str(tmp_path / "none"))])
     adapters.apply_staged()
     assert adapters.ids == ["lora-a"]
+
+
+def test_rows_of_one_adapter_at_their_own_scales(served, adapter_dirs):
+    """A request's `lora` scale rides on its row: one batch, one adapter, scales 1 and 0
+    (the base's answer) and the declared one, gathered per row."""
+    from mlx_lm.generate import BatchGenerator
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from engines.llm.adapters import tag
+
+    model, adapters = served
+    own = adapters.scale_of("lora-a", 1.0)
+    caches = [
+        tag(make_prompt_cache(model), 0, own),
+        tag(make_prompt_cache(model), 0, 0.0),
+        adapters.make_cache(model, 0),
+    ]
+    generator = BatchGenerator(model, stop_tokens=[], completion_batch_size=3)
+    uids = generator.insert([PROMPTS[0]] * 3, max_tokens=[TOKENS] * 3, caches=caches)
+    out = {uid: [] for uid in uids}
+    while any(len(t) < TOKENS for t in out.values()):
+        for response in generator.next_generated():
+            out[response.uid].append(response.token)
+    fused_a = greedy(fused(adapter_dirs["lora-a"]), PROMPTS[0])
+    assert [out[u] for u in uids] == [fused_a, greedy(tiny_llama(), PROMPTS[0]), fused_a]
+    with pytest.raises(ValueError, match="DoRA"):
+        adapters.scale_of("dora-c", 0.5)
