@@ -93,6 +93,8 @@ def test_adapters_answer_differently_and_alike_alone_and_together(openai_client)
 
 
 def test_anthropic_client_reaches_an_adapter(anthropic_client, openai_client):
+    listed = {m.id for m in anthropic_client.models.list().data}
+    assert {"smollm2", "pirate", "smollm2-pirate", "poet"} <= listed
     reply = anthropic_client.messages.create(model="poet", messages=QUESTION, max_tokens=16)
     assert reply.content[0].text == ask(openai_client, "poet")
 
