@@ -192,6 +192,11 @@ class ChatRequest(msgspec.Struct, frozen=True, kw_only=True):
     controls: OutputControls = OutputControls()
     client: Client = NO_CLIENT
     keep: tuple[KeepMark, ...] = ()  # prefixes to keep cached (engines/mlx/cache/marked.py)
+    # The adapter (`adapters:`) this request runs under, by id; None: the base model.
+    adapter: str | None = None
+    # Its scale when the request chose it (OpenAI's `lora`), times the adapter's own; None:
+    # the adapter's declared `scale`.
+    adapter_scale: float | None = None
 
 
 class ChatAsk(msgspec.Struct, frozen=True, kw_only=True):

@@ -318,6 +318,20 @@ class SpeculationConfig(Strict):
     ngram: Annotated[int, Meta(ge=1, le=8)] = 3
 
 
+class AdapterConfig(Strict):
+    """One fine-tune of its model served as a model of its own: a LoRA or DoRA adapter in
+    mlx-lm's format (`adapter_config.json` + `adapters.safetensors`, as `mlx_lm.lora` writes
+    it) or PEFT's (`adapter_config.json` + `adapter_model.safetensors`). The base's weights
+    are loaded once; each adapter adds only its own (docs/adapters.md)."""
+
+    id: Identifier
+    path: str
+    # A multiplier on the adapter's own scale (mlx-lm's `lora_parameters.scale`, PEFT's
+    # `lora_alpha / r`): 1 answers as the adapter fused into the base would.
+    scale: Annotated[float, Meta(ge=0, le=16)] = 1.0
+    aliases: list[Identifier] = []
+
+
 class RateConfig(Strict):
     max_tokens_per_sec: Annotated[float, Meta(gt=0)] | None = None
 
@@ -507,6 +521,7 @@ class ModelConfig(Strict):
     upstream: UpstreamConfig | None = None
     process: ProcessConfig | None = None
     distributed: DistributedConfig | None = None
+    adapters: list[AdapterConfig] = []
 
     @property
     def pinned(self) -> bool:

@@ -130,6 +130,23 @@ MODEL_KEYS: dict[str, KeyRule] = {
     "distributed": KeyRule(
         MLX, restart=True, tasks=TEXT, why_task="a distributed model serves chat only"
     ),
+    # Applied by the running base on reload (gateway/control/reload.py): only a model's
+    # first adapters (or its last removed) need a new runner.
+    "adapters": KeyRule(
+        MLX,
+        restart=False,
+        tasks=TEXT,
+        why_task="`adapters` apply to MLX text models only",
+        conflicts={
+            "kv_bits": "`adapters` with `kv_bits`: a quantized KV cache decodes on mlx-lm's "
+            "single-stream loop, which applies no adapter per row: remove one",
+            "draft": "`adapters` with `draft`: drafts are not verified per adapter: remove one",
+            "speculation": "`adapters` with `speculation`: drafts are not verified per "
+            "adapter: remove one",
+            "isolation": "`adapters` with `isolation: process`: not yet: remove one",
+            "distributed": f"`adapters` {_SHARDED}",
+        },
+    ),
 }
 
 if list(MODEL_KEYS) != [f.name for f in msgspec.structs.fields(ModelConfig) if f.name != "id"]:

@@ -86,6 +86,15 @@ class StreamOptions(Wire, kw_only=True):
     include_usage: bool = False
 
 
+class LoraAsk(Wire, kw_only=True, forbid_unknown_fields=True):
+    """One entry of llama.cpp's per-request `lora`: a declared adapter of the model named,
+    by id, and its scale (a multiplier on the adapter's own, as the config's `scale`; left
+    out: the config's)."""
+
+    id: Annotated[str, Meta(min_length=1)]
+    scale: Annotated[float, Meta(ge=0, le=16)] | None = None
+
+
 class ChatCompletionRequest(Wire, kw_only=True):
     model: Annotated[str, Meta(min_length=1)]
     messages: Annotated[list[ChatMessage], Meta(min_length=1)]
@@ -110,6 +119,8 @@ class ChatCompletionRequest(Wire, kw_only=True):
     presence_penalty: Annotated[float, Meta(ge=-2, le=2)] | None = None
     frequency_penalty: Annotated[float, Meta(ge=-2, le=2)] | None = None
     logit_bias: dict[str, Annotated[float, Meta(ge=-100, le=100)]] | None = None
+    # llama.cpp's: the adapter (`adapters:`) of the model named this request runs under.
+    lora: list[LoraAsk] | None = None
     # Defined by OpenAI and refused by name when set (see gateway/openai/chat.py: REFUSED).
     prediction: Any = None
     modalities: list[str] | None = None

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from msgspec import UNSET, Meta, UnsetType
 
-from schemas.openai import StreamOptions, Usage
+from schemas.openai import LoraAsk, StreamOptions, Usage
 from schemas.wire import Wire
 
 # A prompt is text, a list of texts, or token ids (one list, or a list of lists); the
@@ -35,6 +35,8 @@ class CompletionRequest(Wire, kw_only=True):
     frequency_penalty: Annotated[float, Meta(ge=-2, le=2)] | None = None
     logit_bias: dict[str, Annotated[float, Meta(ge=-100, le=100)]] | None = None
     user: str | None = None  # informational: identifies the caller, changes no output
+    # llama.cpp's: the adapter (`adapters:`) of the model named this request runs under.
+    lora: list[LoraAsk] | None = None
 
 
 class CompletionLogprobs(Wire, kw_only=True):

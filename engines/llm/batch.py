@@ -17,6 +17,7 @@ from typing import Protocol
 
 from engines import timeline
 from engines.batch import Step
+from engines.llm.adapters import tag
 from engines.llm.prepared import Prepared
 from engines.llm.single import Solo
 from engines.llm.speculate import BatchDrafting, batch_positions, make_drafter
@@ -129,7 +130,16 @@ class MLXBatch:
         job = prepared if prepared is not None else self._engine.prepare(request, aside=aside)
         if timeline.ON:  # the prompt is rendered and tokenized
             timeline.mark("prepared")
-        cache, rest, hit = self._parking.nearest(job.prompt)
+        # A row under an adapter reuses no prefix (and parks none): a base prefix is never
+        # read under an adapter, nor the other way round (docs/adapters.md).
+        if job.adapter is None:
+            cache, rest, hit = self._parking.nearest(job.prompt)
+        else:
+            cache, rest, hit = None, job.prompt, None
+        adapters = getattr(self._engine, "adapters", None)
+        if adapters is not None:  # every row says which adapter it runs under, the base's too
+            cache = adapters.make_cache(self._model, job.adapter) if cache is None else cache
+            tag(cache, job.adapter, job.adapter_scale)
         if timeline.ON:  # the parked caches and the disk tier are searched
             timeline.mark("looked up")
         reused = len(job.prompt) - len(rest)
@@ -141,7 +151,9 @@ class MLXBatch:
             cancelled=cancelled,
             prompt_tokens=len(job.prompt),
             reused=reused,
-            writing=len(job.prompt) - reused if self._parking.ram is not None else 0,
+            writing=len(job.prompt) - reused
+            if self._parking.ram is not None and job.adapter is None
+            else 0,
             started=time.perf_counter(),
             job=job,
             drafter=self._drafter(job),
@@ -289,6 +301,8 @@ class MLXBatch:
         if reason == "stop_string":
             if finish_reason is None and uid != SOLO:
                 self._generator.remove([uid])
+        elif job.adapter is not None:
+            pass  # an adapter's conversation is not parked (see `add`)
         else:
             tokens, cache = parked()
             drafted = seq.drafter.parked if isinstance(seq.drafter, ModelDrafter) else None

@@ -12,6 +12,7 @@ import msgspec
 from engines.base import Capabilities, LoadInfo
 from engines.batch import Batch, SerialBatch
 from engines.cache import CacheDir
+from engines.errors import BadRequest
 from engines.llm.loading import decoding_detail, experts_detail, load_text
 from engines.llm.prepared import Prepared, Preparer
 from engines.mlx.cache.blocks import model_layout
@@ -63,6 +64,7 @@ class MLXEngine:
         self.parked_bytes = 0  # the byte limit of the parked sessions' KV caches
         self.parked_draft_bytes = 0  # and of their draft model's caches (`draft:`)
         self.experts = None  # the cached experts (`experts:`, an ExpertSet), while loaded
+        self.adapters = None  # the attached adapters (`adapters:`, an AdapterSet), while loaded
 
     @property
     def platform(self) -> PlatformPath:
@@ -132,9 +134,17 @@ class MLXEngine:
         self.parked_bytes, self.parked_draft_bytes = loaded.parked_bytes, loaded.parked_draft_bytes
         self._preparer = Preparer(config, loaded.model, loaded.tokenizer, loaded.context)
         self.disk, disk_detail = self._open_disk(loaded.model, loaded.path, loaded.held)
+        adapter_detail, adapter_bytes = {}, 0
+        if config.adapters:
+            from engines.llm.adapters import attach
+
+            self.adapters = attach(config.id, loaded.model, config.adapters, self._base_dir)
+            adapter_bytes = self.adapters.nbytes
+            adapter_detail = adapters_detail(self.adapters, loaded.weights)
+            # Rows under an adapter neither read nor write the disk tier (base rows do).
         return LoadInfo(
-            memory_bytes=loaded.memory_bytes,
-            weights_bytes=loaded.weights + loaded.draft_weights,
+            memory_bytes=loaded.memory_bytes + adapter_bytes,
+            weights_bytes=loaded.weights + loaded.draft_weights + adapter_bytes,
             context=loaded.context,
             trained_context=loaded.trained,
             concurrency=loaded.streams,
@@ -148,6 +158,7 @@ class MLXEngine:
                 ),
                 "disk_cache": disk_detail,
                 **experts_detail(loaded),
+                **adapter_detail,
             },
         )
 
@@ -163,8 +174,29 @@ class MLXEngine:
         return self._preparer.count(request)
 
     def prepare(self, request: ChatRequest, *, aside: bool = False) -> Prepared:
-        """Everything one generation needs (`Preparer.prepare`)."""
-        return self._preparer.prepare(request, aside=aside)
+        """Everything one generation needs (`Preparer.prepare`), under its adapter."""
+        job = self._preparer.prepare(request, aside=aside)
+        if request.adapter is None:
+            return job
+        if self.adapters is not None:
+            self.adapters.apply_staged()  # a reload's adapters, before this row names one
+        if self.adapters is None or request.adapter not in self.adapters.known:
+            raise BadRequest(f"model {self._config.id!r} has no adapter {request.adapter!r}")
+        try:
+            scale = self.adapters.scale_of(request.adapter, request.adapter_scale)
+        except ValueError as refused:
+            raise BadRequest(f"$.lora[0].scale: {refused}") from None
+        return job._replace(adapter=self.adapters.slot(request.adapter), adapter_scale=scale)
+
+    def change_adapters(self, adapters: list) -> None:
+        """A reload's `adapters:` for this base, which stays loaded: read and checked now
+        (`ModelUnavailable` naming the adapter, nothing changed), in force from the next
+        forward pass; rows decoding under a removed adapter finish under it. Unloaded, the
+        next load attaches them."""
+        if self.adapters is not None:
+            self.adapters.stage(adapters)
+        self._declared = msgspec.structs.replace(self._declared, adapters=list(adapters))
+        self._config = msgspec.structs.replace(self._config, adapters=list(adapters))
 
     def prompt_logprobs(self, request: ChatRequest, prompt: list[int]) -> Logprobs | None:
         """The prompt's own token logprobs, when the request asked for them (echo)."""
@@ -303,3 +335,15 @@ def disk_floor(prompt_tokens: int, engine: MLXEngine) -> int:
     """The tokens a disk hit must beat, as the batch path's (`reuse_min_tokens`): from a
     short shared prefix or under half the prompt, loading costs more than it saves."""
     return max(reuse_min_tokens(engine.platform.device), prompt_tokens // 2) - 1
+
+
+def adapters_detail(adapters, base_bytes: int) -> dict:
+    """The `model_attached` line's word on the adapters: the base's weights, held once, and
+    what the adapters add to them."""
+    from engines.units import describe
+
+    return {
+        "adapters": adapters.describe(),
+        "adapter_bytes": f"{adapters.nbytes} ({describe(adapters.nbytes)}) beside {base_bytes} "
+        f"({describe(base_bytes)}) of base weights, held once",
+    }

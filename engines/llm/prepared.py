@@ -39,6 +39,9 @@ class Prepared(NamedTuple):
     piece: Callable[[int], bytes] | None = None
     # Prefixes to keep cached (`cache_control`): (prompt tokens, seconds to live) each.
     keep: tuple[tuple[int, float], ...] = ()
+    # The adapter slot the request runs under (engines/llm/adapters.py); None: the base.
+    adapter: int | None = None
+    adapter_scale: float | None = None  # the row's own (a request's `lora`), else the slot's
 
 
 class Preparer:

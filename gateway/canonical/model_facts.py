@@ -8,10 +8,15 @@ from gateway.control.registry import Generation
 from schemas.config import ModelConfig
 
 
+def _runner(generation: Generation, model: ModelConfig):
+    """The model's runner, an adapter's its base's (or None: not in this generation)."""
+    return generation.views.get(model.id) or generation.runners.get(model.id)
+
+
 def task_of(generation: Generation, model: ModelConfig) -> str:
     """ "embed", "rerank", "transcribe" or "chat": the engine the runner built, which
     inferred what the config omits."""
-    runner = generation.runners.get(model.id)
+    runner = _runner(generation, model)
     return runner.engine.capabilities.task if runner else model.task or "chat"
 
 
@@ -19,7 +24,7 @@ def reasons(generation: Generation, model: ModelConfig) -> bool:
     """Whether the model thinks: its `reasoning` is on, or its engine says so (template)."""
     if model.reasoning not in (None, False, "off"):
         return True
-    runner = generation.runners.get(model.id)
+    runner = _runner(generation, model)
     return runner.engine.reasons() if runner else False
 
 
@@ -41,5 +46,5 @@ def capabilities(generation: Generation, model: ModelConfig) -> list[str]:
 
 def reads_images(generation: Generation, model: ModelConfig) -> bool:
     """Whether the engine takes images: chosen from the checkpoint's config, not loaded."""
-    runner = generation.runners.get(model.id)
+    runner = _runner(generation, model)
     return runner.engine.capabilities.images if runner else False

@@ -15,6 +15,7 @@ import msgspec
 
 from engines.errors import ConfigInvalid, SourceError
 from engines.sources.hub import NotCached, cache_status, is_hub_source
+from gateway.control.adapter_check import check_adapters
 from gateway.control.field_check import check_value, report_error, unknown_key
 from gateway.control.mcp_check import check_mcp_servers
 from gateway.control.references import check_references, resolve_drafts
@@ -30,20 +31,24 @@ from schemas.config import (
 from schemas.config_keys import ENGINES, LOCAL, MODEL_KEYS
 
 
-def load_config(path: str | Path, *, environ: Mapping[str, str] | None = None) -> GatewayConfig:
-    """Read and validate a config file; raise `ConfigInvalid` listing every problem found."""
+def load_config(
+    path: str | Path, *, environ: Mapping[str, str] | None = None, read_files: bool = False
+) -> GatewayConfig:
+    """Read and validate a config file; raise `ConfigInvalid` listing every problem found.
+    `read_files`: each adapter's directory is read too (`adapters:`), where it is written."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigInvalid([f"{path}:1:1: <file>: cannot read: {exc}"]) from None
-    return parse_config(text, str(path), environ=environ)
+    base_dir = Path(path).parent if read_files else None
+    return parse_config(text, str(path), environ=environ, adapters_dir=base_dir)
 
 
 def validate_config(path: str | Path) -> GatewayConfig:
     """What `gateway check` and every reload apply: the file, then every model's source
     (missing, unreadable or corrupt), found without loading anything. Blocking: it reads
     files (a safetensors header can be 100 MB), so async callers run it in a thread."""
-    config = load_config(path)
+    config = load_config(path, read_files=True)
     if errors := source_errors(config, Path(path).parent):
         raise ConfigInvalid(errors)
     return config
@@ -69,11 +74,16 @@ def source_errors(config: GatewayConfig, base_dir: Path) -> list[str]:
 
 
 def parse_config(
-    text: str, name: str, *, environ: Mapping[str, str] | None = None
+    text: str,
+    name: str,
+    *,
+    environ: Mapping[str, str] | None = None,
+    adapters_dir: Path | None = None,
 ) -> GatewayConfig:
-    """Validate config text; `name` prefixes every error. `environ` defaults to `os.environ`."""
+    """Validate config text; `name` prefixes every error. `environ` defaults to `os.environ`.
+    `adapters_dir`: the adapters' directories are read, relative ones from there."""
     doc, src = read_yaml(text, name, os.environ if environ is None else environ)
-    config = _validate(doc, src)
+    config = _validate(doc, src, adapters_dir)
     if src.errors:
         raise ConfigInvalid(src.sorted_errors())
     return config
@@ -98,6 +108,8 @@ def summarize(config: GatewayConfig) -> list[str]:
             parts.append(f"task={m.task}")
         if m.draft:
             parts.append(f"draft={m.draft.model}")
+        if m.adapters:
+            parts.append(f"adapters={','.join(a.id for a in m.adapters)}")
         if m.distributed:
             d = m.distributed
             parts.append(f"distributed={d.ranks} ranks, {d.mode}, {d.backend}")
@@ -125,7 +137,7 @@ def _where(model: ModelConfig) -> str:
     return f"source={model.source or '-'}"
 
 
-def _validate(doc: Any, src: Source) -> GatewayConfig | None:
+def _validate(doc: Any, src: Source, adapters_dir: Path | None) -> GatewayConfig | None:
     if not isinstance(doc, dict):
         src.at((), "expected a mapping with 'server', 'defaults' and 'models'")
         return None
@@ -154,6 +166,8 @@ def _validate(doc: Any, src: Source) -> GatewayConfig | None:
         merged.append(model)
         check_value(model, ModelConfig, ("models", i), src)
     check_references(server, merged, src)
+    if not src.errors:  # adapters' directories are read only in a config otherwise valid
+        check_adapters(merged, src, adapters_dir)
     if src.errors:
         return None
     resolve_drafts(merged)

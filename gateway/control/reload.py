@@ -15,7 +15,7 @@ import msgspec
 
 from engines.base import EngineState
 from engines.download import make_fetch
-from engines.errors import ConfigInvalid
+from engines.errors import ConfigInvalid, ModelUnavailable
 from engines.factory import make_engine
 from engines.job import Meter
 from engines.log import emit
@@ -48,9 +48,26 @@ def needs_new_engine(old: ModelConfig, new: ModelConfig) -> bool:
     """Whether a setting the engine is built from changed (`restart` in `MODEL_KEYS`): then
     a new runner loads. Every other setting (aliases, sampling, system, guardrails, queue,
     residency) is read per request or per admission, so the running runner takes it on."""
-    return any(
+    changed = any(
         getattr(old, key) != getattr(new, key) for key, rule in MODEL_KEYS.items() if rule.restart
     )
+    # Adapters are added, changed and removed on the loaded base (`retune_adapters`); only
+    # a base gaining its first or losing its last is built anew (its layers wrapped or not).
+    return changed or bool(old.adapters) != bool(new.adapters)
+
+
+async def retune_adapters(runner: Runner, model: ModelConfig) -> str | None:
+    """`model.adapters` onto its running base, which stays loaded (its other adapters and
+    the rows decoding under a removed one go on): None, or why they were refused. The files
+    are read off the loop."""
+    change = getattr(runner.engine, "change_adapters", None)
+    if change is None:
+        return f"model {model.id!r}: its engine takes no adapters"
+    try:
+        await asyncio.to_thread(change, model.adapters)
+    except ModelUnavailable as refused:
+        return str(refused)
+    return None
 
 
 def make_runner(
@@ -118,12 +135,14 @@ class Reloader:
         Pinned models that had failed are loaded again; each failure is named in `failed`.
         """
         old = self.registry.current
+        # The models as declared (`old.models` lists each adapter too, served by its base).
+        old_models = {m.id: m for m in old.config.models}
         runners: dict[str, Runner] = {}
         declared = {m.id: m for m in config.models}  # what each model serves with, after this
         retune: list[tuple[Runner, ModelConfig]] = []
         added, changed, unchanged, restarted = [], [], [], []
         for model in config.models:
-            before = old.models.get(model.id)
+            before = old_models.get(model.id)
             if before is None:
                 added.append(model.id)
             elif before == model:
@@ -152,16 +171,23 @@ class Reloader:
             if new.state is EngineState.FAILED:
                 failed[model_id] = f"{new.error}; the previous settings keep serving"
                 await new.stop("failed")
-                runners[model_id], declared[model_id] = previous, old.models[model_id]
+                runners[model_id], declared[model_id] = previous, old_models[model_id]
                 restarted.remove(model_id)
         finished_draining: dict[str, asyncio.Future[None]] = {}
         for model_id in drained_first:
             finished_draining[model_id] = asyncio.get_running_loop().create_future()
             runners[model_id].bind(after=finished_draining[model_id])
-        for runner, model in retune:
+        for i, (runner, model) in enumerate(retune):
+            if (before := old_models[model.id]).adapters != model.adapters:
+                why = await retune_adapters(runner, model)
+                if why is not None:  # the adapters it had serve on; the rest of it changes
+                    failed[model.id] = f"{why}; the previous adapters keep serving"
+                    model = msgspec.structs.replace(model, adapters=before.adapters)
+                    retune[i] = (runner, model)
+                    declared[model.id] = model
             runner.model = model
         self._switch(config, runners, declared)
-        removed = [m for m in old.models if m not in self.registry.current.models]
+        removed = [m for m in old_models if m not in declared]
         for model_id in removed:
             self._drain(old.runners[model_id].stop("removed"))
         for model_id in restarted:

@@ -196,7 +196,7 @@ async def show(request: Request, generation: Generation) -> Response:
         info["general.revision"] = parse_hub_source(model.id, model.source).revision
         info["general.commit"] = snapshot.commit if snapshot else None
         info["general.size"] = snapshot.size if snapshot else 0
-    context = _context(model, generation.runners[model.id])
+    context = _context(model, generation.runner_of(model.id))
     if context:
         info[f"{model.engine}.context_length"] = context
     parameters = _parameters(model)

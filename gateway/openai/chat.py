@@ -154,6 +154,7 @@ async def chat_completions(request: Request, generation: Generation) -> Response
     data = await decode_body(request, wire.ChatCompletionRequest)
     refuse_set(data, REFUSED)
     route = announce(generation.resolve(data.model), stream=data.stream, protocol="openai")
+    route = generation.with_lora(route, data.lora)
     n = check_n(route.model, data.n)
     stop = [data.stop] if isinstance(data.stop, str) else data.stop
     messages = await fetch_images(request, to_messages(data.messages), generation.config.server)

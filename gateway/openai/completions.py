@@ -88,6 +88,7 @@ async def completions(request: Request, generation: Generation) -> Response | St
     prompts = _prompts(data.prompt)
     _refuse_unsupported(data)
     route = announce(generation.resolve(data.model), stream=data.stream, protocol="openai")
+    route = generation.with_lora(route, data.lora)
     n = check_n(route.model, data.n)
     stop = [data.stop] if isinstance(data.stop, str) else data.stop
     logprobs = None

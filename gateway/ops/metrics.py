@@ -251,9 +251,14 @@ class RunnerState(Collector):
             memory.add_metric([model], held)
             for engine_state, name in STATE_NAMES.items():
                 state.add_metric([model, name], 1.0 if runner.state is engine_state else 0.0)
+        adapters = GaugeMetricFamily(
+            "gateway_adapter", "1 for each adapter a base model serves", labels=["model", "adapter"]
+        )
+        for adapter, view in self._registry.current.views.items():
+            adapters.add_metric([view.base_id, adapter], 1.0)
         draining = GaugeMetricFamily("gateway_draining", "1 while shutting down")
         draining.add_metric([], 1.0 if self._admission.draining else 0.0)
-        yield from (depth, running, state, memory, draining)
+        yield from (depth, running, state, memory, adapters, draining)
 
 
 @get("/metrics", opt={"ops": True}, sync_to_thread=False)

@@ -74,6 +74,8 @@ def model_state(state: State, model: ModelConfig, runner: Runner) -> dict:
         "id": model.id,
         "state": STATE_NAMES[runner.state],
         "aliases": list(model.aliases),
+        # Each a model id of its own, served by this runner (docs/adapters.md).
+        "adapters": [a.id for a in model.adapters],
         "engine": model.engine,
         "residency": "pinned" if model.pinned else "on_demand",
         "queue_depth": runner.queue_depth,

@@ -25,6 +25,7 @@ TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "ob
 SCRIPTED = "gateway/http/test_http_scripted.py"
 CONTROLS = "gateway/canonical/test_output_controls.py"
 LIMITS = "engines/policy/test_request_limits.py"
+
 SAMPLING = (LIMITS, "sampling_merges_request_over_model")
 REASONING = ("engines/policy/test_policies.py", "reasoning_is_split")
 PENALTIES = ("e2e/test_decoding_e2e.py", "penalties_break_a_greedy_loop")
@@ -42,6 +43,8 @@ def informational(sample):
     return ("informational", sample, None)
 
 
+# llama.cpp's `lora` (`[]`: the model as named; the adapters' proof runs on SmolLM2).
+LORA = honoured([], "e2e/test_adapters_e2e.py", "lora_field_selects_an_adapter")
 CHAT = {
     "model": honoured("echo", SCRIPTED, "routes_by_id_alias_and_fallback"),
     "messages": honoured(HI, SCRIPTED, "usage_equals_the_generated_event"),
@@ -66,6 +69,7 @@ CHAT = {
     "presence_penalty": honoured(0.5, *PENALTIES),
     "frequency_penalty": honoured(0.5, *PENALTIES),
     "logit_bias": honoured({"50": 1.0}, "engines/mlx/test_penalties.py", "logit_bias_adds"),
+    "lora": LORA,
     "prediction": refused({"type": "content", "content": "x"}),
     "modalities": refused(["text", "audio"]),
     "audio": refused({"voice": "alloy", "format": "mp3"}),
@@ -102,6 +106,7 @@ COMPLETIONS = {
     "frequency_penalty": honoured(0.5, *PENALTIES),
     "logit_bias": honoured({"50": 1.0}, "engines/mlx/test_penalties.py", "logit_bias_adds"),
     "user": informational("someone"),
+    "lora": LORA,
 }
 RESPONSES_FILE = "gateway/openai/test_responses.py"
 RESPONSES = {
