@@ -74,6 +74,14 @@ AUTO_STREAMS_CPU = 8
 AUTO_STREAMS_GPU = 32
 
 
+# `concurrency: auto` shares out a window past this into more streams. A whole trained window
+# each is what the memory holds only for short-window models: a 128k-trained 8B on an 80 GB GPU
+# holds one 16 GiB window beside its weights and the parked sessions', so keeping it whole
+# served that model serially (bench/RESULTS.md, beside vllm-mlx on an H100: 0.13x at 32
+# clients). 32k tokens still hold an agent's tools, system prompt and a long conversation.
+AUTO_STREAM_WINDOW = 32768
+
+
 def auto_streams(device: str) -> int:
     """The most streams `auto` takes on `device` (PlatformPath.device)."""
     return AUTO_STREAMS_CPU if device == "cpu" else AUTO_STREAMS_GPU
@@ -91,7 +99,8 @@ def streams(
     cap: int,
 ) -> int:
     """Requests decoded together: `concurrency: auto` takes as many as keep the window one
-    request alone would get, at most `cap`; a number is kept as it is.
+    request alone would get, or `AUTO_STREAM_WINDOW` tokens where that window is longer (the
+    window is then what that many streams leave each), at most `cap`; a number is kept as it is.
 
     `windows_of(n)`: the windows of KV cache `n` streams count (theirs and the parked
     sessions'). Where even one stream's window does not fit, 1: the window's sizing then
@@ -111,7 +120,8 @@ def streams(
     alone = sized(1)
     if alone == 0:
         return 1
-    return next((n for n in range(cap, 1, -1) if sized(n) >= alone), 1)
+    enough = min(alone, AUTO_STREAM_WINDOW)
+    return next((n for n in range(cap, 1, -1) if sized(n) >= enough), 1)
 
 
 def streams_detail(wanted: int | str, resolved: int, device: str) -> str:
@@ -119,5 +129,6 @@ def streams_detail(wanted: int | str, resolved: int, device: str) -> str:
     if wanted != "auto":
         return str(resolved)
     return (
-        f"auto: {resolved} (at most {auto_streams(device)} on this device, each with a full window)"
+        f"auto: {resolved} (at most {auto_streams(device)} on this device, as many as leave each "
+        f"a whole window, or {AUTO_STREAM_WINDOW} tokens where the whole one is longer)"
     )
