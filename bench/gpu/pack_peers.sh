@@ -5,6 +5,7 @@
 # `python -X importtime` on the CPU install of docs/peers.md; its MCP, structured-output and
 # audio packages load only when asked for), less the image's packages (image-packages.txt).
 # The image's transformers (5.17) serves it; a carried 5.25 wanted a newer huggingface-hub.
+# (The packages vllm-mlx shares with the gateway's MCP client now come in the gateway's kit, wheels.txt.)
 #   bash bench/gpu/pack_peers.sh        (from the checkout's root)
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
