@@ -25,6 +25,8 @@ SET = {
     "speculation": "{kind: prompt_lookup}",
     "kv_bits": "8",
     "distributed": "{ranks: 2}",
+    "experts": "{resident: 4}",
+    "adapters": f"[{{id: a1, path: {REPO / 'configs/examples/adapters/concise'}}}]",
 }
 
 
@@ -103,7 +105,7 @@ def test_defaults_skip_a_key_for_a_task_it_does_not_apply_to(key, task):
         task: {task}
     """
     model = parse_config(textwrap.dedent(text), "t.yaml", environ={}).models[0]
-    assert getattr(model, key) in (None, "none")
+    assert getattr(model, key) in (None, "none", [])
 
 
 REQUIRED = [(k, e) for k, rule in MODEL_KEYS.items() for e in sorted(rule.required_by)]
@@ -140,6 +142,8 @@ VALUES = {
     "isolation": "process",
     "speculation": {"kind": "prompt_lookup"},
     "distributed": {"ranks": 2},
+    "experts": {"resident": 4},
+    "adapters": [{"id": "a1", "path": str(REPO / "configs/examples/adapters/concise")}],
 }
 FOUND_AT_LOAD = [(k, t) for k, rule in MODEL_KEYS.items() for t in TASKS if t not in rule.tasks]
 

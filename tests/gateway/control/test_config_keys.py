@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import msgspec
 import pytest
+from conftest import REPO
 import yaml
 
 from engines.errors import ConfigInvalid
@@ -45,6 +46,8 @@ VALUES = {
     "upstream": {"urls": ["http://a:1/v1"], "max_in_flight": 3},
     "process": {"command": ["serve", "${PORT}"]},
     "distributed": {"ranks": 2},
+    "experts": {"resident": 4},
+    "adapters": [{"id": "a1", "path": str(REPO / "configs/examples/adapters/concise")}],
 }
 
 
@@ -106,4 +109,6 @@ def test_defaults_skip_a_key_for_an_engine_they_do_not_give_it_to(key, engine):
 def test_a_change_needs_a_new_runner_exactly_for_restart_keys(key):
     before = ModelConfig(id="m")
     after = msgspec.structs.replace(before, **{key: value_of(key)})
-    assert needs_new_engine(before, after) is MODEL_KEYS[key].restart
+    # Adapters change on the loaded base (not `restart`), but a base gaining its first one
+    # is built anew: its layers are wrapped at load (gateway/control/reload.py).
+    assert needs_new_engine(before, after) is (MODEL_KEYS[key].restart or key == "adapters")
