@@ -44,6 +44,11 @@ if [ "${1:-}" = test ]; then
     # Real speech clips (assets/beckett.wav, two_cities.wav) for tests/engines/speech; its
     # declared dependencies (sounddevice, its own runtime) are never imported: --no-deps.
     .venv/bin/python -m pip install -q --no-deps moonshine-voice
+    # LangChain's CohereRerank (tests/clients/test_rerank_clients.py). langchain-cohere 0.6.0,
+    # the newest, declares cohere<6; the test extra pins cohere==7.3.1, which its rerank runs on
+    # (ClientV2.rerank, unchanged): --no-deps, or pip would take cohere back to 5.x. What it
+    # imports besides (langchain-core, pydantic, pyyaml) is installed by the extra already.
+    .venv/bin/python -m pip install -q --no-deps "langchain-cohere==0.6.0"
     # Claude Code, the AI SDK and its providers, at the versions pinned in package-lock.json.
     (cd tests/clients/js && npm ci --no-audit --no-fund --loglevel=error)
 fi

@@ -14,7 +14,13 @@ from engines.errors import ModelUnavailable
 from schemas.config import ModelConfig
 from schemas.config_keys import MODEL_KEYS, TASKS
 
-_UNSET = {f.name: f.default for f in msgspec.structs.fields(ModelConfig)}
+# A key's value when the config leaves it out: a list's (`aliases`, `adapters`) comes from
+# its default_factory, its `default` being NODEFAULT.
+_UNSET = {
+    f.name: f.default_factory() if f.default is msgspec.NODEFAULT else f.default
+    for f in msgspec.structs.fields(ModelConfig)
+    if f.default is not msgspec.NODEFAULT or f.default_factory is not msgspec.NODEFAULT
+}
 
 
 def refuse_off_task(model: ModelConfig, task: str) -> None:

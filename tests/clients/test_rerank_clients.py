@@ -1,6 +1,7 @@
 """Rerank clients against the gateway on the embedded all-MiniLM-L6-v2 (a `task: embed`
-model, ranking by cosine): Cohere's SDK (`ClientV2.rerank`, v1's `Client.rerank`) and
-LiteLLM's `rerank()` with its `cohere/` and `jina_ai/` prefixes."""
+model, ranking by cosine): Cohere's SDK (`ClientV2.rerank`, v1's `Client.rerank`),
+LiteLLM's `rerank()` with its `cohere/` and `jina_ai/` prefixes, and LangChain's
+`CohereRerank` document compressor."""
 
 from __future__ import annotations
 
@@ -98,3 +99,33 @@ def test_litellm_rerank_with_its_prefix(gateway, litellm, prefix):
     assert len(results) == 3
     scores = [r["relevance_score"] for r in results]
     assert scores == sorted(scores, reverse=True)
+
+
+def test_langchain_cohere_rerank_compresses_documents(gateway):
+    """LangChain's CohereRerank, the document compressor of a ContextualCompressionRetriever,
+    on /v2/rerank through the cohere.ClientV2 it builds from base_url: langchain-cohere 0.6.0
+    declares cohere<6 but runs on cohere 7 (setup.sh installs it --no-deps)."""
+    import httpx
+    from langchain_core.documents import Document
+
+    try:  # fail (not skip) where it is missing, as require_js: CI must run it
+        from langchain_cohere import CohereRerank
+    except ImportError:
+        pytest.fail("langchain-cohere is not installed: run ./setup.sh test (--no-deps)")
+
+    documents = [Document(text, metadata={"n": n}) for n, text in enumerate(DOCUMENTS)]
+    reranker = CohereRerank(base_url=gateway.url, cohere_api_key=KEY, model="minilm", top_n=2)
+    with reranker.client:  # the ClientV2 it built, closed after
+        compressed = reranker.compress_documents(documents, QUERY)
+
+    reference = httpx.post(
+        f"{gateway.url}/v1/rerank",
+        headers={"authorization": f"Bearer {KEY}"},
+        json={"model": "minilm", "query": QUERY, "documents": DOCUMENTS, "top_n": 2},
+    ).json()["results"]
+    assert [d.metadata["n"] for d in compressed] == [r["index"] for r in reference]
+    assert compressed[0].page_content == DOCUMENTS[ANSWER]
+    assert [d.metadata["relevance_score"] for d in compressed] == pytest.approx(
+        [r["relevance_score"] for r in reference], abs=1e-6
+    )
+    assert documents[ANSWER].metadata == {"n": ANSWER}  # copies, the inputs left as they were
