@@ -14,7 +14,12 @@ from engines.errors import ModelUnavailable
 from schemas.config import ModelConfig
 from schemas.config_keys import MODEL_KEYS, TASKS
 
-_UNSET = {f.name: f.default for f in msgspec.structs.fields(ModelConfig)}
+# A list key's default (`adapters: []`) is a default_factory, not a default.
+_UNSET = {
+    f.name: f.default if f.default is not msgspec.NODEFAULT else f.default_factory()
+    for f in msgspec.structs.fields(ModelConfig)
+    if f.default is not msgspec.NODEFAULT or f.default_factory is not msgspec.NODEFAULT
+}
 
 
 def refuse_off_task(model: ModelConfig, task: str) -> None:
@@ -22,7 +27,7 @@ def refuse_off_task(model: ModelConfig, task: str) -> None:
     `TASKS`) does not take, by the table; nothing when it sets none."""
     for key, rule in MODEL_KEYS.items():
         value = getattr(model, key)
-        if task in rule.tasks or value is None or value == _UNSET[key]:
+        if task in rule.tasks or value is None or value == _UNSET.get(key):
             continue
         shown = f"{key}: {value}" if isinstance(value, str) else key
         # "an MLX text model" -> "MLX text models"

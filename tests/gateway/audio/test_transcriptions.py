@@ -125,6 +125,39 @@ def test_verbose_json_with_word_and_segment_timestamps(client):
     assert plain.segments and not getattr(plain, "words", None)
 
 
+def test_stream_true_answers_deltas_then_done_through_the_openai_sdk(gateway, client):
+    with BECKETT.open("rb") as f:
+        stream = client.audio.transcriptions.create(model="whisper", file=f, stream=True)
+        seen = list(stream)
+    assert [e.type for e in seen[:-1]] == ["transcript.text.delta"] * (len(seen) - 1)
+    assert len(seen) >= 2
+    done = seen[-1]
+    assert done.type == "transcript.text.done"
+    assert "".join(e.delta for e in seen[:-1]) == done.text
+    assert words(done.text) == WORDS
+    assert "failed" in done.text.lower() and "try again" in done.text.lower()
+    assert done.usage is not None
+    assert done.usage.type == "duration"
+    assert done.usage.seconds == pytest.approx(10, abs=0.5)
+    event = gateway.wait_event("generated", model="whisper", timeout=30)
+    assert event["stop_reason"] == "transcribed"
+
+
+def test_stream_true_with_text_is_server_sent_events(gateway):
+    response = post(gateway, model="whisper", stream="true", response_format="text")
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("text/event-stream")
+    frames = [
+        line.removeprefix("data: ") for line in response.text.splitlines() if line.startswith("data: ")
+    ]
+    import json
+
+    parsed = [json.loads(f) for f in frames]
+    assert parsed[-1]["type"] == "transcript.text.done"
+    assert parsed[-1]["usage"]["type"] == "duration"
+    assert "".join(p["delta"] for p in parsed[:-1]) == parsed[-1]["text"]
+
+
 def test_other_containers_decode(client):
     """FLAC and OGG/Opus, made from the WAV with PyAV, come out with the same words."""
     import av
@@ -151,7 +184,10 @@ def test_other_containers_decode(client):
         ({"model": "whisper", "file": ("big.wav", b"\0" * (1 << 21))}, 413, "max_body_bytes"),
         ({"model": "echo"}, 400, "does not transcribe audio"),
         ({"model": "nobody"}, 404, "speech-to-text models: whisper"),
-        ({"model": "whisper", "stream": "true"}, 400, "stream:"),
+        ({"model": "whisper", "stream": "true", "response_format": "srt"}, 400, "stream: "),
+        ({"model": "whisper", "stream": "true", "response_format": "verbose_json"}, 400, "json"),
+        ({"model": "whisper", "stream": "maybe"}, 400, "stream: 'maybe'"),
+        ({"model": "whisper", "stream": "true", "file": ("x.txt", b"nope" * 64)}, 400, "file: "),
         ({"model": "whisper", "language": "fr"}, 400, "English-only"),
         ({"model": "whisper", "language": "xx"}, 400, "language: 'xx'"),
         ({"model": "whisper", "response_format": "mp3"}, 400, "response_format: 'mp3'"),
