@@ -76,7 +76,9 @@ class VerboseTranscription(msgspec.Struct, frozen=True, omit_defaults=True):
     words: list[Word] | None = None
 
 
-class TranscriptTextDelta(msgspec.Struct, frozen=True, tag_field="type", tag="transcript.text.delta"):
+class TranscriptTextDelta(
+    msgspec.Struct, frozen=True, tag_field="type", tag="transcript.text.delta"
+):
     """`stream: true`: the next piece of the text (a segment's), as it is decoded."""
 
     delta: str

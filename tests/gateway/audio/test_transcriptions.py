@@ -148,7 +148,9 @@ def test_stream_true_with_text_is_server_sent_events(gateway):
     assert response.status_code == 200, response.text
     assert response.headers["content-type"].startswith("text/event-stream")
     frames = [
-        line.removeprefix("data: ") for line in response.text.splitlines() if line.startswith("data: ")
+        line.removeprefix("data: ")
+        for line in response.text.splitlines()
+        if line.startswith("data: ")
     ]
     import json
 
