@@ -92,6 +92,7 @@ async def read_form(request: Request, *, task: str) -> AudioForm:
         prompt=_one(form, "prompt") or None,
         temperature=temperature,
         words="word" in granularities,
+        stream=stream,
         max_seconds=seconds(request.app.state.registry.current.config.server.limits.max_audio),
     )
     return AudioForm(model, response_format, granularities, asked, stream)

@@ -16,7 +16,8 @@ from gateway.audio.formats import events, render
 from gateway.control.registry import Generation, Route, announce
 from gateway.http.request_state import client_of
 from gateway.http.streaming import Streamed, sse_response, started, unless_client_leaves
-from schemas.canonical import Transcribed, TranscribeRequest
+from schemas import audio as wire
+from schemas.canonical import TextDelta, Transcribed, TranscribeRequest
 
 
 def _route(generation: Generation, name: str) -> Route:
@@ -55,14 +56,24 @@ async def _answer(request: Request, generation: Generation, task: str) -> Respon
 
 
 async def _frames(outputs: AsyncIterator) -> AsyncIterator[str]:
-    """`transcript.text.delta` events, one a segment, then `transcript.text.done`.
-
-    The runner hands the transcript over whole (mlx-audio's Whisper loop returns its
-    segments at the end), so the deltas come once it is done, one per segment."""
-    async for done in outputs:
-        if isinstance(done, Transcribed):
-            for frame in events(done):
-                yield frame
+    """A `transcript.text.delta` for each segment as its window is decoded, then
+    `transcript.text.done`. Where none came ahead of the whole (an engine that hears no
+    segments), the deltas are the finished transcript's segments."""
+    sent: list[str] = []
+    async for output in outputs:
+        if isinstance(output, TextDelta):
+            piece = output.text.lstrip() if not sent else output.text
+            if piece:
+                sent.append(piece)
+                yield msgspec.json.encode(wire.TranscriptTextDelta(delta=piece)).decode()
+        elif isinstance(output, Transcribed):
+            if not sent:
+                for frame in events(output):
+                    yield frame
+                return
+            usage = wire.DurationUsage(seconds=round(output.audio_seconds, 3))
+            done = wire.TranscriptTextDone(text=output.text, usage=usage)
+            yield msgspec.json.encode(done).decode()
             return
 
 
