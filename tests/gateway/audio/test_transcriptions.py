@@ -160,6 +160,58 @@ def test_stream_true_with_text_is_server_sent_events(gateway):
     assert "".join(p["delta"] for p in parsed[:-1]) == parsed[-1]["text"]
 
 
+def _flac(path: Path) -> bytes:
+    import av
+
+    out = io.BytesIO()
+    with av.open(str(path)) as src, av.open(out, "w", format="flac") as dst:
+        stream = dst.add_stream("flac", rate=16000, layout="mono")
+        resampler = av.AudioResampler(format=stream.format.name, layout="mono", rate=16000)
+        for frame in src.decode(audio=0):
+            for f in resampler.resample(frame):
+                dst.mux(stream.encode(f))
+        dst.mux(stream.encode(None))
+    return out.getvalue()
+
+
+def test_a_long_clips_first_window_streams_before_the_second_is_decoded(gateway):
+    """two_cities.wav (44 s, two windows): the first window's deltas arrive over HTTP
+    while the second is still being decoded, and then the client leaving mid-stream (the
+    second request) leaves the gateway serving."""
+    import json
+    import time
+
+    body = _flac(ASSETS / "two_cities.wav")
+    arrived: list[tuple[float, dict]] = []
+    with httpx.stream(
+        "POST",
+        gateway.url + "/v1/audio/transcriptions",
+        data={"model": "whisper", "stream": "true", "temperature": "0"},
+        files={"file": ("two_cities.flac", body)},
+        headers=AUTH,
+        timeout=300,
+    ) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                arrived.append((time.perf_counter(), json.loads(line.removeprefix("data: "))))
+    done_at, done = arrived[-1]
+    assert done["type"] == "transcript.text.done" and "best of times" in done["text"].lower()
+    deltas = [e for _, e in arrived[:-1]]
+    assert "".join(e["delta"] for e in deltas) == done["text"]
+    assert arrived[0][0] < done_at - 0.5  # out before the second window was decoded
+    with httpx.stream(
+        "POST",
+        gateway.url + "/v1/audio/transcriptions",
+        data={"model": "whisper", "stream": "true"},
+        files={"file": ("two_cities.flac", body)},
+        headers=AUTH,
+        timeout=300,
+    ) as response:
+        next(response.iter_lines())  # the first delta, then gone
+    assert words(post(gateway, model="whisper").json()["text"]) == WORDS
+
+
 def test_other_containers_decode(client):
     """FLAC and OGG/Opus, made from the WAV with PyAV, come out with the same words."""
     import av
