@@ -116,8 +116,11 @@ class Engine(Protocol):
         """One relevance score per document, in order (only where `capabilities.rerank`)."""
         ...
 
-    def transcribe(self, request: TranscribeRequest) -> Transcribed:
-        """The audio's transcript, whole (only where `capabilities.transcribe`)."""
+    def transcribe(
+        self, request: TranscribeRequest, on_segment: Callable[[str], None] | None = None
+    ) -> Transcribed:
+        """The audio's transcript, whole (only where `capabilities.transcribe`);
+        `on_segment`, where given, hears each segment's text as soon as it is decoded."""
         ...
 
     def reasons(self) -> bool:

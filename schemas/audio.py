@@ -74,3 +74,18 @@ class VerboseTranscription(msgspec.Struct, frozen=True, omit_defaults=True):
     usage: DurationUsage
     segments: list[Segment] | None = None
     words: list[Word] | None = None
+
+
+class TranscriptTextDelta(
+    msgspec.Struct, frozen=True, tag_field="type", tag="transcript.text.delta"
+):
+    """`stream: true`: the next piece of the text (a segment's), as it is decoded."""
+
+    delta: str
+
+
+class TranscriptTextDone(msgspec.Struct, frozen=True, tag_field="type", tag="transcript.text.done"):
+    """`stream: true`: the last event, the whole text and what it cost (as `json`'s)."""
+
+    text: str
+    usage: DurationUsage

@@ -268,6 +268,7 @@ class TranscribeRequest(msgspec.Struct, frozen=True, kw_only=True):
     temperature: float | None = None  # None: Whisper's fallback ladder 0.0, 0.2 … 1.0
     words: bool = False  # word timestamps too (timestamp_granularities: word)
     max_seconds: float | None = None  # limits.max_audio: longer clips are refused
+    stream: bool = False  # each segment's text as a TextDelta as it is decoded, then the whole
     client: Client = NO_CLIENT
 
 

@@ -312,6 +312,11 @@ class ModelThread:
                 if isinstance(job.request, RerankRequest)
                 else self._engine.transcribe
             )
+            if isinstance(job.request, TranscribeRequest) and job.request.stream:
+                # Each segment's text goes out as it is decoded, before the whole.
+                call = functools.partial(
+                    call, on_segment=lambda text: self._deliver(job, TextDelta(text=text))
+                )
             try:
                 self._deliver(job, call(job.request))
             except Exception as error:

@@ -82,7 +82,9 @@ class WhisperEngine:
         """The empty batch a runner's thread opens; transcriptions never join it."""
         return SerialBatch(self._refuse_text)
 
-    def transcribe(self, request: TranscribeRequest) -> Transcribed:
+    def transcribe(
+        self, request: TranscribeRequest, on_segment: Callable[[str], None] | None = None
+    ) -> Transcribed:
         started = time.perf_counter()
         from mlx_audio.stt.models.whisper.tokenizer import LANGUAGES
 
@@ -119,6 +121,7 @@ class WhisperEngine:
             prompt=request.prompt,
             temperature=request.temperature,
             words=request.words,
+            on_segment=on_segment,
         )
         return Transcribed(
             text=result.text,

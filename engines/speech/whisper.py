@@ -10,7 +10,11 @@ processor; ours is built from tokenizer.json alone (engines/speech/tokenizer.py)
 
 from __future__ import annotations
 
+import builtins
 import json
+import re
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -48,6 +52,30 @@ def load_whisper(path: Path, *, fp16: bool = False):
     return model
 
 
+# mlx-audio's loop takes no per-window callback; with `verbose` it prints each window's
+# segments as `[MM:SS.mmm --> MM:SS.mmm] text` once that window is decoded. The module's
+# `print` is routed here: on a thread transcribing with `on_segment` such a line is that
+# segment, handed on; every other print (other threads, other lines) is dropped or printed.
+_SEGMENT_LINE = re.compile(r"\[[\d:.]+ --> [\d:.]+\] (.*)", re.S)
+_listening = threading.local()
+
+
+def _print(*args, **kwargs) -> None:
+    heard = getattr(_listening, "on_segment", None)
+    if heard is None:
+        builtins.print(*args, **kwargs)
+        return
+    line = " ".join(str(a) for a in args)
+    if (m := _SEGMENT_LINE.fullmatch(line)) and m.group(1):
+        heard(m.group(1))
+
+
+def _listen() -> None:
+    from mlx_audio.stt.models.whisper import whisper as loop
+
+    loop.print = _print  # a module global shadows the builtin for that module's calls
+
+
 def transcribe(
     model,
     samples: np.ndarray,
@@ -57,21 +85,30 @@ def transcribe(
     prompt: str | None = None,
     temperature: float | None = None,
     words: bool = False,
+    on_segment: Callable[[str], None] | None = None,
 ) -> Transcript:
     """The whole clip's text and segments (with their words' times where `words`).
     `temperature` None: Whisper's fallback ladder (0.0, then 0.2 … 1.0 where a window
-    comes out repetitive or improbable)."""
+    comes out repetitive or improbable). `on_segment`: called with each segment's text as
+    soon as its 30 s window is decoded, on this thread."""
     import mlx.core as mx
 
-    result = model.generate(
-        samples,
-        language=language,
-        task=task,
-        initial_prompt=prompt or None,
-        temperature=(0.0, 0.2, 0.4, 0.6, 0.8, 1.0) if temperature is None else temperature,
-        word_timestamps=words,
-        fp16=model.dtype == mx.float16,
-    )
+    if on_segment is not None:
+        _listen()
+        _listening.on_segment = on_segment
+    try:
+        result = model.generate(
+            samples,
+            language=language,
+            task=task,
+            initial_prompt=prompt or None,
+            temperature=(0.0, 0.2, 0.4, 0.6, 0.8, 1.0) if temperature is None else temperature,
+            word_timestamps=words,
+            fp16=model.dtype == mx.float16,
+            verbose=True if on_segment is not None else None,
+        )
+    finally:
+        _listening.on_segment = None
     segments = [
         TranscriptSegment(
             id=i,

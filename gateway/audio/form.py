@@ -29,6 +29,7 @@ class AudioForm(NamedTuple):
     response_format: str
     granularities: frozenset[str]
     asked: TranscribeRequest
+    stream: bool = False  # answer as server-sent events (json or text only)
 
 
 def _one(form, name: str) -> str | None:
@@ -78,6 +79,7 @@ async def read_form(request: Request, *, task: str) -> AudioForm:
         )
     temperature = _temperature(_one(form, "temperature"))
     granularities = _granularities(form, response_format)
+    stream = _stream(_one(form, "stream"), response_format)
     _refuse_unhonoured(form)
     audio = await files[0].read()
     if not audio:
@@ -90,9 +92,25 @@ async def read_form(request: Request, *, task: str) -> AudioForm:
         prompt=_one(form, "prompt") or None,
         temperature=temperature,
         words="word" in granularities,
+        stream=stream,
         max_seconds=seconds(request.app.state.registry.current.config.server.limits.max_audio),
     )
-    return AudioForm(model, response_format, granularities, asked)
+    return AudioForm(model, response_format, granularities, asked, stream)
+
+
+def _stream(raw: str | None, response_format: str) -> bool:
+    """`stream`: true answers `transcript.text.delta` events, then `transcript.text.done`;
+    as OpenAI, only for the json and text formats (timestamps come with the whole)."""
+    if raw is None or raw.strip().lower() in ("", "false", "0"):
+        return False
+    if raw.strip().lower() not in ("true", "1"):
+        raise BadRequest(f"stream: {raw!r} is not a boolean; send true or false")
+    if response_format not in ("json", "text"):
+        raise BadRequest(
+            f"stream: a streamed transcription comes as json or text, not response_format "
+            f"{response_format!r}; send stream=false for {response_format}"
+        )
+    return True
 
 
 def _temperature(raw: str | None) -> float | None:
@@ -126,9 +144,6 @@ def _granularities(form, response_format: str) -> frozenset[str]:
 
 def _refuse_unhonoured(form) -> None:
     """OpenAI's fields this gateway does not serve: a 400 naming each, never ignored."""
-    stream = _one(form, "stream")
-    if stream is not None and stream.lower() not in ("false", "0"):
-        raise BadRequest("stream: streamed transcription is not served yet; send stream=false")
     chunking = _one(form, "chunking_strategy")
     if chunking is not None and chunking != "auto":
         raise BadRequest(

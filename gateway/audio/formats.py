@@ -72,6 +72,29 @@ def verbose(
     )
 
 
+def deltas(done: Transcribed) -> list[str]:
+    """The text of a streamed transcription in pieces, one a segment, that join into
+    `done.text` exactly (the first's leading and the last's trailing space dropped, as the
+    whole text drops them); one piece where the segments do not make up the text."""
+    pieces = [s.text for s in done.segments if s.text]
+    if not pieces or "".join(pieces).strip() != done.text:
+        return [done.text] if done.text else []
+    pieces[0] = pieces[0].lstrip()
+    pieces[-1] = pieces[-1].rstrip()
+    return [p for p in pieces if p]
+
+
+def events(done: Transcribed) -> list[str]:
+    """`stream: true`'s events as JSON, in order: a `transcript.text.delta` for each piece,
+    then `transcript.text.done` with the whole text and `usage` (the json format's)."""
+    usage = wire.DurationUsage(seconds=round(done.audio_seconds, 3))
+    frames: list[wire.TranscriptTextDelta | wire.TranscriptTextDone] = [
+        wire.TranscriptTextDelta(delta=piece) for piece in deltas(done)
+    ]
+    frames.append(wire.TranscriptTextDone(text=done.text, usage=usage))
+    return [msgspec.json.encode(f).decode() for f in frames]
+
+
 def render(
     done: Transcribed, response_format: str, task: str, granularities: frozenset[str]
 ) -> Response:

@@ -113,3 +113,27 @@ def test_unknown_binary_version(tmp_path: Path) -> None:
     (tmp_path / "model.bin").write_bytes(struct.pack("<I", 99))
     with pytest.raises(CT2FormatError, match="binary version 99"):
         read_ct2(tmp_path / "model.bin")
+
+
+def test_segments_are_heard_as_each_window_is_decoded(converted: Path, capsys) -> None:
+    """`on_segment` hears each segment's text when its 30 s window is done: the first
+    window's well before the clip's whole comes back; together they are the text."""
+    import time
+
+    from engines.speech.whisper import load_whisper, transcribe
+
+    samples = decode_audio((ASSETS / "two_cities.wav").read_bytes())
+    model = load_whisper(converted)
+    heard: list[tuple[float, str]] = []
+    result = transcribe(
+        model,
+        samples,
+        language="en",
+        temperature=0.0,
+        on_segment=lambda text: heard.append((time.perf_counter(), text)),
+    )
+    returned = time.perf_counter()
+    assert "".join(t for _, t in heard).strip() == result.text
+    assert [t for _, t in heard] == [s.text for s in result.segments]
+    assert heard[0][0] < returned - 0.5  # the second window was still to decode
+    assert "-->" not in capsys.readouterr().out  # heard, not printed

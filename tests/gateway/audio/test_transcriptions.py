@@ -125,6 +125,93 @@ def test_verbose_json_with_word_and_segment_timestamps(client):
     assert plain.segments and not getattr(plain, "words", None)
 
 
+def test_stream_true_answers_deltas_then_done_through_the_openai_sdk(gateway, client):
+    with BECKETT.open("rb") as f:
+        stream = client.audio.transcriptions.create(model="whisper", file=f, stream=True)
+        seen = list(stream)
+    assert [e.type for e in seen[:-1]] == ["transcript.text.delta"] * (len(seen) - 1)
+    assert len(seen) >= 2
+    done = seen[-1]
+    assert done.type == "transcript.text.done"
+    assert "".join(e.delta for e in seen[:-1]) == done.text
+    assert words(done.text) == WORDS
+    assert "failed" in done.text.lower() and "try again" in done.text.lower()
+    assert done.usage is not None
+    assert done.usage.type == "duration"
+    assert done.usage.seconds == pytest.approx(10, abs=0.5)
+    event = gateway.wait_event("generated", model="whisper", timeout=30)
+    assert event["stop_reason"] == "transcribed"
+
+
+def test_stream_true_with_text_is_server_sent_events(gateway):
+    response = post(gateway, model="whisper", stream="true", response_format="text")
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("text/event-stream")
+    frames = [
+        line.removeprefix("data: ")
+        for line in response.text.splitlines()
+        if line.startswith("data: ")
+    ]
+    import json
+
+    parsed = [json.loads(f) for f in frames]
+    assert parsed[-1]["type"] == "transcript.text.done"
+    assert parsed[-1]["usage"]["type"] == "duration"
+    assert "".join(p["delta"] for p in parsed[:-1]) == parsed[-1]["text"]
+
+
+def _flac(path: Path) -> bytes:
+    import av
+
+    out = io.BytesIO()
+    with av.open(str(path)) as src, av.open(out, "w", format="flac") as dst:
+        stream = dst.add_stream("flac", rate=16000, layout="mono")
+        resampler = av.AudioResampler(format=stream.format.name, layout="mono", rate=16000)
+        for frame in src.decode(audio=0):
+            for f in resampler.resample(frame):
+                dst.mux(stream.encode(f))
+        dst.mux(stream.encode(None))
+    return out.getvalue()
+
+
+def test_a_long_clips_first_window_streams_before_the_second_is_decoded(gateway):
+    """two_cities.wav (44 s, two windows): the first window's deltas arrive over HTTP
+    while the second is still being decoded, and then the client leaving mid-stream (the
+    second request) leaves the gateway serving."""
+    import json
+    import time
+
+    body = _flac(ASSETS / "two_cities.wav")
+    arrived: list[tuple[float, dict]] = []
+    with httpx.stream(
+        "POST",
+        gateway.url + "/v1/audio/transcriptions",
+        data={"model": "whisper", "stream": "true", "temperature": "0"},
+        files={"file": ("two_cities.flac", body)},
+        headers=AUTH,
+        timeout=300,
+    ) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                arrived.append((time.perf_counter(), json.loads(line.removeprefix("data: "))))
+    done_at, done = arrived[-1]
+    assert done["type"] == "transcript.text.done" and "best of times" in done["text"].lower()
+    deltas = [e for _, e in arrived[:-1]]
+    assert "".join(e["delta"] for e in deltas) == done["text"]
+    assert arrived[0][0] < done_at - 0.5  # out before the second window was decoded
+    with httpx.stream(
+        "POST",
+        gateway.url + "/v1/audio/transcriptions",
+        data={"model": "whisper", "stream": "true"},
+        files={"file": ("two_cities.flac", body)},
+        headers=AUTH,
+        timeout=300,
+    ) as response:
+        next(response.iter_lines())  # the first delta, then gone
+    assert words(post(gateway, model="whisper").json()["text"]) == WORDS
+
+
 def test_other_containers_decode(client):
     """FLAC and OGG/Opus, made from the WAV with PyAV, come out with the same words."""
     import av
@@ -151,7 +238,10 @@ def test_other_containers_decode(client):
         ({"model": "whisper", "file": ("big.wav", b"\0" * (1 << 21))}, 413, "max_body_bytes"),
         ({"model": "echo"}, 400, "does not transcribe audio"),
         ({"model": "nobody"}, 404, "speech-to-text models: whisper"),
-        ({"model": "whisper", "stream": "true"}, 400, "stream:"),
+        ({"model": "whisper", "stream": "true", "response_format": "srt"}, 400, "stream: "),
+        ({"model": "whisper", "stream": "true", "response_format": "verbose_json"}, 400, "json"),
+        ({"model": "whisper", "stream": "maybe"}, 400, "stream: 'maybe'"),
+        ({"model": "whisper", "stream": "true", "file": ("x.txt", b"nope" * 64)}, 400, "file: "),
         ({"model": "whisper", "language": "fr"}, 400, "English-only"),
         ({"model": "whisper", "language": "xx"}, 400, "language: 'xx'"),
         ({"model": "whisper", "response_format": "mp3"}, 400, "response_format: 'mp3'"),
