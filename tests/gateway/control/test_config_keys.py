@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-from conftest import REPO
 import yaml
+from conftest import REPO
 
 from engines.errors import ConfigInvalid
 from gateway.control.config import parse_config
