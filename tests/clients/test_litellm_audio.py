@@ -3,33 +3,13 @@ openai/ prefix), on the shipped Whisper tiny.en over moonshine-voice's beckett.w
 
 from __future__ import annotations
 
-import importlib.util
 import os
-from pathlib import Path
 
 import pytest
 from client_env import OFFLINE
 from conftest import serving
+from speech_clips import BECKETT, WORDS, words
 
-BECKETT = (
-    Path(importlib.util.find_spec("moonshine_voice").submodule_search_locations[0])
-    / "assets"
-    / "beckett.wav"
-)
-WORDS = [
-    "ever",
-    "tried",
-    "ever",
-    "failed",
-    "no",
-    "matter",
-    "try",
-    "again",
-    "fail",
-    "again",
-    "fail",
-    "better",
-]
 CONFIG = """
 models:
   - id: whisper
@@ -54,7 +34,6 @@ def test_transcription_words_come_out(gateway):
         result = litellm.transcription(
             model="openai/whisper-1", file=f, api_base=f"{gateway.url}/v1", api_key="unused"
         )
-    text = "".join(c for c in result.text.lower() if c.isalpha() or c.isspace())
-    assert text.split() == WORDS
+    assert words(result.text) == WORDS
     event = gateway.wait_event("generated", model="whisper", timeout=30)
     assert event["stop_reason"] == "transcribed" and 9.5 < event["audio_seconds"] < 10.5

