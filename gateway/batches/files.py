@@ -20,6 +20,18 @@ FORM_FIELDS = {"file", "purpose"}
 LIST_LIMIT = 10_000  # OpenAI's default and most for one page of files
 
 
+def page_of(found: list, limit: int, page_type):
+    """OpenAI's list page of `found`, read `limit + 1` long: the one past `limit` says
+    there is more."""
+    page = found[:limit]
+    return page_type(
+        data=page,
+        first_id=page[0].id if page else None,
+        last_id=page[-1].id if page else None,
+        has_more=len(found) > limit,
+    )
+
+
 def store_of(request: Request) -> BatchStore:
     return request.app.state.batch_store
 
@@ -87,13 +99,7 @@ async def list_files(
     found = await to_thread(
         store_of(request).files, owner(request), purpose, after, limit + 1, order == "desc"
     )
-    page = found[:limit]
-    return FileList(
-        data=page,
-        first_id=page[0].id if page else None,
-        last_id=page[-1].id if page else None,
-        has_more=len(found) > limit,
-    )
+    return page_of(found, limit, FileList)
 
 
 @get("/v1/files/{file_id:str}")

@@ -11,7 +11,7 @@ from asyncio import to_thread
 from litestar import Request, get, post
 
 from engines.errors import BadRequest, NotCancellable
-from gateway.batches.files import missing, owner, store_of
+from gateway.batches.files import missing, owner, page_of, store_of
 from gateway.batches.runner import BatchRunner
 from gateway.batches.store import now
 from gateway.http.auth import stored_owner
@@ -72,13 +72,7 @@ async def list_batches(request: Request, after: str | None = None, limit: int = 
     if not 1 <= limit <= LIST_MOST:
         raise BadRequest(f"limit {limit}: from 1 to {LIST_MOST}")
     found = await to_thread(store_of(request).batches, owner(request), after, limit + 1)
-    page = found[:limit]
-    return BatchList(
-        data=page,
-        first_id=page[0].id if page else None,
-        last_id=page[-1].id if page else None,
-        has_more=len(found) > limit,
-    )
+    return page_of(found, limit, BatchList)
 
 
 @get("/v1/batches/{batch_id:str}")
