@@ -3,6 +3,7 @@ with 100 %, 50 %, 25 % and 12.5 % of each layer's experts resident, against the 
 loaded whole, at 1 and 8 streams, with the expert cache's hit rate.
 
     .venv/bin/python bench/experts.py [--shape tiny] [--tokens 48] [--rounds 3]
+        [--dtype float32] [--budget GIB] [--tokenizer DIR]
 
 The model is the test-built qwen3_moe (engines/mlx/experts/demo.py: seeded random weights,
 experts most of its bytes, a router skewed as trained ones are), built once in a temporary
@@ -15,7 +16,9 @@ load. Figures are medians over the rounds' streams; the hit rate is the cache's 
 count (`/metrics` `gateway_experts_hits_total` and `_misses_total`) over the measured
 requests. On the CPU the files are in the page cache after the first read: a miss costs a
 `pread` and a copy, not a disk's latency; a GPU run under a budget below the weights is
-the issue's other half (not here).
+the issue's other half: `--shape a3b-12l --dtype bfloat16 --budget 8` (Qwen3-30B-A3B's
+proportions on 12 layers, ~15 GB) adds an `auto` level, a gateway whose `memory_budget` is
+below the weights, sized by `experts: {resident: auto}` (bench/gpu/platform.sh runs it).
 """
 
 from __future__ import annotations
@@ -40,10 +43,11 @@ PROMPTS = [
 ]  # fmt: skip
 
 
-def config(model_dir: Path, resident: int | None) -> str:
+def config(model_dir: Path, resident: int | str | None, budget: float | None = None) -> str:
     experts = "" if resident is None else f"\n    experts: {{resident: {resident}, policy: lru}}"
+    server = "" if budget is None else f"server:\n  memory_budget: {budget}GiB\n"
     return f"""
-models:
+{server}models:
   - id: moe
     source: {model_dir}
     context: {{max: 512}}
@@ -78,10 +82,10 @@ def one_round(gateway: Gateway, streams: int, tokens: int, offset: int) -> tuple
     return median([t.decode_tps for t in timings]), median([t.ttft for t in timings])
 
 
-def level(whole: Gateway, model_dir: Path, resident: int, tokens: int, rounds: int) -> dict:
+def level(whole: Gateway, model_dir: Path, resident, tokens: int, rounds: int, budget=None) -> dict:
     """Rounds on this level's gateway and on the whole model's, alternated (both meet the
     same load on a shared machine); the ratio is taken round by round."""
-    with Gateway(config(model_dir, resident), "experts") as gateway:
+    with Gateway(config(model_dir, resident, budget), "experts") as gateway:
         asyncio.run(burst(gateway.url, 1, 8, 0))  # warm: the first step's allocations
         before = counts(gateway)
         out = {}
@@ -104,7 +108,9 @@ def level(whole: Gateway, model_dir: Path, resident: int, tokens: int, rounds: i
             }
         hits, misses = (a - b for a, b in zip(counts(gateway), before, strict=True))
         out["hit_rate"] = hits / (hits + misses) if hits + misses else None
-        out["memory"] = gateway.events("model_attached")[-1]["memory_bytes"]
+        attached = gateway.events("model_attached")[-1]
+        out["memory"] = attached["memory_bytes"]
+        out["resident"] = attached["detail"].get("experts_resident", str(resident))
     return out
 
 
@@ -113,24 +119,31 @@ def main() -> None:
     parser.add_argument("--shape", default="tiny", choices=sorted(SHAPES))
     parser.add_argument("--tokens", type=int, default=48)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--dtype", default="float32", help="the built model's weights")
+    parser.add_argument("--tokenizer", type=Path, help="SmolLM2's tokenizer files (on the GPU)")
+    parser.add_argument(
+        "--budget", type=float, help="GiB: add an `auto` level under this memory_budget"
+    )
     args = parser.parse_args()
     load_before = os.getloadavg()
     experts = SHAPES[args.shape]["num_experts"]
     with tempfile.TemporaryDirectory(prefix="bench-moe-") as folder:
-        model_dir = make_moe(Path(folder), args.shape)
+        model_dir = make_moe(Path(folder), args.shape, args.dtype, tokenizer=args.tokenizer)
         rows = []
         with Gateway(config(model_dir, None), "whole") as whole:
             asyncio.run(burst(whole.url, 1, 8, 0))
             whole_memory = whole.events("model_attached")[-1]["memory_bytes"]
             platform_path = whole.platform()
-            for fraction in FRACTIONS:
-                resident = max(1, round(experts * fraction))
-                got = level(whole, model_dir, resident, args.tokens, args.rounds)
+            levels = [(f"{f * 100:g} %", max(1, round(experts * f)), None) for f in FRACTIONS]
+            if args.budget:
+                levels.append((f"auto, budget {args.budget:g} GiB", "auto", args.budget))
+            for name, resident, budget in levels:
+                got = level(whole, model_dir, resident, args.tokens, args.rounds, budget)
                 for streams in (1, 8):
                     m = got[streams]
                     low, high = m["spread"]
                     rows.append([
-                        f"{fraction * 100:g} % ({resident} of {experts})", streams,
+                        f"{name} ({got['resident']})", streams,
                         fmt(m["tps"], 1), fmt(m["base_tps"], 1),
                         f"{fmt(m['ratio'], 3)} ({fmt(low, 2)}-{fmt(high, 2)})",
                         fmt(m["ttft"] * 1000, 0), fmt(m["base_ttft"] * 1000, 0),
@@ -143,7 +156,8 @@ def main() -> None:
         rows,
     )  # fmt: skip
     report(
-        f"Experts on disk: decode and TTFT by resident fraction ({args.shape} qwen3_moe, CPU)",
+        f"Experts on disk: decode and TTFT by resident fraction ({args.shape} qwen3_moe, "
+        f"{args.dtype}, {'GPU' if platform_path.get('cuda') else 'CPU'})",
         body,
         platform_path=platform_path,
         load_before=load_before,

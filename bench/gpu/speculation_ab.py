@@ -65,6 +65,11 @@ def main() -> None:
     most = max(counts)
     from batch_ab import load_engine
 
+    import engines.llm.loading
+
+    # The product refuses speculation on CUDA (what this measures): lifted in this process only.
+    engines.llm.loading.refuse_speculation_on_cuda = lambda *_: None
+
     sides = {
         "plain": load_engine(args.model_dir, most)[0],
         "lookup": load_engine(args.model_dir, most, speculation={"kind": "prompt_lookup"})[0],

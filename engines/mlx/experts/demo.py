@@ -31,14 +31,36 @@ SHAPES = {
         norm_topk_prob=True,
         max_position_embeddings=4096,
     ),
+    # Qwen3-30B-A3B's proportions (hidden 2048, 128 experts of 768, 8 routed) on 12 of its 48
+    # layers: ~14.5 GB of experts and ~0.7 GB dense in bfloat16, for bench/experts.py on a GPU.
+    "a3b-12l": dict(
+        hidden_size=2048,
+        num_hidden_layers=12,
+        intermediate_size=6144,
+        num_attention_heads=32,
+        num_key_value_heads=4,
+        head_dim=128,
+        num_experts=128,
+        num_experts_per_tok=8,
+        moe_intermediate_size=768,
+        decoder_sparse_step=1,
+        mlp_only_layers=[],
+        norm_topk_prob=True,
+        max_position_embeddings=4096,
+    ),
 }
 
 
 def make_moe(
-    root: Path, shape: str = "tiny", dtype: str = "float32", bits: int | None = None
+    root: Path,
+    shape: str = "tiny",
+    dtype: str = "float32",
+    bits: int | None = None,
+    tokenizer: Path | None = None,
 ) -> Path:
     """The model directory `root/<shape>-<dtype>[-q<bits>]`, built once (a complete one is
-    kept). `bits`: experts and dense layers quantized as mlx_lm.convert does."""
+    kept). `bits`: experts and dense layers quantized as mlx_lm.convert does. `tokenizer`: a
+    directory with SmolLM2's tokenizer files (default: the embedded SmolLM2's, converted)."""
     import mlx.core as mx
     import mlx.nn as nn
     from mlx.utils import tree_flatten
@@ -52,7 +74,7 @@ def make_moe(
         return out
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    tokenizer_dir = resolve_source("smollm2", SMOLLM2)
+    tokenizer_dir = tokenizer or resolve_source("smollm2", SMOLLM2)
     config = {
         "model_type": "qwen3_moe",
         "architectures": ["Qwen3MoeForCausalLM"],
@@ -67,6 +89,7 @@ def make_moe(
     }
     mx.random.seed(SEED)
     model = qwen3_moe.Model(qwen3_moe.ModelArgs.from_dict(config))
+    model.set_dtype(getattr(mx, dtype))  # before scaling: a large shape never exists in float32
     # Random routers pick experts near uniformly; real ones are skewed. Scaled up, the router
     # of this model prefers some experts, as trained ones do (a cache has hot experts to keep).
     for layer in model.model.layers:
@@ -79,7 +102,8 @@ def make_moe(
         experts.down_proj.weight = experts.down_proj.weight * 4.0
         experts.up_proj.weight = experts.up_proj.weight * 2.0
         layer.self_attn.o_proj.weight = layer.self_attn.o_proj.weight * 4.0
-    model.set_dtype(getattr(mx, dtype))
+        mx.eval(layer.parameters())  # a layer at a time: the peak stays one layer's copies
+    model.set_dtype(getattr(mx, dtype))  # the router's skew came in float32
     if bits is not None:
         nn.quantize(model, group_size=64, bits=bits)
         config["quantization"] = {"group_size": 64, "bits": bits}
