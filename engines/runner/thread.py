@@ -415,7 +415,8 @@ class ModelThread:
         experts = self._expert_counts(job)
         emit(
             Generated(
-                model=self._settings().id,
+                # An adapter's request (`adapters:`) is counted under the adapter's model id.
+                model=getattr(job.request, "adapter", None) or self._settings().id,
                 prompt_tokens=done.prompt_tokens,
                 new_tokens=done.new_tokens,
                 prefill_s=round(done.prefill_s, 4),

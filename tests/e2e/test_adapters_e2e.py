@@ -99,8 +99,14 @@ def test_anthropic_client_reaches_an_adapter(anthropic_client, openai_client):
     assert reply.content[0].text == ask(openai_client, "poet")
 
 
-def test_the_ops_state_and_metrics_name_each_adapter(gateway):
+def test_the_ops_state_and_metrics_name_each_adapter(gateway, openai_client):
     import httpx
+
+    reply = openai_client.chat.completions.with_raw_response.create(
+        model="smollm2-pirate", messages=QUESTION, max_tokens=4
+    )
+    request_id = reply.headers["x-request-id"]
+    assert gateway.wait_event("generated", request_id=request_id)["model"] == "pirate"
 
     state = httpx.get(f"{gateway.url}/ui/state", timeout=10).json()
     (base,) = [m for m in state["models"] if m["id"] == "smollm2"]
