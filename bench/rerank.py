@@ -1,7 +1,7 @@
 """Rerank throughput: documents scored per second through `/v1/rerank` at 1, 8 and 32
 concurrent requests of 50 documents, against the same model's `rerank` called in-process.
 
-    .venv/bin/python bench/rerank.py [--kind embed|cross|both] [--requests 64]
+    .venv/bin/python bench/rerank.py [--kind embed|cross|both] [--requests 64] [--minilm DIR]
 
 `embed`: the embedded all-MiniLM-L6-v2 (`task: embed`, scored by cosine). `cross`: a
 cross-encoder of the same shape, all-MiniLM's encoder with a seeded random classification
@@ -50,14 +50,14 @@ def documents(request: int) -> list[str]:
     return out
 
 
-def cross_encoder(into: Path) -> Path:
+def cross_encoder(into: Path, minilm: str) -> Path:
     """all-MiniLM's encoder under a seeded random head, as transformers saves a
     BertForSequenceClassification."""
     import mlx.core as mx
 
     from engines.sources.resolve import resolve_source
 
-    source = resolve_source("minilm", MINILM)
+    source = resolve_source("minilm", minilm)
     for name in ("tokenizer.json", "vocab.txt", "tokenizer_config.json"):
         shutil.copy(source / name, into / name)
     config = json.loads((source / "config.json").read_text())
@@ -156,13 +156,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kind", choices=("embed", "cross", "both"), default="both")
     parser.add_argument("--requests", type=int, default=8, help="per level (at least `clients`)")
+    parser.add_argument(
+        "--minilm", default=MINILM, help="all-MiniLM-L6-v2's directory (a GPU has no package)"
+    )
     args = parser.parse_args()
     load_before = os.getloadavg()
     rows, platform = [], {}
     with tempfile.TemporaryDirectory(prefix="bench-cross-") as folder:
         kinds = ("embed", "cross") if args.kind == "both" else (args.kind,)
         for kind in kinds:
-            source = MINILM if kind == "embed" else str(cross_encoder(Path(folder)))
+            source = (
+                args.minilm if kind == "embed" else str(cross_encoder(Path(folder), args.minilm))
+            )
             got, platform = measure(kind, source, args.requests)
             rows += got
     body = table(

