@@ -161,3 +161,24 @@ def check_fits(steering: SteeringFile, layers: list[int], hidden: int, n_layers:
             f"layer(s) {', '.join(map(str, beyond))} out of range: the model has {n_layers} "
             f"decoder layers (0..{n_layers - 1})"
         )
+
+
+def source_shape(path: Path) -> tuple[int, int] | None:
+    """The hidden size and decoder layers a model source declares (a directory's
+    config.json, a GGUF's `<arch>.embedding_length` and `.block_count`), without loading
+    it; None where it says neither (the load checks the vector against the model then)."""
+    try:
+        if path.is_dir():
+            config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+            config = config.get("text_config", config) if isinstance(config, dict) else {}
+            hidden, layers = config.get("hidden_size"), config.get("num_hidden_layers")
+        else:
+            metadata = read_gguf_header(path).metadata
+            arch = metadata.get("general.architecture")
+            hidden = metadata.get(f"{arch}.embedding_length")
+            layers = metadata.get(f"{arch}.block_count")
+    except (OSError, ValueError, GGUFFormatError):
+        return None
+    if isinstance(hidden, int) and isinstance(layers, int):
+        return hidden, layers
+    return None

@@ -19,6 +19,7 @@ from gateway.control.adapter_check import check_adapters
 from gateway.control.field_check import check_value, report_error, unknown_key
 from gateway.control.mcp_check import check_mcp_servers
 from gateway.control.references import check_references, resolve_drafts
+from gateway.control.steering_check import check_steering
 from gateway.control.yaml_source import KeyPath, Source, read_yaml
 from schemas.config import (
     GatewayConfig,
@@ -168,6 +169,7 @@ def _validate(doc: Any, src: Source, adapters_dir: Path | None) -> GatewayConfig
     check_references(server, merged, src)
     if not src.errors:  # adapters' directories are read only in a config otherwise valid
         check_adapters(merged, src, adapters_dir)
+        check_steering(merged, src, adapters_dir)
     if src.errors:
         return None
     resolve_drafts(merged)
