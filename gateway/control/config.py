@@ -110,7 +110,10 @@ def summarize(config: GatewayConfig) -> list[str]:
         if m.draft:
             parts.append(f"draft={m.draft.model}")
         if m.adapters:
-            parts.append(f"adapters={','.join(a.id for a in m.adapters)}")
+            ids = (f"{a.id}(steered)" if a.steering else a.id for a in m.adapters)
+            parts.append(f"adapters={','.join(ids)}")
+        if m.steering:
+            parts.append(f"steering={m.steering.vector}")
         if m.distributed:
             d = m.distributed
             parts.append(f"distributed={d.ranks} ranks, {d.mode}, {d.backend}")
