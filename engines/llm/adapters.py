@@ -23,9 +23,11 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import BatchKVCache, KVCache, make_prompt_cache
 
-from engines.errors import ModelUnavailable
+from engines.errors import ModelUnavailable, SourceError
 from engines.llm.steering import Steered, SteeringSet, read_steered
 from engines.sources.adapter_files import AdapterError, AdapterFiles, check_fits, read_adapter
+from engines.sources.adapter_hub import adapter_dir
+from engines.sources.hub import is_hub_source
 from schemas.config import AdapterConfig
 
 
@@ -176,6 +178,7 @@ class AdapterSet:
         self._lock = threading.Lock()
         # The model's steering vectors, each slot's (its adapter's `steering`) among them.
         self.steering = steering
+        self.token = None  # the base's `hf_token`, for `hf:` adapters
 
     @property
     def ids(self) -> list[str]:
@@ -212,7 +215,7 @@ class AdapterSet:
         """The adapters a reload declares, read and checked against the base here (any
         thread; `ModelUnavailable` naming the adapter, the set unchanged); the model's
         thread applies them before its next forward pass."""
-        files = read_all(self.model_id, adapters, self._base_dir, self.shapes)
+        files = read_all(self.model_id, adapters, self._base_dir, self.shapes, self.token)
         steered = [
             None
             if a.steering is None
@@ -342,7 +345,13 @@ def linear_shapes(model) -> dict[str, tuple[int, int]]:
     return shapes
 
 
-def read_all(model_id: str, adapters: list[AdapterConfig], base_dir: Path | None, shapes):
+def read_all(
+    model_id: str,
+    adapters: list[AdapterConfig],
+    base_dir: Path | None,
+    shapes,
+    token: str | None = None,
+):
     """Each adapter's files, checked against the base's layers `shapes` (`ModelUnavailable`
     naming the adapter otherwise)."""
     read = []
@@ -351,10 +360,16 @@ def read_all(model_id: str, adapters: list[AdapterConfig], base_dir: Path | None
         if not path.is_absolute() and base_dir is not None:
             path = base_dir / path
         try:
+            if is_hub_source(adapter.path):  # cached, else downloaded (this thread waits)
+                path = adapter_dir(model_id, adapter.path, token)
             files = read_adapter(path)
             check_fits(files, shapes)
         except AdapterError as error:
             raise ModelUnavailable(f"model {model_id!r}: adapter {adapter.id!r}: {error}") from None
+        except SourceError as error:
+            raise ModelUnavailable(
+                f"model {model_id!r}: adapter {adapter.id!r}: {error.path}: {error.reason}"
+            ) from None
         read.append(files)
     return read
 
@@ -365,6 +380,7 @@ def attach(
     adapters: list[AdapterConfig],
     base_dir: Path | None,
     steering: SteeringSet | None = None,
+    token: str | None = None,
 ) -> AdapterSet:
     """Every adapter onto `model` (loaded, its weights held): the layers they adapt become
     `MultiLoRALinear`s, and the model's forward pass selects each row's adapter (and so its
@@ -372,6 +388,7 @@ def attach(
     refuse_unbatched(model_id, model)
     steering = SteeringSet(model_id, model) if steering is None else steering
     attached = AdapterSet(model_id, model, base_dir, steering)
+    attached.token = token
     steering.rows = attached.rows
     attached.stage(adapters)
     attached.apply_staged()

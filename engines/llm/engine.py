@@ -142,7 +142,12 @@ class MLXEngine:
             from engines.llm.adapters import attach
 
             self.adapters = attach(
-                config.id, loaded.model, config.adapters, self._base_dir, self.steering
+                config.id,
+                loaded.model,
+                config.adapters,
+                self._base_dir,
+                self.steering,
+                config.hf_token,
             )
             adapter_bytes = self.adapters.nbytes
             adapter_detail = adapters_detail(self.adapters, loaded.weights)

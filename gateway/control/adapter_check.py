@@ -9,7 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from engines.errors import SourceError
 from engines.sources.adapter_files import AdapterError, read_adapter
+from engines.sources.adapter_hub import cached_adapter
+from engines.sources.hub import is_hub_source
 from gateway.control.yaml_source import Source
 
 
@@ -49,7 +52,10 @@ def check_adapters(models: list[Any], src: Source, base_dir: Path | None) -> Non
                 else:
                     taken[name] = f"adapter {aid!r} of model {mid!r}"
             path = adapter.get("path")
-            if isinstance(path, str) and base_dir is not None:
+            if isinstance(path, str) and is_hub_source(path):
+                who = f"model {mid!r}: adapter {aid!r}"
+                _check_hub(path, who, (*where, "path"), src, read=base_dir is not None)
+            elif isinstance(path, str) and base_dir is not None:
                 directory = Path(path).expanduser()
                 if not directory.is_absolute():
                     directory = base_dir / directory
@@ -57,3 +63,18 @@ def check_adapters(models: list[Any], src: Source, base_dir: Path | None) -> Non
                     read_adapter(directory)
                 except AdapterError as error:
                     src.at((*where, "path"), f"model {mid!r}: adapter {aid!r}: {error}")
+
+
+def _check_hub(source: str, who: str, where, src: Source, read: bool) -> None:
+    """An `hf:` adapter: its form always; given `read`, its files when cached (else the
+    base's load downloads them, as an `hf:` model source's runner does)."""
+    try:
+        cached = cached_adapter(who, source)
+    except SourceError as error:
+        src.at(where, f"{who}: {error.path}: {error.reason}")
+        return
+    if read and cached is not None:
+        try:
+            read_adapter(cached)
+        except AdapterError as error:
+            src.at(where, f"{who}: {source}: {error}")
