@@ -171,7 +171,8 @@ def _validate(doc: Any, src: Source, adapters_dir: Path | None) -> GatewayConfig
         check_value(model, ModelConfig, ("models", i), src)
     check_references(server, merged, src)
     if not src.errors:  # adapters' directories are read only in a config otherwise valid
-        check_adapters(merged, src, adapters_dir)
+        offline = isinstance(server, dict) and server.get("offline") is True
+        check_adapters(merged, src, adapters_dir, offline)
         check_steering(merged, src, adapters_dir)
     if src.errors:
         return None

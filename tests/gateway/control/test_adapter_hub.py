@@ -1,6 +1,7 @@
 """`hf:ORG/REPO[@REVISION]` adapter paths, offline: the form is checked at `file:line:col`
 naming `adapters`; a repository not in the Hugging Face cache passes `gateway check` (the
-base's load downloads it) and, with HF_HUB_OFFLINE=1, fails that load naming the adapter;
+base's load downloads it) but for `server.offline`, and with HF_HUB_OFFLINE=1 fails that
+load naming the adapter;
 a cached one is read and checked as a directory is, and served from the cache."""
 
 from __future__ import annotations
@@ -61,6 +62,12 @@ def test_an_uncached_repo_passes_check_and_fails_an_offline_load_by_name(
 
     file = config_file(tmp_path, "{id: tone, path: 'hf:org/tone-lora'}")
     assert load_config(file, read_files=True).models[0].adapters[0].path == "hf:org/tone-lora"
+    file.write_text("server: {offline: true}\n" + file.read_text())
+    (error,) = [e for e in errors(file) if "adapters" in e]
+    assert (
+        "adapter 'tone': hf:org/tone-lora: not in the Hugging Face cache and server.offline"
+        in error
+    )
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ModelUnavailable, match="adapter 'tone': hf:org/tone-lora: not in the"):
         attach("tiny", tiny_llama(), [AdapterConfig(id="tone", path="hf:org/tone-lora")], None)
