@@ -19,6 +19,7 @@ from schemas.canonical import (
     Transcribed,
     TranscribeRequest,
 )
+from schemas.events.models import SteeringAnnounced
 
 
 class EngineState(enum.Enum):
@@ -41,6 +42,7 @@ class LoadInfo(msgspec.Struct, frozen=True, kw_only=True):
     # engine sizes none (the runner then takes the config's number, or 1).
     concurrency: int = 0
     detail: dict[str, str] = {}
+    steering: dict[str, SteeringAnnounced] = {}  # by model id: each steered one's vector
 
 
 class Capabilities(msgspec.Struct, frozen=True, kw_only=True):

@@ -318,6 +318,19 @@ class SpeculationConfig(Strict):
     ngram: Annotated[int, Meta(ge=1, le=8)] = 3
 
 
+class SteeringConfig(Strict):
+    """A steering (control) vector added to the residual stream: after each named decoder
+    layer, `h += scale * v[layer]` for every token. `vector` is llama.cpp's control-vector
+    GGUF (tensors `direction.<layer>`) or a safetensors file of the same keys, one vector
+    of the model's hidden size per layer (docs/adapters.md, "Steering vectors")."""
+
+    vector: str
+    # Decoder layers (0-based, as llama.cpp's `direction.<layer>`); left out: every layer
+    # the file holds a vector for.
+    layers: list[Annotated[int, Meta(ge=0)]] | None = None
+    scale: Annotated[float, Meta(ge=-64, le=64)] = 1.0
+
+
 class AdapterConfig(Strict):
     """One fine-tune of its model served as a model of its own: a LoRA or DoRA adapter in
     mlx-lm's format (`adapter_config.json` + `adapters.safetensors`, as `mlx_lm.lora` writes
@@ -330,6 +343,8 @@ class AdapterConfig(Strict):
     # `lora_alpha / r`): 1 answers as the adapter fused into the base would.
     scale: Annotated[float, Meta(ge=0, le=16)] = 1.0
     aliases: list[Identifier] = []
+    # This adapter's own steering vector (the base's `steering` does not apply to it).
+    steering: SteeringConfig | None = None
 
 
 class RateConfig(Strict):
@@ -522,6 +537,8 @@ class ModelConfig(Strict):
     process: ProcessConfig | None = None
     distributed: DistributedConfig | None = None
     adapters: list[AdapterConfig] = []
+    # A steering vector on the model's rows (its adapters carry their own, or none).
+    steering: SteeringConfig | None = None
 
     @property
     def pinned(self) -> bool:

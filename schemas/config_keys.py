@@ -147,6 +147,17 @@ MODEL_KEYS: dict[str, KeyRule] = {
             "distributed": f"`adapters` {_SHARDED}",
         },
     ),
+    # The vector is added by the loaded model's decoder layers: a new one is a new load.
+    "steering": KeyRule(
+        MLX,
+        restart=True,
+        tasks=TEXT,
+        why_task="`steering` applies to MLX text models only",
+        conflicts={
+            "isolation": "`steering` with `isolation: process`: not yet: remove one",
+            "distributed": f"`steering` {_SHARDED}",
+        },
+    ),
 }
 
 if list(MODEL_KEYS) != [f.name for f in msgspec.structs.fields(ModelConfig) if f.name != "id"]:

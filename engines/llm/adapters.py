@@ -23,8 +23,11 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import BatchKVCache, KVCache, make_prompt_cache
 
-from engines.errors import ModelUnavailable
+from engines.errors import ModelUnavailable, SourceError
+from engines.llm.steering import Steered, SteeringSet, read_steered
 from engines.sources.adapter_files import AdapterError, AdapterFiles, check_fits, read_adapter
+from engines.sources.adapter_hub import adapter_dir
+from engines.sources.hub import is_hub_source
 from schemas.config import AdapterConfig
 
 
@@ -158,7 +161,9 @@ class AdapterSet:
     row already decoding under it (its slot on its cache's tag) finishes as it began. A
     removed adapter's matrices stay held until the base loads again."""
 
-    def __init__(self, model_id: str, model, base_dir: Path | None) -> None:
+    def __init__(
+        self, model_id: str, model, base_dir: Path | None, steering: SteeringSet | None = None
+    ) -> None:
         self.model_id = model_id
         self._model = model
         self._base_dir = base_dir
@@ -169,8 +174,11 @@ class AdapterSet:
         self.rows = RowAdapters([])
         self.layers: dict[str, MultiLoRALinear] = {}
         self.nbytes = 0  # the stacked matrices' bytes, as held
-        self._staged: tuple[list[AdapterConfig], list[AdapterFiles]] | None = None
+        self._staged: tuple[list[AdapterConfig], list, list[Steered | None]] | None = None
         self._lock = threading.Lock()
+        # The model's steering vectors, each slot's (its adapter's `steering`) among them.
+        self.steering = steering
+        self.token = None  # the base's `hf_token`, for `hf:` adapters
 
     @property
     def ids(self) -> list[str]:
@@ -199,7 +207,7 @@ class AdapterSet:
     def describe(self) -> str:
         return ", ".join(
             f"{config.id} ({files.format} {files.kind}, rank {files.rank}, "
-            f"{len(files.modules)} layers)"
+            f"{len(files.modules)} layers{', steered' if config.steering else ''})"
             for config, files in (self.slots[i] for i in self.current.values())
         )
 
@@ -207,9 +215,20 @@ class AdapterSet:
         """The adapters a reload declares, read and checked against the base here (any
         thread; `ModelUnavailable` naming the adapter, the set unchanged); the model's
         thread applies them before its next forward pass."""
-        files = read_all(self.model_id, adapters, self._base_dir, self.shapes)
+        files = read_all(self.model_id, adapters, self._base_dir, self.shapes, self.token)
+        steered = [
+            None
+            if a.steering is None
+            else read_steered(
+                f"model {self.model_id!r}: adapter {a.id!r}",
+                a.steering,
+                self._base_dir,
+                self.steering.shape,
+            )
+            for a in adapters
+        ]
         with self._lock:
-            self._staged = (list(adapters), files)
+            self._staged = (list(adapters), files, steered)
 
     def apply_staged(self) -> None:
         """On the model's thread: the staged adapters in force (a new slot for each new or
@@ -218,17 +237,20 @@ class AdapterSet:
             staged, self._staged = self._staged, None
         if staged is None:
             return
-        adapters, files = staged
-        fresh = []
+        adapters, files, steered = staged
+        fresh, fresh_steered = [], []
         current = {}
-        for config, found in zip(adapters, files, strict=True):
+        for config, found, steer in zip(adapters, files, steered, strict=True):
             slot = self.current.get(config.id)
             if slot is not None and self.slots[slot][0] == config:
                 current[config.id] = slot  # unchanged: its slot serves on
             else:
                 current[config.id] = len(self.slots) + len(fresh)
                 fresh.append((config, found))
+                fresh_steered.append(steer)
         self._extend(fresh)
+        if fresh:  # each new slot's vector (or none), rows of the slot steered from now
+            self.steering.add_slots(fresh_steered)
         self.current = current
         self.known.update(current)
 
@@ -323,7 +345,13 @@ def linear_shapes(model) -> dict[str, tuple[int, int]]:
     return shapes
 
 
-def read_all(model_id: str, adapters: list[AdapterConfig], base_dir: Path | None, shapes):
+def read_all(
+    model_id: str,
+    adapters: list[AdapterConfig],
+    base_dir: Path | None,
+    shapes,
+    token: str | None = None,
+):
     """Each adapter's files, checked against the base's layers `shapes` (`ModelUnavailable`
     naming the adapter otherwise)."""
     read = []
@@ -332,21 +360,36 @@ def read_all(model_id: str, adapters: list[AdapterConfig], base_dir: Path | None
         if not path.is_absolute() and base_dir is not None:
             path = base_dir / path
         try:
+            if is_hub_source(adapter.path):  # cached, else downloaded (this thread waits)
+                path = adapter_dir(model_id, adapter.path, token)
             files = read_adapter(path)
             check_fits(files, shapes)
         except AdapterError as error:
             raise ModelUnavailable(f"model {model_id!r}: adapter {adapter.id!r}: {error}") from None
+        except SourceError as error:
+            raise ModelUnavailable(
+                f"model {model_id!r}: adapter {adapter.id!r}: {error.path}: {error.reason}"
+            ) from None
         read.append(files)
     return read
 
 
 def attach(
-    model_id: str, model, adapters: list[AdapterConfig], base_dir: Path | None
+    model_id: str,
+    model,
+    adapters: list[AdapterConfig],
+    base_dir: Path | None,
+    steering: SteeringSet | None = None,
+    token: str | None = None,
 ) -> AdapterSet:
     """Every adapter onto `model` (loaded, its weights held): the layers they adapt become
-    `MultiLoRALinear`s, and the model's forward pass selects each row's adapter."""
+    `MultiLoRALinear`s, and the model's forward pass selects each row's adapter (and so its
+    steering vector, where the adapter carries one)."""
     refuse_unbatched(model_id, model)
-    attached = AdapterSet(model_id, model, base_dir)
+    steering = SteeringSet(model_id, model) if steering is None else steering
+    attached = AdapterSet(model_id, model, base_dir, steering)
+    attached.token = token
+    steering.rows = attached.rows
     attached.stage(adapters)
     attached.apply_staged()
     select_rows_on_call(model, attached)

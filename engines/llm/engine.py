@@ -65,6 +65,8 @@ class MLXEngine:
         self.parked_draft_bytes = 0  # and of their draft model's caches (`draft:`)
         self.experts = None  # the cached experts (`experts:`, an ExpertSet), while loaded
         self.adapters = None  # the attached adapters (`adapters:`, an AdapterSet), while loaded
+        # The steering vectors (`steering:`, the base's and its adapters'), while loaded.
+        self.steering = None
 
     @property
     def platform(self) -> PlatformPath:
@@ -133,15 +135,27 @@ class MLXEngine:
         self.experts = loaded.experts  # the cached experts (`experts:`), or None
         self.parked_bytes, self.parked_draft_bytes = loaded.parked_bytes, loaded.parked_draft_bytes
         self._preparer = Preparer(config, loaded.model, loaded.tokenizer, loaded.context)
+        self.steering = self._steer(loaded.model) if config.steering or config.adapters else None
         self.disk, disk_detail = self._open_disk(loaded.model, loaded.path, loaded.held)
         adapter_detail, adapter_bytes = {}, 0
         if config.adapters:
             from engines.llm.adapters import attach
 
-            self.adapters = attach(config.id, loaded.model, config.adapters, self._base_dir)
+            self.adapters = attach(
+                config.id,
+                loaded.model,
+                config.adapters,
+                self._base_dir,
+                self.steering,
+                config.hf_token,
+            )
             adapter_bytes = self.adapters.nbytes
             adapter_detail = adapters_detail(self.adapters, loaded.weights)
             # Rows under an adapter neither read nor write the disk tier (base rows do).
+        steering = {}
+        if self.steering is not None:
+            adapter_bytes += self.steering.nbytes
+            steering = self.steering.announced(self.adapters.current if self.adapters else None)
         return LoadInfo(
             memory_bytes=loaded.memory_bytes + adapter_bytes,
             weights_bytes=loaded.weights + loaded.draft_weights + adapter_bytes,
@@ -160,7 +174,21 @@ class MLXEngine:
                 **experts_detail(loaded),
                 **adapter_detail,
             },
+            steering=steering,
         )
+
+    def _steer(self, model):
+        """The model's steering vectors: the base's own (`steering:`) now, its adapters'
+        as they attach; `ModelUnavailable` naming `steering` for a file that does not fit."""
+        from engines.llm.steering import SteeringSet, read_steered
+
+        steering = SteeringSet(self._config.id, model)
+        if self._config.steering is not None:
+            who = f"model {self._config.id!r}"
+            steering.set_base(
+                read_steered(who, self._config.steering, self._base_dir, steering.shape)
+            )
+        return steering
 
     def narrow_window(self, context: int) -> None:
         """Hold the window to `context` tokens: the ranks of a sharded model decode with the
@@ -298,6 +326,7 @@ class MLXEngine:
             self._preparer.close()
         self._model = self._tokenizer = self._draft = None
         self._preparer = None
+        self.steering = self.adapters = None
         if self.experts is not None:  # the expert files' descriptors
             self.experts.close()
             self.experts = None
@@ -316,6 +345,9 @@ class MLXEngine:
         shortest = min_tokens(device)
         quantized = (KV_GROUP_SIZE, config.kv_bits) if config.kv_bits else None
         meaning = f"{held}|{config.kv_bits}|{device}"
+        steered = self.steering.by_id[0] if self.steering is not None else None
+        if steered is not None:  # a base prefix computed under its vector means that vector
+            meaning += f"|steering {steered.file.sha256} {steered.layers} {steered.config.scale}"
         disk = DiskKV.open(
             self._disk_dir,
             config.id,

@@ -13,7 +13,13 @@ from schemas.config import AdapterConfig, ModelConfig
 def adapter_model(base: ModelConfig, adapter: AdapterConfig) -> ModelConfig:
     """The adapter as the listings and the request policy see it: the base's settings under
     the adapter's id and aliases."""
-    return msgspec.structs.replace(base, id=adapter.id, aliases=list(adapter.aliases), adapters=[])
+    return msgspec.structs.replace(
+        base,
+        id=adapter.id,
+        aliases=list(adapter.aliases),
+        adapters=[],
+        steering=adapter.steering,  # its own vector, not the base's
+    )
 
 
 class AdapterView:

@@ -266,6 +266,7 @@ class Loader:
                 memory_bytes=info.memory_bytes,
                 context=info.context,
                 detail={**info.detail, **self.source_detail},
+                steering=info.steering,
             )
         )
         if info.trained_context and info.context > info.trained_context:

@@ -38,6 +38,7 @@ class TensorInfo:
     name: str
     shape: tuple[int, ...]  # MLX order (GGUF stores dimensions innermost first)
     kind: str  # "F32", "Q4_1", ...
+    offset: int = 0  # where its data starts in the file, in bytes
 
 
 @dataclass
@@ -159,8 +160,11 @@ def _walk(r: _Reader) -> GGUFHeader:
         for d in dims:
             count *= d
         placed.append((name, offset, count // block * nbytes))
-        header.tensors.append(TensorInfo(name, tuple(reversed(dims)), kind))
+        header.tensors.append(TensorInfo(name, tuple(reversed(dims)), kind, offset))
     data_start = r.pos + (-r.pos) % alignment
+    header.tensors = [
+        TensorInfo(t.name, t.shape, t.kind, data_start + t.offset) for t in header.tensors
+    ]
     for name, offset, nbytes in placed:
         if data_start + offset + nbytes > r.size:
             raise GGUFFormatError(

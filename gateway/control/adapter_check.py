@@ -9,13 +9,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from engines.errors import SourceError
 from engines.sources.adapter_files import AdapterError, read_adapter
+from engines.sources.adapter_hub import cached_adapter
+from engines.sources.hub import is_hub_source
 from gateway.control.yaml_source import Source
 
 
-def check_adapters(models: list[Any], src: Source, base_dir: Path | None) -> None:
+def check_adapters(
+    models: list[Any], src: Source, base_dir: Path | None, offline: bool = False
+) -> None:
     """Each error at its adapter's `id`, `aliases` entry or `path`, as `file:line:col`;
-    the directories are read only given `base_dir` (`gateway check`, a reload)."""
+    the directories are read only given `base_dir` (`gateway check`, a reload).
+    `offline` (server.offline): an `hf:` adapter must be in the cache already."""
     taken: dict[str, str] = {}  # every model id and alias -> what it is
     for model in models:
         if not isinstance(model, dict) or not isinstance(model.get("id"), str):
@@ -49,7 +55,10 @@ def check_adapters(models: list[Any], src: Source, base_dir: Path | None) -> Non
                 else:
                     taken[name] = f"adapter {aid!r} of model {mid!r}"
             path = adapter.get("path")
-            if isinstance(path, str) and base_dir is not None:
+            if isinstance(path, str) and is_hub_source(path):
+                who = f"model {mid!r}: adapter {aid!r}"
+                _check_hub(path, who, (*where, "path"), src, base_dir is not None, offline)
+            elif isinstance(path, str) and base_dir is not None:
                 directory = Path(path).expanduser()
                 if not directory.is_absolute():
                     directory = base_dir / directory
@@ -57,3 +66,20 @@ def check_adapters(models: list[Any], src: Source, base_dir: Path | None) -> Non
                     read_adapter(directory)
                 except AdapterError as error:
                     src.at((*where, "path"), f"model {mid!r}: adapter {aid!r}: {error}")
+
+
+def _check_hub(source: str, who: str, where, src: Source, read: bool, offline: bool) -> None:
+    """An `hf:` adapter: its form always; given `read`, its files when cached (else the
+    base's load downloads them, as an `hf:` model source's runner does, unless offline)."""
+    try:
+        cached = cached_adapter(who, source)
+    except SourceError as error:
+        src.at(where, f"{who}: {error.path}: {error.reason}")
+        return
+    if read and cached is None and offline:
+        src.at(where, f"{who}: {source}: not in the Hugging Face cache and server.offline is set")
+    if read and cached is not None:
+        try:
+            read_adapter(cached)
+        except AdapterError as error:
+            src.at(where, f"{who}: {source}: {error}")

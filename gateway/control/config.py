@@ -19,6 +19,7 @@ from gateway.control.adapter_check import check_adapters
 from gateway.control.field_check import check_value, report_error, unknown_key
 from gateway.control.mcp_check import check_mcp_servers
 from gateway.control.references import check_references, resolve_drafts
+from gateway.control.steering_check import check_steering
 from gateway.control.yaml_source import KeyPath, Source, read_yaml
 from schemas.config import (
     GatewayConfig,
@@ -109,7 +110,10 @@ def summarize(config: GatewayConfig) -> list[str]:
         if m.draft:
             parts.append(f"draft={m.draft.model}")
         if m.adapters:
-            parts.append(f"adapters={','.join(a.id for a in m.adapters)}")
+            ids = (f"{a.id}(steered)" if a.steering else a.id for a in m.adapters)
+            parts.append(f"adapters={','.join(ids)}")
+        if m.steering:
+            parts.append(f"steering={m.steering.vector}")
         if m.distributed:
             d = m.distributed
             parts.append(f"distributed={d.ranks} ranks, {d.mode}, {d.backend}")
@@ -167,7 +171,9 @@ def _validate(doc: Any, src: Source, adapters_dir: Path | None) -> GatewayConfig
         check_value(model, ModelConfig, ("models", i), src)
     check_references(server, merged, src)
     if not src.errors:  # adapters' directories are read only in a config otherwise valid
-        check_adapters(merged, src, adapters_dir)
+        offline = isinstance(server, dict) and server.get("offline") is True
+        check_adapters(merged, src, adapters_dir, offline)
+        check_steering(merged, src, adapters_dir)
     if src.errors:
         return None
     resolve_drafts(merged)

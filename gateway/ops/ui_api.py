@@ -77,6 +77,8 @@ async def models(state: State, generation: Generation, viewer: Viewer) -> dict:
                 "unloads_in_s": runner.unloads_in(),
                 "sampling": sampling_of(model),
                 "experts": experts_row(runner),  # `experts:`: resident per layer, hit rate
+                # `steering:`: each model id of this load whose rows are steered, and by what.
+                "steering": steering_row(runner),
             }
         )
     return {
@@ -90,6 +92,16 @@ async def models(state: State, generation: Generation, viewer: Viewer) -> dict:
         "activity_lines_dropped": state.activity.dropped,
         "models": rows,
     }
+
+
+def steering_row(runner) -> dict:
+    """The vectors a loaded model steers its rows with, by model id (the base's, its
+    adapters'): file, sha256, layers, scale, format, as `model_attached` announced them."""
+    steering = getattr(runner.engine, "steering", None)
+    if runner.state is not EngineState.READY or steering is None:
+        return {}
+    adapters = getattr(runner.engine, "adapters", None)
+    return msgspec.to_builtins(steering.announced(adapters.current if adapters else None))
 
 
 def sampling_of(model: ModelConfig) -> dict:

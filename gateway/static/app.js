@@ -103,6 +103,18 @@ function memoryCell(row, model) {
   td.title = `${split} reserved for ${model.context} tokens`;
 }
 
+// `steering:`: each steered model id of this load (the model's own, its adapters'), its
+// vector's file, hash and layers: a model whose tokens are edited says so.
+function steeringTags(td, model) {
+  for (const [id, s] of Object.entries(model.steering || {})) {
+    const file = s.file.split("/").pop();
+    const who = id === model.id ? "steered" : `${id} steered`;
+    const tag = el("span", { className: "alias steering" }, `${who}: ${file} ×${s.scale}`);
+    tag.title = `${s.format} ${s.file}\nsha256 ${s.sha256}\nlayers ${s.layers.join(", ")}`;
+    td.append(tag);
+  }
+}
+
 function renderModels(models) {
   const body = $("models").tBodies[0];
   // The table is drawn again every 2 s: a keyboard user's focus on a control stays put.
@@ -112,7 +124,8 @@ function renderModels(models) {
   for (const model of models) {
     const row = body.insertRow();
     row.dataset.model = model.id;
-    cell(row, model.id);
+    const id = cell(row, model.id);
+    steeringTags(id, model);
     const state = cell(row, model.state, `state ${model.state}`);
     if (model.error) state.title = model.error;
     if (model.pinned_now) state.append(el("span", { className: "alias" }, "pinned"));

@@ -4,6 +4,8 @@ step that raised, and a swap waiting for memory."""
 
 from __future__ import annotations
 
+import msgspec
+
 from schemas.events.base import Event
 
 
@@ -32,12 +34,25 @@ class ModelDownloaded(Event, tag="model_downloaded"):
     download_s: float
 
 
+class SteeringAnnounced(msgspec.Struct, frozen=True, kw_only=True):
+    """A steering vector a served model adds to its residual stream (`steering:`): the
+    tokens it answers are edited, and it says so (docs/adapters.md)."""
+
+    file: str
+    sha256: str  # of the file's bytes
+    layers: list[int]
+    scale: float
+    format: str  # "gguf" (llama.cpp's control vector) | "safetensors"
+
+
 class ModelAttached(Event, tag="model_attached"):
     model: str
     load_s: float
     memory_bytes: int
     context: int
     detail: dict[str, str] = {}
+    # Each model id this load serves that is steered (the model's own, its adapters').
+    steering: dict[str, SteeringAnnounced] = {}
 
 
 class ContextBeyondTraining(Event, tag="context_beyond_training"):

@@ -27,6 +27,7 @@ SET = {
     "distributed": "{ranks: 2}",
     "experts": "{resident: 4}",
     "adapters": f"[{{id: a1, path: {REPO / 'configs/examples/adapters/concise'}}}]",
+    "steering": f"{{vector: {REPO / 'configs/examples/steering/seeded.safetensors'}}}",
 }
 
 
@@ -144,6 +145,7 @@ VALUES = {
     "distributed": {"ranks": 2},
     "experts": {"resident": 4},
     "adapters": [{"id": "a1", "path": str(REPO / "configs/examples/adapters/concise")}],
+    "steering": {"vector": str(REPO / "configs/examples/steering/seeded.safetensors")},
 }
 FOUND_AT_LOAD = [(k, t) for k, rule in MODEL_KEYS.items() for t in TASKS if t not in rule.tasks]
 

@@ -48,6 +48,7 @@ VALUES = {
     "distributed": {"ranks": 2},
     "experts": {"resident": 4},
     "adapters": [{"id": "a1", "path": str(REPO / "configs/examples/adapters/concise")}],
+    "steering": {"vector": str(REPO / "configs/examples/steering/seeded.safetensors")},
 }
 
 
