@@ -1,0 +1,170 @@
+"""Background responses (`background: true`) on a real gateway through the `openai` SDK:
+created `queued`, polled to `completed`; cancelled (again: the same answer); streamed and
+resumed with `starting_after`; another key's 404; `store: false` refused; a gateway that
+stops or dies mid-response leaves it `failed`, saying so, for the next start to show."""
+
+from __future__ import annotations
+
+import time
+
+import openai
+import pytest
+from conftest import serving
+
+REPLY = "one two three four five six seven eight"
+CONFIG = f"""
+server:
+  api_keys: [key-a, key-b]
+  state_dir: state
+models:
+  - id: echo
+    engine: scripted
+    script: {{reply: "hello from echo"}}
+  - id: slow
+    engine: scripted
+    script: {{reply: "{REPLY}", token_delay: 0.05}}
+  - id: stall
+    engine: scripted
+    script: {{reply: "{REPLY}", token_delay: 1.0}}
+"""
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory):
+    with serving(tmp_path_factory.mktemp("background"), CONFIG) as process:
+        yield process
+
+
+@pytest.fixture(scope="module")
+def alice(gateway):
+    return gateway.openai("key-a")
+
+
+@pytest.fixture(scope="module")
+def bob(gateway):
+    return gateway.openai("key-b")
+
+
+def finished(client, response_id: str, timeout: float = 30):
+    deadline = time.monotonic() + timeout
+    while (response := client.responses.retrieve(response_id)).status in ("queued", "in_progress"):
+        assert time.monotonic() < deadline, response
+        time.sleep(0.05)
+    return response
+
+
+def test_background_is_queued_then_polled_to_completed(gateway, alice):
+    created = alice.responses.create(model="echo", input="hi", background=True)
+    assert created.status == "queued" and created.background is True
+    done = finished(alice, created.id)
+    assert done.status == "completed" and done.background is True
+    assert done.output_text == "hello from echo" and done.usage.output_tokens > 0
+    assert done.created_at == created.created_at
+    # Stored as any response: it continues a conversation, its input items are listed.
+    items = alice.responses.input_items.list(created.id)
+    assert [i.content[0].text for i in items.data] == ["hi"]
+    follow = alice.responses.create(model="echo", input="more", previous_response_id=done.id)
+    assert follow.status == "completed"
+    # The work was a request through the door, under the key, its events naming the response.
+    statuses = [e["status"] for e in gateway.events("background_response_changed", response_id=created.id)]
+    assert statuses == ["queued", "in_progress", "completed"]
+    assert gateway.events("request_finished", response_id=created.id)
+
+
+def test_background_needs_store(alice):
+    with pytest.raises(openai.BadRequestError, match=r"background.*store"):
+        alice.responses.create(model="echo", input="hi", background=True, store=False)
+
+
+def test_unknown_model_is_refused_at_once(alice):
+    with pytest.raises(openai.NotFoundError):
+        alice.responses.create(model="no-such-model", input="hi", background=True)
+
+
+def test_cancel_in_progress_then_again(gateway, alice):
+    created = alice.responses.create(model="stall", input="hi", background=True)
+    gateway.wait_event("background_response_changed", response_id=created.id, status="in_progress")
+    cancelled = alice.responses.cancel(created.id)
+    assert cancelled.status == "cancelled"
+    assert alice.responses.retrieve(created.id).status == "cancelled"
+    assert alice.responses.cancel(created.id).status == "cancelled"  # idempotent
+    # The runner withdrew the work: the model is free at once for the next request.
+    assert alice.responses.create(model="stall", input="x", max_output_tokens=1).status
+
+
+def test_cancel_finished_answers_it_as_it_ended(alice):
+    created = alice.responses.create(model="echo", input="hi", background=True)
+    assert finished(alice, created.id).status == "completed"
+    again = alice.responses.cancel(created.id)
+    assert again.status == "completed" and again.output_text == "hello from echo"
+
+
+def test_cancel_refuses_a_response_not_in_background(alice):
+    plain = alice.responses.create(model="echo", input="hi")
+    with pytest.raises(openai.BadRequestError, match="background"):
+        alice.responses.cancel(plain.id)
+
+
+def test_stream_then_resume_starting_after(alice):
+    stream = alice.responses.create(model="slow", input="hi", background=True, stream=True)
+    first = []
+    for event in stream:
+        first.append(event)
+        if event.type == "response.output_text.delta":
+            break
+    stream.close()  # the client leaves: the work goes on
+    assert first[0].type == "response.queued" and first[0].response.status == "queued"
+    response_id = first[0].response.id
+    last = first[-1].sequence_number
+    rest = list(alice.responses.retrieve(response_id, stream=True, starting_after=last))
+    events = first + rest
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert events[-1].type == "response.completed"
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert text == REPLY == events[-1].response.output_text
+    # Once finished, the whole stream is kept: read back from the start too.
+    again = list(alice.responses.retrieve(response_id, stream=True))
+    assert [e.sequence_number for e in again] == list(range(len(events)))
+    assert [e.type for e in again] == [e.type for e in events]
+
+
+def test_another_key_finds_nothing(alice, bob):
+    created = alice.responses.create(model="slow", input="hi", background=True)
+    with pytest.raises(openai.NotFoundError):
+        bob.responses.retrieve(created.id)
+    with pytest.raises(openai.NotFoundError):
+        bob.responses.cancel(created.id)
+    with pytest.raises(openai.NotFoundError):
+        list(bob.responses.retrieve(created.id, stream=True, starting_after=0))
+    assert finished(alice, created.id).status == "completed"  # bob's cancel changed nothing
+
+
+RESTART = """
+server:
+  state_dir: state
+  shutdown_grace: 1s
+models:
+  - id: stall
+    engine: scripted
+    script: {reply: "one two three four five six seven eight", token_delay: 1.0}
+"""
+
+
+def test_restart_marks_a_running_response_failed(start_gateway):
+    first = start_gateway(RESTART)
+    client = first.openai()
+    stopped = client.responses.create(model="stall", input="hi", background=True)
+    first.wait_event("background_response_changed", response_id=stopped.id, status="in_progress")
+    first.stop()  # SIGTERM: past the drain's grace, the work is withdrawn
+    second = start_gateway(RESTART)
+    client = second.openai()
+    found = client.responses.retrieve(stopped.id)
+    assert found.status == "failed" and "stopped" in found.error.message
+    crashed = client.responses.create(model="stall", input="hi", background=True)
+    second.wait_event("background_response_changed", response_id=crashed.id, status="in_progress")
+    second.process.kill()  # no drain, no stop: the row is left in progress
+    second.process.wait()
+    third = start_gateway(RESTART)
+    found = third.openai().responses.retrieve(crashed.id)
+    assert found.status == "failed" and "restarted" in found.error.message
+    assert found.error.code == "server_error"
