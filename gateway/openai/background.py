@@ -37,6 +37,7 @@ from schemas.events import BackgroundResponseChanged
 # response: the id and creation time its create call gave it (never set by a client).
 BACKGROUND = "background_response"
 LIVE = ("queued", "in_progress")
+MIN_RETRY_S, MAX_RETRY_S = 0.1, 5.0  # a 429's wait before the work asks again
 ENDS = ("response.completed", "response.incomplete", "response.failed")
 STOPPED = "the gateway stopped before this background response finished"
 RESTARTED = (
@@ -121,24 +122,10 @@ class BackgroundResponses:
             STORED_OWNER: run.owner,
             BACKGROUND: {"id": response_id, "created_at": run.response["created_at"]},
         }
-        status, refusal, pending = 500, bytearray(), bytearray()
-
-        async def send(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            elif message["type"] == "http.response.body" and status != 200:
-                refusal.extend(message.get("body", b""))
-            elif message["type"] == "http.response.body":
-                pending.extend(message.get("body", b""))
-                for event in _frames(pending):
-                    await self._on_event(run, event)
-
         try:
-            await self._app(own_scope("/v1/responses", raw, state), own_receive(raw), send)
-            if status != 200:
-                await self._fail(run, *_refused(status, bytes(refusal)))
-            elif not run.done:
+            while (wait := await self._ask(run, state, raw)) is not None:
+                await asyncio.sleep(wait)  # refused by the key's limits: it stays queued
+            if not run.done:
                 await self._fail(run, "server_error", "the response's stream ended unfinished")
         except asyncio.CancelledError:
             if run.cancelling:
@@ -148,6 +135,33 @@ class BackgroundResponses:
         finally:
             if not run.done:  # a failure of this task's own: still an end
                 await self._fail(run, "server_error", "the background response's work failed")
+
+    async def _ask(self, run: Run, state: dict[str, Any], raw: bytes) -> float | None:
+        """One request for the work; seconds to wait before asking again when the key's
+        limits (or the model's full queue) answered 429, else None: it has ended."""
+        status, headers, refusal, pending = 500, {}, bytearray(), bytearray()
+
+        async def send(message: Message) -> None:
+            nonlocal status, headers
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                headers = {k.decode().lower(): v.decode() for k, v in message.get("headers", [])}
+            elif message["type"] == "http.response.body" and status != 200:
+                refusal.extend(message.get("body", b""))
+            elif message["type"] == "http.response.body":
+                pending.extend(message.get("body", b""))
+                for event in _frames(pending):
+                    await self._on_event(run, event)
+
+        await self._app(own_scope("/v1/responses", raw, state), own_receive(raw), send)
+        if status == 429:
+            try:
+                return min(max(float(headers.get("retry-after", "1")), MIN_RETRY_S), MAX_RETRY_S)
+            except ValueError:
+                return 1.0
+        if status != 200:
+            await self._fail(run, *_refused(status, bytes(refusal)))
+        return None
 
     async def _on_event(self, run: Run, event: dict[str, Any]) -> None:
         kind = event.get("type")

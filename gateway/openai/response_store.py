@@ -171,7 +171,8 @@ class ResponseStore:
     @staticmethod
     def _drop(db: sqlite3.Connection, query: str, args: tuple[Any, ...]) -> None:
         db.execute(f"DELETE FROM items WHERE response_id IN ({query})", args)
-        db.execute(f"DELETE FROM events WHERE response_id IN ({query})", args)
+        if db.execute("SELECT 1 FROM events LIMIT 1").fetchone():  # only background ones keep any
+            db.execute(f"DELETE FROM events WHERE response_id IN ({query})", args)
         db.execute(f"DELETE FROM responses WHERE id IN ({query})", args)
 
     @staticmethod

@@ -14,7 +14,7 @@ from conftest import serving
 REPLY = "one two three four five six seven eight"
 CONFIG = f"""
 server:
-  api_keys: [key-a, key-b]
+  api_keys: [key-a, key-b, {{key: key-c, label: carol, limits: {{concurrent: 1}}}}]
   state_dir: state
 models:
   - id: echo
@@ -137,6 +137,34 @@ def test_another_key_finds_nothing(alice, bob):
     with pytest.raises(openai.NotFoundError):
         list(bob.responses.retrieve(created.id, stream=True, starting_after=0))
     assert finished(alice, created.id).status == "completed"  # bob's cancel changed nothing
+
+
+def test_the_work_is_a_request_of_its_key_held_to_its_limits(gateway):
+    carol = gateway.openai("key-c").with_options(max_retries=0)
+    # The work meets the key's `concurrent: 1` while the create call still holds it: it
+    # waits, queued, rather than failing.
+    quick = carol.responses.create(model="echo", input="one", background=True)
+    assert finished_despite_limits(carol, quick.id).output_text == "hello from echo"
+    # And while it runs, it is the key's request in flight: another is refused.
+    slow = carol.responses.create(model="slow", input="two", background=True)
+    gateway.wait_event("background_response_changed", response_id=slow.id, status="in_progress")
+    with pytest.raises(openai.RateLimitError, match="in flight"):
+        carol.responses.create(model="echo", input="three")
+    assert finished_despite_limits(carol, slow.id).output_text == REPLY
+
+
+def finished_despite_limits(client, response_id: str, timeout: float = 30):
+    """`finished`, for a key whose one request in flight may be its work (a poll: a 429)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            response = client.responses.retrieve(response_id)
+        except openai.RateLimitError:
+            response = None
+        if response is not None and response.status not in ("queued", "in_progress"):
+            return response
+        time.sleep(0.05)
+    raise AssertionError(f"{response_id} did not finish")
 
 
 RESTART = """
