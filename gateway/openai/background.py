@@ -67,8 +67,9 @@ class Run:
         self._changed.set()
         self._changed = asyncio.Event()
 
-    async def changed(self) -> None:
-        await self._changed.wait()
+    def next_change(self) -> asyncio.Event:
+        """Set at the next event (or the end): taken before reading, no wake is missed."""
+        return self._changed
 
 
 class BackgroundResponses:
@@ -224,6 +225,13 @@ class BackgroundResponses:
             await asyncio.gather(run.task, return_exceptions=True)
         return await to_thread(self.store.response, owner, response_id) or stored
 
+    async def withdraw(self, owner: str, response_id: str) -> None:
+        """Before a delete: a response still running is cancelled first (its work would
+        otherwise store it again as it ends)."""
+        run = self._runs.get(response_id)
+        if run is not None and run.owner == owner:
+            await self.cancel(owner, response_id)
+
     async def _background(self, owner: str, response_id: str, verb: str) -> dict[str, Any]:
         stored = await to_thread(self.store.response, owner, response_id)
         if stored is None:
@@ -256,17 +264,14 @@ async def _replay(events: list[tuple[str, str]], start: int) -> AsyncIterator[An
 async def _follow(run: Run, start: int) -> AsyncIterator[Any]:
     at = start
     while True:
-        waiting = asyncio.ensure_future(run.changed())  # before reading: no wake is missed
-        try:
-            while at < len(run.events):
-                kind, data = run.events[at]
-                yield ServerSentEventMessage(event=kind, data=data)
-                at += 1
-            if run.done:
-                return
-            await waiting
-        finally:
-            waiting.cancel()
+        change = run.next_change()
+        while at < len(run.events):
+            kind, data = run.events[at]
+            yield ServerSentEventMessage(event=kind, data=data)
+            at += 1
+        if run.done:
+            return
+        await change.wait()
 
 
 def _frames(pending: bytearray) -> list[dict[str, Any]]:

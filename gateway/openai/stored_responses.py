@@ -78,7 +78,9 @@ async def cancel_response(request: Request, response_id: str) -> Response:
 
 @delete("/v1/responses/{response_id:str}", status_code=200)
 async def delete_response(request: Request, response_id: str) -> wire.DeletedResponse:
-    """Delete a stored response and its items."""
+    """Delete a stored response and its items (a background one still running: cancelled
+    first)."""
+    await _runs(request).withdraw(_owner(request), response_id)
     if not await to_thread(store_of(request).delete, _owner(request), response_id):
         raise _missing(response_id)
     return wire.DeletedResponse(id=response_id)

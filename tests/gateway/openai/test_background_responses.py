@@ -66,7 +66,9 @@ def test_background_is_queued_then_polled_to_completed(gateway, alice):
     follow = alice.responses.create(model="echo", input="more", previous_response_id=done.id)
     assert follow.status == "completed"
     # The work was a request through the door, under the key, its events naming the response.
-    statuses = [e["status"] for e in gateway.events("background_response_changed", response_id=created.id)]
+    statuses = [
+        e["status"] for e in gateway.events("background_response_changed", response_id=created.id)
+    ]
     assert statuses == ["queued", "in_progress", "completed"]
     assert gateway.events("request_finished", response_id=created.id)
 
@@ -90,6 +92,15 @@ def test_cancel_in_progress_then_again(gateway, alice):
     assert alice.responses.cancel(created.id).status == "cancelled"  # idempotent
     # The runner withdrew the work: the model is free at once for the next request.
     assert alice.responses.create(model="stall", input="x", max_output_tokens=1).status
+
+
+def test_delete_while_running_cancels_it_first(gateway, alice):
+    created = alice.responses.create(model="stall", input="hi", background=True)
+    gateway.wait_event("background_response_changed", response_id=created.id, status="in_progress")
+    alice.responses.delete(created.id)
+    gateway.wait_event("background_response_changed", response_id=created.id, status="cancelled")
+    with pytest.raises(openai.NotFoundError):
+        alice.responses.retrieve(created.id)
 
 
 def test_cancel_finished_answers_it_as_it_ended(alice):
