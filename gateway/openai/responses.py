@@ -22,7 +22,7 @@ from gateway.canonical.choices import refuse_set
 from gateway.canonical.dropped_tools import tell_dropped_tools
 from gateway.canonical.images import fetch_images, image_part, message_with_parts
 from gateway.control.registry import Generation, announce
-from gateway.http.auth import stored_owner
+from gateway.http.auth import on_behalf_of, stored_owner
 from gateway.http.body import decode_body
 from gateway.http.request_state import client_of
 from gateway.http.streaming import sse_response, started, unless_client_leaves
@@ -298,6 +298,8 @@ async def responses(request: Request, generation: Generation) -> Response | Stre
     """A response to `input`; `stream: true` answers with the Responses event stream."""
     data = await decode_body(request, wire.ResponseRequest)
     _refuse_unsupported(data)
+    if data.background and on_behalf_of(request) is not None:
+        raise BadRequest("$.background: a batch line is worked in the background already")
     if data.background:
         return await _background(request, generation, data)
     store, owner = store_of(request), stored_owner(request)  # a batch line's: its key's

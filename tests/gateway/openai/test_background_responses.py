@@ -5,6 +5,7 @@ stops or dies mid-response leaves it `failed`, saying so, for the next start to 
 
 from __future__ import annotations
 
+import json
 import time
 
 import openai
@@ -207,3 +208,20 @@ def test_restart_marks_a_running_response_failed(start_gateway):
     found = third.openai().responses.retrieve(crashed.id)
     assert found.status == "failed" and "restarted" in found.error.message
     assert found.error.code == "server_error"
+
+
+def test_a_batch_line_asking_for_background_is_refused(alice):
+    body = {"model": "echo", "input": "hi", "background": True}
+    line = {"custom_id": "bg", "method": "POST", "url": "/v1/responses", "body": body}
+    file = alice.files.create(file=("in.jsonl", json.dumps(line).encode()), purpose="batch")
+    batch = alice.batches.create(
+        input_file_id=file.id, endpoint="/v1/responses", completion_window="24h"
+    )
+    deadline = time.monotonic() + 30
+    while (batch := alice.batches.retrieve(batch.id)).status != "completed":
+        assert time.monotonic() < deadline, batch
+        time.sleep(0.05)
+    assert batch.request_counts.failed == 1
+    (out,) = [json.loads(x) for x in alice.files.content(batch.error_file_id).text.splitlines()]
+    assert out["response"]["status_code"] == 400
+    assert "$.background" in out["response"]["body"]["error"]["message"]
