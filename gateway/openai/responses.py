@@ -161,11 +161,14 @@ async def conversation(data: wire.ResponseRequest, store: ResponseStore, owner: 
             "($.previous_response_id); stored responses belong to the API key that stored them"
         )
     if not earlier:  # stored, without its conversation yet: a background one, unfinished
-        stored = await to_thread(store.response, owner, data.previous_response_id) or {}
-        raise BadRequest(
-            f"$.previous_response_id: response {data.previous_response_id!r} is "
-            f"{stored.get('status')}: continue it once it has finished"
+        status = (await to_thread(store.response, owner, data.previous_response_id) or {}).get(
+            "status"
         )
+        if status in ("queued", "in_progress"):
+            raise BadRequest(
+                f"$.previous_response_id: response {data.previous_response_id!r} is "
+                f"{status}: continue it once it has finished"
+            )
     return earlier
 
 

@@ -95,6 +95,13 @@ def test_cancel_in_progress_then_again(gateway, alice):
     assert alice.responses.create(model="stall", input="x", max_output_tokens=1).status
 
 
+def test_a_running_response_cannot_be_continued_yet(alice):
+    created = alice.responses.create(model="stall", input="hi", background=True)
+    with pytest.raises(openai.BadRequestError, match="continue it once it has finished"):
+        alice.responses.create(model="echo", input="next", previous_response_id=created.id)
+    assert alice.responses.cancel(created.id).status == "cancelled"
+
+
 def test_delete_while_running_cancels_it_first(gateway, alice):
     created = alice.responses.create(model="stall", input="hi", background=True)
     gateway.wait_event("background_response_changed", response_id=created.id, status="in_progress")
