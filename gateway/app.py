@@ -53,6 +53,7 @@ from gateway.openai import chat as openai_chat
 from gateway.openai import completions, responses
 from gateway.openai import embeddings as openai_embeddings
 from gateway.openai import errors as openai_errors
+from gateway.openai.background import BackgroundResponses
 from gateway.openai.response_store import ResponseStore, store_path
 from gateway.ops import admin, benchmark, controls, health, playground, ui, ui_api, viewer
 from gateway.ops import batches as admin_batches
@@ -105,6 +106,8 @@ def create_app(
     # Uploaded files and batches (gateway/batches/): what a restart resumes.
     batch_store = BatchStore(config.server, base_dir)
     batch_runner = BatchRunner(batch_store, lambda: registry.current.config)
+    # `background: true` responses: worked through this app's door, stored in the store above.
+    background_responses = BackgroundResponses(responses_store)
     # Each key's limits; every runner tells it the tokens a keyed request spends, by the key's
     # label on the request (schemas/canonical.py `Client`).
     limiter = KeyLimiter()
@@ -163,10 +166,12 @@ def create_app(
         watch = config.server.watch_config
         watcher = background.spawn(reloader.watch(), "config watch") if watch else None
         await batch_runner.start()  # the batches a previous run left live go on
+        await background_responses.start()  # what a previous run left running: failed
         try:
             yield
         finally:
             await batch_runner.stop()  # lines in flight are left to run again at next start
+            await background_responses.stop()  # what still runs: failed, saying so
             loop.remove_signal_handler(signal.SIGHUP)
             if watcher:
                 watcher.cancel()
@@ -235,6 +240,7 @@ def create_app(
                 "responses_store": responses_store,
                 "batch_store": batch_store,
                 "batch_runner": batch_runner,
+                "background_responses": background_responses,
                 "pulls": pulls,
                 # The ops page's history, requests in flight, and the device's memory.
                 "activity": activity,
@@ -257,6 +263,7 @@ def create_app(
     handler = inflight.wrap(capture.wrap(app.asgi_handler))
     app.asgi_handler = request_events(jobs_end_with_request(handler))
     batch_runner.bind(app)  # each batch line is a request to this app
+    background_responses.bind(app)  # so is each background response's work
     return app
 
 

@@ -4,24 +4,21 @@ The line is handed to the app's own ASGI entry, so it meets what any request mee
 route its `url` names, the model's aliases and fallback, the key's models, limits and
 budget (the key guard admits it under the batch's key), the request's events (with the
 batch's id bound), the ops page's requests in flight. Only who sent it differs: the guard
-takes the key and priority from the scope this module builds (`ON_BEHALF`), which no HTTP
+takes the key and priority from the scope built here (gateway/http/own_door.py), which no HTTP
 client can write, instead of from headers.
 """
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import msgspec
 from litestar.types import Message
 
 from gateway.http.auth import STORED_OWNER
+from gateway.http.own_door import EVENT_FIELDS, ON_BEHALF, own_receive, own_scope
 from schemas.batches import LineResponse
 from schemas.canonical import Client
-
-ON_BEHALF = "on_behalf"  # the scope's state key the key guard reads (gateway/http/auth.py)
-EVENT_FIELDS = "event_fields"  # fields bound into every event (gateway/http/middleware.py)
 
 
 async def dispatch(
@@ -30,36 +27,8 @@ async def dispatch(
     """POST `body` to `path` on `app` as `client` (`stored`: whose stored Responses it
     reads and writes); what came back (status, request id, body) and the answer's headers
     (lower-cased names)."""
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": "2.3"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [
-            (b"host", b"127.0.0.1"),
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-        ],
-        "client": ("127.0.0.1", 0),
-        "server": ("127.0.0.1", 0),
-        "state": {ON_BEHALF: client, EVENT_FIELDS: fields, STORED_OWNER: stored},
-    }
-    sent = False
-    never = asyncio.Event()  # the "client" never leaves: cancelling the task is leaving
-
-    async def receive() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        await never.wait()
-        return {"type": "http.disconnect"}
-
+    state = {ON_BEHALF: client, EVENT_FIELDS: fields, STORED_OWNER: stored}
+    scope, receive = own_scope(path, body, state), own_receive(body)
     status, headers, chunks = 500, {}, []
 
     async def send(message: Message) -> None:

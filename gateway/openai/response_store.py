@@ -41,6 +41,10 @@ CREATE TABLE IF NOT EXISTS items (
     PRIMARY KEY (owner, id)
 );
 CREATE INDEX IF NOT EXISTS items_by_response ON items (response_id);
+CREATE TABLE IF NOT EXISTS events (
+    response_id TEXT NOT NULL, seq INTEGER NOT NULL, event TEXT NOT NULL,
+    PRIMARY KEY (response_id, seq)
+);
 CREATE INDEX IF NOT EXISTS responses_by_age ON responses (created);
 CREATE INDEX IF NOT EXISTS responses_by_expiry ON responses (expires);
 """
@@ -167,12 +171,15 @@ class ResponseStore:
     @staticmethod
     def _drop(db: sqlite3.Connection, query: str, args: tuple[Any, ...]) -> None:
         db.execute(f"DELETE FROM items WHERE response_id IN ({query})", args)
+        if db.execute("SELECT 1 FROM events LIMIT 1").fetchone():  # only background ones keep any
+            db.execute(f"DELETE FROM events WHERE response_id IN ({query})", args)
         db.execute(f"DELETE FROM responses WHERE id IN ({query})", args)
 
     @staticmethod
     def _delete(db: sqlite3.Connection, response_id: str) -> None:
         db.execute("DELETE FROM responses WHERE id = ?", (response_id,))
         db.execute("DELETE FROM items WHERE response_id = ?", (response_id,))
+        db.execute("DELETE FROM events WHERE response_id = ?", (response_id,))
 
     def _row(self, owner: str, response_id: str, column: str) -> Any | None:
         with self._using() as db:
@@ -214,3 +221,52 @@ class ResponseStore:
             if found:
                 self._delete(db, response_id)
         return found is not None
+
+    # A background response (gateway/openai/background.py): stored `queued` at once, its
+    # object rewritten as its status moves, its stream's events kept once it ends.
+
+    def update(self, owner: str, response: dict[str, Any]) -> bool:
+        """Rewrite a stored response's object while it is still queued or in progress;
+        False when it is not (finished meanwhile, deleted, expired)."""
+        with self._using() as db, db:
+            db.execute("BEGIN")
+            changed = db.execute(
+                "UPDATE responses SET response = ? WHERE id = ? AND owner = ? AND "
+                "json_extract(response, '$.status') IN ('queued', 'in_progress')",
+                (json.dumps(response), response["id"], owner),
+            ).rowcount
+        return changed > 0
+
+    def keep_events(self, response_id: str, events: list[str]) -> None:
+        """A finished background response's stream, kept for `starting_after`; its size is
+        the row's, for the cap."""
+        with self._using() as db, db:
+            db.execute("BEGIN")
+            db.executemany(
+                "INSERT OR REPLACE INTO events VALUES (?, ?, ?)",
+                [(response_id, seq, event) for seq, event in enumerate(events)],
+            )
+            db.execute(
+                "UPDATE responses SET size = size + ? WHERE id = ?",
+                (sum(len(e) for e in events), response_id),
+            )
+
+    def events(self, owner: str, response_id: str) -> list[str]:
+        """A background response's kept stream events (JSON), in order."""
+        with self._using() as db:
+            rows = db.execute(
+                "SELECT event FROM events JOIN responses ON responses.id = events.response_id "
+                "WHERE response_id = ? AND owner = ? ORDER BY seq",
+                (response_id, owner),
+            ).fetchall()
+        return [row[0] for row in rows]
+
+    def unfinished(self) -> list[tuple[str, dict[str, Any]]]:
+        """Every stored response still queued or in progress, with its owner: at start,
+        what a previous run left running."""
+        with self._using() as db:
+            rows = db.execute(
+                "SELECT owner, response FROM responses WHERE "
+                "json_extract(response, '$.status') IN ('queued', 'in_progress')"
+            ).fetchall()
+        return [(owner, json.loads(response)) for owner, response in rows]

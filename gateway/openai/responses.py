@@ -1,7 +1,8 @@
 """OpenAI Responses API: input items to the canonical request, output to a response object or
 its event stream. Responses are stored (unless `store: false`) in
 `gateway/openai/response_store.py`, so `previous_response_id` and `item_reference` continue
-a conversation; conversations and background responses are refused by name."""
+a conversation; `background: true` answers at once and works the response in the
+background (`gateway/openai/background.py`); conversations are refused by name."""
 
 from __future__ import annotations
 
@@ -21,11 +22,12 @@ from gateway.canonical.choices import refuse_set
 from gateway.canonical.dropped_tools import tell_dropped_tools
 from gateway.canonical.images import fetch_images, image_part, message_with_parts
 from gateway.control.registry import Generation, announce
-from gateway.http.auth import stored_owner
+from gateway.http.auth import on_behalf_of, stored_owner
 from gateway.http.body import decode_body
 from gateway.http.request_state import client_of
 from gateway.http.streaming import sse_response, started, unless_client_leaves
 from gateway.openai import mcp_loop, mcp_tools, stored_responses
+from gateway.openai.background import BACKGROUND, BackgroundResponses
 from gateway.openai.chat import effort
 from gateway.openai.controls import controls, output_format, tool_choice
 from gateway.openai.response_events import EventBuilder
@@ -60,8 +62,11 @@ REFUSED = {
 def _refuse_unsupported(data: wire.ResponseRequest) -> None:
     if data.conversation is not None:
         raise BadRequest(f"conversation is not supported: {NO_CONVERSATIONS}")
-    if data.background:
-        raise BadRequest("background responses are not supported: there is no stored state")
+    if data.background and data.store is False:
+        raise BadRequest(
+            "$.background: a background response is fetched by its id later, so it needs "
+            "store: true (or store left out)"
+        )
     if data.prompt is not None:
         raise BadRequest("stored prompts ($.prompt) are not supported: send input")
     refuse_set(data, REFUSED)
@@ -155,6 +160,15 @@ async def conversation(data: wire.ResponseRequest, store: ResponseStore, owner: 
             f"Previous response with id {data.previous_response_id!r} not found "
             "($.previous_response_id); stored responses belong to the API key that stored them"
         )
+    if not earlier:  # stored, without its conversation yet: a background one, unfinished
+        status = (await to_thread(store.response, owner, data.previous_response_id) or {}).get(
+            "status"
+        )
+        if status in ("queued", "in_progress"):
+            raise BadRequest(
+                f"$.previous_response_id: response {data.previous_response_id!r} is "
+                f"{status}: continue it once it has finished"
+            )
     return earlier
 
 
@@ -243,13 +257,19 @@ def to_tools(data: wire.ResponseRequest) -> list[ToolSpec]:
 
 
 def _skeleton(
-    data: wire.ResponseRequest, chat: ChatRequest, model: str, mcp: mcp_tools.McpTools
+    data: wire.ResponseRequest,
+    chat: ChatRequest,
+    model: str,
+    mcp: mcp_tools.McpTools,
+    background: dict | None = None,
 ) -> wire.Response:
-    """The response before any output: what was asked, with the settings actually applied."""
+    """The response before any output: what was asked, with the settings actually applied
+    (a background response's work: the id and time its create call gave it)."""
     return wire.Response(
-        id=f"resp_{uuid.uuid4().hex}",
-        created_at=int(time.time()),
+        id=background["id"] if background else f"resp_{uuid.uuid4().hex}",
+        created_at=background["created_at"] if background else int(time.time()),
         status="in_progress",
+        background=background is not None,
         instructions=data.instructions,
         max_output_tokens=chat.max_tokens,
         model=model,
@@ -281,6 +301,10 @@ async def responses(request: Request, generation: Generation) -> Response | Stre
     """A response to `input`; `stream: true` answers with the Responses event stream."""
     data = await decode_body(request, wire.ResponseRequest)
     _refuse_unsupported(data)
+    if data.background and on_behalf_of(request) is not None:
+        raise BadRequest("$.background: a batch line is worked in the background already")
+    if data.background:
+        return await _background(request, generation, data)
     store, owner = store_of(request), stored_owner(request)  # a batch line's: its key's
     own = await own_items(data, store, owner)
     earlier = await conversation(data, store, owner)
@@ -307,7 +331,7 @@ async def responses(request: Request, generation: Generation) -> Response | Stre
     )
     chat, (results,), _ = await serve_chat(route.runner, ask)
     tell_dropped_tools(request, chat)
-    skeleton = _skeleton(data, chat, route.served, mcp)
+    skeleton = _skeleton(data, chat, route.served, mcp, request.scope["state"].get(BACKGROUND))
     summary = bool(data.reasoning and data.reasoning.summary)
     builder = EventBuilder(skeleton, summary=summary)
 
@@ -340,6 +364,51 @@ async def responses(request: Request, generation: Generation) -> Response | Stre
 
     events = _events(builder, outputs, keep, events_of(outputs))
     return sse_response(request, events, error_event, outputs.aclose)
+
+
+async def _background(
+    request: Request, generation: Generation, data: wire.ResponseRequest
+) -> Response | Stream:
+    """`background: true`: the response stored `queued` and answered now (or its stream
+    followed, with `stream: true`); its work runs as one more request to this route."""
+    store, owner = store_of(request), stored_owner(request)
+    route = generation.resolve(data.model)  # an unknown or forbidden model: refused now
+    await to_thread(store.check_writable)
+    queued = wire.Response(
+        id=f"resp_{uuid.uuid4().hex}",
+        created_at=int(time.time()),
+        status="queued",
+        background=True,
+        instructions=data.instructions,
+        max_output_tokens=data.max_output_tokens,
+        model=route.served,
+        parallel_tool_calls=data.parallel_tool_calls is not False,
+        temperature=data.temperature,
+        top_p=data.top_p,
+        tool_choice=data.tool_choice,
+        text=data.text or wire.TextConfig(),
+        metadata=data.metadata or {},
+        user=data.user,
+        previous_response_id=data.previous_response_id,
+    )
+    whole = msgspec.to_builtins(queued)
+    await to_thread(store.save, registry_server(request), owner, whole, [], [])
+    body = msgspec.json.decode(await request.body())
+    runs: BackgroundResponses = request.app.state.background_responses
+    runs.launch(owner, client_of(request), body, whole)
+    if not data.stream:
+        return Response(whole)
+    events = await runs.events(owner, queued.id, None)
+
+    def error_event(_status: int, message: str, kind: str) -> ServerSentEventMessage:
+        return ServerSentEventMessage(
+            event="error", data=stored_responses.error_data(kind, message)
+        )
+
+    async def leave() -> None:
+        return None  # a client that leaves leaves the work running: that is the point
+
+    return sse_response(request, events, error_event, leave)
 
 
 async def _final(

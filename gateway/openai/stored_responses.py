@@ -1,15 +1,20 @@
-"""The stored Responses' own routes: `GET`/`DELETE /v1/responses/{id}` and
-`GET /v1/responses/{id}/input_items`, each answering only the API key that stored it."""
+"""The stored Responses' own routes: `GET`/`DELETE /v1/responses/{id}` (a background one's
+stream again with `stream=true`, from after `starting_after`), `POST /v1/responses/{id}/cancel`
+and `GET /v1/responses/{id}/input_items`, each answering only the API key that stored it."""
 
 from __future__ import annotations
 
 from asyncio import to_thread
 from typing import Literal
 
-from litestar import Request, Response, delete, get
+import msgspec
+from litestar import Request, Response, delete, get, post
+from litestar.response import ServerSentEventMessage, Stream
 
-from engines.errors import StoredNotFound
+from engines.errors import BadRequest, StoredNotFound
 from gateway.http.auth import stored_owner
+from gateway.http.streaming import sse_response
+from gateway.openai.background import BackgroundResponses
 from gateway.openai.response_store import ResponseStore
 from schemas import openai_responses as wire
 from schemas.config import ServerConfig
@@ -33,18 +38,49 @@ def _owner(request: Request) -> str:
     return stored_owner(request)
 
 
+def _runs(request: Request) -> BackgroundResponses:
+    return request.app.state.background_responses
+
+
 @get("/v1/responses/{response_id:str}")
-async def retrieve_response(request: Request, response_id: str) -> Response:
-    """A stored response as it finished."""
+async def retrieve_response(
+    request: Request, response_id: str, stream: bool = False, starting_after: int | None = None
+) -> Response | Stream:
+    """A stored response as it is now; a background one's events with `stream=true`."""
+    if stream:
+        events = await _runs(request).events(_owner(request), response_id, starting_after)
+
+        def error_event(_status: int, message: str, kind: str) -> ServerSentEventMessage:
+            return ServerSentEventMessage(event="error", data=error_data(kind, message))
+
+        async def leave() -> None:
+            return None  # the client's leaving stops nothing: the work is the background's
+
+        return sse_response(request, events, error_event, leave)
+    if starting_after is not None:
+        raise BadRequest("starting_after is for stream=true")
     found = await to_thread(store_of(request).response, _owner(request), response_id)
     if found is None:
         raise _missing(response_id)
     return Response(found)
 
 
+def error_data(kind: str, message: str) -> str:
+    error = {"type": "error", "code": kind, "message": message, "sequence_number": -1}
+    return msgspec.json.encode(error).decode()
+
+
+@post("/v1/responses/{response_id:str}/cancel", status_code=200)
+async def cancel_response(request: Request, response_id: str) -> Response:
+    """Cancel a background response; one that ended is answered as it ended."""
+    return Response(await _runs(request).cancel(_owner(request), response_id))
+
+
 @delete("/v1/responses/{response_id:str}", status_code=200)
 async def delete_response(request: Request, response_id: str) -> wire.DeletedResponse:
-    """Delete a stored response and its items."""
+    """Delete a stored response and its items (a background one still running: cancelled
+    first)."""
+    await _runs(request).withdraw(_owner(request), response_id)
     if not await to_thread(store_of(request).delete, _owner(request), response_id):
         raise _missing(response_id)
     return wire.DeletedResponse(id=response_id)
@@ -76,4 +112,4 @@ async def input_items(
     )
 
 
-ROUTES = [retrieve_response, delete_response, input_items]
+ROUTES = [retrieve_response, cancel_response, delete_response, input_items]

@@ -6,7 +6,7 @@ The kinds live by what they tell of (`requests`, `models`, `cache`, `server`), o
 from __future__ import annotations
 
 from schemas.events.base import Event
-from schemas.events.batches import BatchChanged
+from schemas.events.batches import BackgroundResponseChanged, BatchChanged
 from schemas.events.cache import (
     CacheCorrupt,
     CacheEvicted,
@@ -58,6 +58,7 @@ from schemas.events.tools import McpServerFailed, McpServerStarted, McpServerSto
 __all__ = [
     "Event",
     "BatchChanged",
+    "BackgroundResponseChanged",
     "ToolCalled",
     "McpServerStarted",
     "McpServerFailed",

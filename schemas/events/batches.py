@@ -12,3 +12,11 @@ class BatchChanged(Event, tag="batch_changed"):
     total: int = 0
     completed: int = 0
     failed: int = 0
+
+
+class BackgroundResponseChanged(Event, tag="background_response_changed"):
+    """A background response (`/v1/responses` with `background: true`) moving on: `queued`,
+    `in_progress`, then `completed`, `incomplete`, `failed` or `cancelled`."""
+
+    response_id: str
+    status: str

@@ -52,6 +52,8 @@ from schemas.openai_responses.response import (
     OutputTokensDetails,
     ReasoningText,
     Response,
+    ResponseError,
+    ResponseStatus,
     ResponseUsage,
     SummaryText,
 )
@@ -82,8 +84,10 @@ from schemas.openai_responses.stream import (
     ReasoningTextDone,
     ResponseCompleted,
     ResponseCreated,
+    ResponseFailed,
     ResponseIncomplete,
     ResponseInProgress,
+    ResponseQueued,
 )
 
 __all__ = [
@@ -116,6 +120,8 @@ __all__ = [
     "IncompleteDetails",
     "FunctionTool",
     "Response",
+    "ResponseError",
+    "ResponseStatus",
     "DeletedResponse",
     "InputItemList",
     "Event",
@@ -123,6 +129,8 @@ __all__ = [
     "ResponseInProgress",
     "ResponseCompleted",
     "ResponseIncomplete",
+    "ResponseQueued",
+    "ResponseFailed",
     "OutputItemAdded",
     "OutputItemDone",
     "ContentPartAdded",

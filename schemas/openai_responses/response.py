@@ -103,12 +103,24 @@ class FunctionTool(Wire, kw_only=True):
     strict: bool | None = None
 
 
+class ResponseError(Wire, kw_only=True):
+    """Why a response failed (a background one: it had no status line to fail with)."""
+
+    code: str
+    message: str
+
+
+# A background response is `queued`, then `in_progress`, then one of the last four.
+ResponseStatus = Literal["queued", "in_progress", "completed", "incomplete", "failed", "cancelled"]
+
+
 class Response(Wire, kw_only=True):
     id: str
     object: Literal["response"] = "response"
     created_at: int
-    status: Literal["in_progress", "completed", "incomplete"]
-    error: None = None
+    status: ResponseStatus
+    background: bool = False
+    error: ResponseError | None = None
     incomplete_details: IncompleteDetails | None = None
     instructions: str | None = None
     max_output_tokens: int | None = None

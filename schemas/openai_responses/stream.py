@@ -24,6 +24,14 @@ class ResponseCreated(Event, kw_only=True, tag="response.created"):
     response: Response
 
 
+class ResponseQueued(Event, kw_only=True, tag="response.queued"):
+    response: Response
+
+
+class ResponseFailed(Event, kw_only=True, tag="response.failed"):
+    response: Response
+
+
 class ResponseInProgress(Event, kw_only=True, tag="response.in_progress"):
     response: Response
 

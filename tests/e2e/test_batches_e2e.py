@@ -70,3 +70,27 @@ def test_the_batch_example_runs_to_its_output(gateway):
     assert "completed 3/3" in done.stdout
     assert "france: " in done.stdout and "Paris" in done.stdout.split("france: ")[1]
     assert "japan: " in done.stdout and "haiku: " in done.stdout
+
+
+def test_a_background_response_on_smollm2_answers_as_the_interactive_one(openai_client):
+    asked = {"model": "smollm2", "input": "What is the capital of France?", "max_output_tokens": 30}
+    stream = openai_client.responses.create(**asked, background=True, stream=True)
+    seen = []
+    for event in stream:
+        seen.append(event)
+        if event.type == "response.output_text.delta":
+            break
+    stream.close()
+    response_id = seen[0].response.id
+    rest = list(
+        openai_client.responses.retrieve(
+            response_id, stream=True, starting_after=seen[-1].sequence_number
+        )
+    )
+    assert rest[-1].type in ("response.completed", "response.incomplete")
+    streamed = "".join(e.delta for e in seen + rest if e.type == "response.output_text.delta")
+    stored = openai_client.responses.retrieve(response_id)
+    assert stored.background is True and stored.output_text == streamed
+    assert "Paris" in streamed
+    interactive = openai_client.responses.create(**asked)  # greedy: the same answer
+    assert interactive.output_text == streamed

@@ -262,7 +262,7 @@ def test_tool_choice_none_hides_the_tools(openai_client):
     "body, fragment",
     [
         ({"conversation": "conv_1"}, "keeps no conversation objects"),
-        ({"background": True}, "background responses are not supported"),
+        ({"background": True, "store": False}, "$.background: a background response"),
         ({"tools": [{"type": "web_search"}]}, "'web_search' are not supported ($.tools[0].type)"),
         ({"tools": [TOOL], "tool_choice": {"type": "function", "name": "f"}}, "'f'"),
         ({"text": {"format": {"type": "json_schema", "name": "x"}}}, "needs its schema"),

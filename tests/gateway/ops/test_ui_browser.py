@@ -291,6 +291,42 @@ def test_the_overview_shows_the_kv_cache_on_disk(browser, gateway, tmp_path):
     assert errors == []
 
 
+def test_the_overview_lists_batches_and_the_admin_cancels_one(browser, gateway):
+    client = gateway.openai(KEY)
+    lines = [
+        {
+            "custom_id": f"r{i}",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {"model": "echo", "messages": [{"role": "user", "content": f"{i}"}]},
+        }
+        for i in range(6)  # 1 s and more a line, one at a time: still running when cancelled
+    ]
+    content = "".join(json.dumps(line) + "\n" for line in lines).encode()
+    file = client.files.create(file=("in.jsonl", content), purpose="batch")
+    batch = client.batches.create(
+        input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    page, errors = open_page(browser, gateway, ADMIN)
+    row = page.locator(f"#batches tr[data-batch={batch.id}]")
+    expect(row).to_contain_text("in_progress", timeout=10_000)
+    expect(row).to_contain_text("/ 6")  # its progress, from request_counts
+    expect(row).to_contain_text("/v1/chat/completions")
+    row.locator("[data-action=cancel-batch]").click()
+    expect(row).to_contain_text("cancelled", timeout=10_000)
+    expect(row.locator("[data-action=cancel-batch]")).to_have_count(0)  # nothing left to cancel
+    assert client.batches.retrieve(batch.id).status == "cancelled"
+    page.close()
+    assert errors == []
+
+    # A key that is not the admin's sees no batches panel (nor is it asked for one).
+    page, errors = open_page(browser, gateway, KEY)
+    expect(page.locator("#batches")).to_be_hidden()
+    expect(page.locator("#batches tbody tr")).to_have_count(0)
+    page.close()
+    assert errors == []
+
+
 def test_the_tabs_answer_the_keyboard(browser, gateway):
     page, errors = open_page(browser, gateway, ADMIN)
     page.focus("#tab-overview")
