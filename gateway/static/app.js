@@ -7,6 +7,7 @@ import { refreshPlots, startPlots } from "./plots.js";
 import { startPlayground } from "./playground.js";
 import { refreshBenchmarks, refreshLogs, startBenchmark } from "./bench.js";
 import { refreshCache } from "./cache.js";
+import { refreshMcp } from "./mcp.js";
 
 const TABS = [...document.querySelectorAll("[role=tab]")];
 let current = "overview";
@@ -39,6 +40,7 @@ function refreshCurrent() {
   if (current === "overview") {
     refreshPlots();
     refreshCache();
+    refreshMcp();
   }
   if (current === "benchmark") refreshBenchmarks();
   if (current === "logs") refreshLogs();

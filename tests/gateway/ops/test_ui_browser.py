@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import sys
 from pathlib import Path
 
 import httpx
@@ -419,5 +420,42 @@ def test_the_figures_read_true_at_a_laptops_width(browser, gateway):
     assert box["x"] + box["width"] <= 1366, box
     for _ in stream:
         pass
+    page.close()
+    assert errors == []
+
+
+MCP_CONFIG = """
+server:
+  api_keys: ["${TEST_UI_KEY}"]
+  admin_key: ${TEST_UI_ADMIN_KEY}
+mcp_servers:
+  - {name: tools, command: PYTHON, args: [SERVER]}
+  - {name: never-starts, command: PYTHON, args: ["-c", "import time; time.sleep(60)"], start_timeout: 1s}
+models:
+  - {id: echo, engine: scripted}
+"""
+
+
+def test_the_overview_shows_the_mcp_servers_state(browser, start_gateway):
+    server = Path(__file__).parents[1] / "mcp" / "tool_server.py"
+    text = MCP_CONFIG.replace("PYTHON", sys.executable).replace("SERVER", str(server))
+    gateway = start_gateway(text, env={"TEST_UI_KEY": KEY, "TEST_UI_ADMIN_KEY": ADMIN})
+    page, errors = open_page(browser, gateway, ADMIN)
+    # Declared, not yet used: idle, no tools listed.
+    tools = page.locator("tr[data-mcp-server=tools] td")
+    expect(tools.nth(2)).to_have_text("idle")
+    expect(tools.nth(3)).to_have_text("–")
+    # Listing the tools starts both: one runs with its 6 tools, one never starts.
+    listed = httpx.get(
+        f"{gateway.url}/v1/mcp/tools", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30
+    ).json()
+    assert [e["server"] for e in listed["errors"]] == ["never-starts"]
+    page.reload()
+    expect(tools.nth(1)).to_have_text("stdio")
+    expect(tools.nth(2)).to_have_text("running", timeout=10_000)
+    expect(tools.nth(3)).to_have_text("6")
+    never = page.locator("tr[data-mcp-server=never-starts] td")
+    expect(never.nth(2)).to_have_text("failed")
+    expect(never.nth(5)).to_contain_text("did not start within 1s")
     page.close()
     assert errors == []
