@@ -516,8 +516,8 @@ class ModelConfig(Strict):
     # Keep each request's and answer's body (redacted as the log is, the first 64 KiB of
     # each) in the ops page's Activity history; off, no body is ever stored.
     capture: bool = False
-    # Declared MCP servers (`mcp_servers:` names) whose tools chat completions and Anthropic
-    # Messages offer this model beside the client's own (docs/mcp.md, `tools_from`).
+    # Declared MCP servers (`mcp_servers:` names) whose tools chat completions, Anthropic
+    # Messages and Ollama's chat offer this model beside the client's own (docs/mcp.md).
     tools_from: list[McpName] = []
     # The gateway makes the model's calls of those tools and goes on until it answers;
     # false: the calls go back to the client as ordinary tool calls. A key's `run_tools`,

@@ -1,5 +1,5 @@
-"""The tool loop for chat completions and Anthropic Messages (`run_tools`), on the canonical
-output stream: the model's calls of MCP tools are withheld from the client, made, and
+"""The tool loop for chat completions, Anthropic Messages and Ollama's chat (`run_tools`),
+on the canonical output stream: the model's calls of MCP tools are withheld from the client, made, and
 their results heard by the model in a next generation, until it answers without one; the
 client sees one answer (the rounds' text, one `Finished` whose usage counts them all).
 

@@ -1,5 +1,5 @@
-"""MCP tools on chat completions and Anthropic Messages (`tools_from`, `run_tools`), through
-the openai and anthropic SDKs over HTTP: a real MCP server (tool_server.py over stdio),
+"""MCP tools on chat completions, Anthropic Messages and Ollama's chat (`tools_from`,
+`run_tools`), through the openai, anthropic and ollama SDKs over HTTP: a real MCP server (tool_server.py over stdio),
 scripted models so each call is deterministic. The loop the gateway runs, calls returned to
 the client, a key not allowed the server, a tool error the model hears, name clashes, a
 round that also calls the client's own tool, the bound on calls, a server that never
@@ -172,6 +172,19 @@ def test_anthropic_messages_run_the_same_loop(gateway):
     assert all(e.type != "content_block_start" or e.content_block.type == "text" for e in events)
     assert final.content[0].text == "Checking. \n\nThe sum is 5."
     assert final.stop_reason == "end_turn"
+
+
+def test_ollama_chat_runs_the_same_loop(gateway):
+    import ollama
+
+    local = ollama.Client(host=gateway.url, headers={"Authorization": "Bearer full-key"})
+    asked = [{"role": "user", "content": "What is 2 + 3?"}]
+    reply = local.chat(model="runner", messages=asked)
+    assert reply.message.content == "Checking. \n\nThe sum is 5." and not reply.message.tool_calls
+    parts = list(local.chat(model="runner", messages=asked, stream=True))
+    assert all(not p.message.tool_calls for p in parts)
+    assert "".join(p.message.content for p in parts) == "Checking. \n\nThe sum is 5."
+    assert parts[-1].done and parts[-1].done_reason == "stop"
 
 
 def test_without_run_tools_the_call_goes_back_to_the_client(gateway, client):
