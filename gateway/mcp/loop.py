@@ -1,7 +1,8 @@
 """The tool loop for chat completions, Anthropic Messages and Ollama's chat (`run_tools`),
-on the canonical output stream: the model's calls of MCP tools are withheld from the client, made, and
-their results heard by the model in a next generation, until it answers without one; the
-client sees one answer (the rounds' text, one `Finished` whose usage counts them all).
+on the canonical output stream: the model's calls of MCP tools are withheld from the
+client, made, and their results heard by the model in a next generation, until it answers
+without one; the client sees one answer (the rounds' text, one `Finished` whose usage
+counts them all).
 
 At most MAX_CALLS calls an answer: past them the model is asked again without the MCP
 tools and must answer. A round that also calls a tool the client declared ends the answer

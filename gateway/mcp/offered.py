@@ -1,6 +1,6 @@
 """The MCP tools a chat completions, Anthropic Messages or Ollama chat request offers its
-model: those of the servers its `tools_from` names, less the servers the request's key may not use (a key
-not allowed a server never hears of its tools), merged under the client's own tools.
+model: those of the servers its `tools_from` names, less the servers the request's key may
+not use (a key not allowed a server never hears of its tools), after the client's own.
 
 Name clashes: a client's tool keeps its name and the MCP tool of that name is not offered
 (the client declared what it means); between two servers, the one named first in
