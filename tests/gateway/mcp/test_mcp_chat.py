@@ -258,6 +258,15 @@ def test_capture_keeps_a_calls_arguments_and_result_redacted(gateway, client):
     assert "abcdefgh12345678" not in kept.lower()  # the bearer token redacted, both ways
     # Nothing of it in the event log.
     assert "abcdefgh12345678" not in gateway.log.read_text().lower()
+    # Streamed, the same is kept (the calls are made while the body goes out).
+    raw = client.chat.completions.with_raw_response.create(
+        model="capturer", messages=[{"role": "user", "content": "shout"}], stream=True
+    )
+    said = "".join(c.choices[0].delta.content or "" for c in raw.parse() if c.choices)
+    assert said == "Loud."
+    row = activity_row(gateway, raw.headers["x-request-id"], "tool_calls")
+    (streamed,) = json.loads(row["capture"]["tool_calls"])
+    assert streamed["tool"] == "shout" and streamed["result"] == call_kept["result"]
 
 
 def test_a_clients_tool_of_the_same_name_wins_and_goes_back_to_it(gateway, client):
