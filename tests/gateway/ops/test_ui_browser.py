@@ -432,11 +432,16 @@ mcp_servers:
   - {name: tools, command: PYTHON, args: [SERVER]}
   - {name: never-starts, command: PYTHON, args: ["-c", "import time; time.sleep(60)"], start_timeout: 1s}
 models:
-  - {id: echo, engine: scripted}
+  - id: adder
+    engine: scripted
+    tools_from: [tools]
+    run_tools: true
+    capture: true
+    script: {replies: ['<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>', '5.']}
 """
 
 
-def test_the_overview_shows_the_mcp_servers_state(browser, start_gateway):
+def test_the_overview_shows_the_mcp_servers_state_and_activity_the_calls(browser, start_gateway):
     server = Path(__file__).parents[1] / "mcp" / "tool_server.py"
     text = MCP_CONFIG.replace("PYTHON", sys.executable).replace("SERVER", str(server))
     gateway = start_gateway(text, env={"TEST_UI_KEY": KEY, "TEST_UI_ADMIN_KEY": ADMIN})
@@ -457,5 +462,15 @@ def test_the_overview_shows_the_mcp_servers_state(browser, start_gateway):
     never = page.locator("tr[data-mcp-server=never-starts] td")
     expect(never.nth(2)).to_have_text("failed")
     expect(never.nth(5)).to_contain_text("did not start within 1s")
+    # A captured request's MCP call (arguments and result) under its bodies.
+    made = gateway.openai(KEY).chat.completions.with_raw_response.create(
+        model="adder", messages=[{"role": "user", "content": "2 + 3?"}]
+    )
+    page.click("#tab-activity")
+    row = page.locator(f"tr[data-rid={made.headers['x-request-id']}]")
+    row.focus()
+    page.keyboard.press("Enter")
+    expect(page.locator("#capture-tools")).to_contain_text('"tool": "add"')
+    expect(page.locator("#capture-tools")).to_contain_text('"result": "5"')
     page.close()
     assert errors == []
