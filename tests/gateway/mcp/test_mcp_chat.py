@@ -31,6 +31,7 @@ server:
     - {{key: full-key, label: full}}
     - {{key: limited-key, label: limited, mcp_servers: [other]}}
     - {{key: own-loop-key, label: own-loop, run_tools: false}}
+    - {{key: loop-key, label: loop, run_tools: true}}
 mcp_servers:
   - {{name: tools, command: {python}, args: [{server}], timeout: 3s}}
   - {{name: other, command: {python}, args: [{server}], allowed_tools: [shout]}}
@@ -50,6 +51,10 @@ models:
     tools_from: [tools]
     run_tools: true
     script: {{reply: '{add}'}}
+  - id: optin
+    engine: scripted
+    tools_from: [tools]
+    script: {{replies: ['{add}', 'Five.']}}
   - id: failing
     engine: scripted
     tools_from: [tools]
@@ -178,6 +183,7 @@ def test_ollama_chat_runs_the_same_loop(gateway):
     import ollama
 
     local = ollama.Client(host=gateway.url, headers={"Authorization": "Bearer full-key"})
+    gateway.clients.append(local)  # closed with the gateway
     asked = [{"role": "user", "content": "What is 2 + 3?"}]
     reply = local.chat(model="runner", messages=asked)
     assert reply.message.content == "Checking. \n\nThe sum is 5." and not reply.message.tool_calls
@@ -211,6 +217,14 @@ def test_a_keys_run_tools_false_returns_the_call_of_a_run_tools_model(gateway):
     ).choices
     assert choice.finish_reason == "tool_calls"
     assert choice.message.tool_calls[0].function.name == "add"
+
+
+def test_a_keys_run_tools_true_runs_the_calls_of_a_model_that_does_not(gateway):
+    raw = gateway.openai("loop-key").chat.completions.with_raw_response.create(
+        model="optin", messages=[{"role": "user", "content": "go"}]
+    )
+    assert raw.parse().choices[0].message.content == "Five."
+    assert [c["tool"] for c in calls_of(gateway, raw.headers["x-request-id"])] == ["add"]
 
 
 def test_a_key_not_allowed_the_server_is_offered_none_of_its_tools(gateway):
