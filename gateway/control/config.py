@@ -110,6 +110,9 @@ def summarize(config: GatewayConfig) -> list[str]:
             parts.append(f"draft={m.draft.model}")
         if m.adapters:
             parts.append(f"adapters={','.join(a.id for a in m.adapters)}")
+        if m.tools_from:
+            run = "run" if m.run_tools else "returned"  # who makes the calls (docs/mcp.md)
+            parts.append(f"tools_from={','.join(m.tools_from)} ({run})")
         if m.distributed:
             d = m.distributed
             parts.append(f"distributed={d.ranks} ranks, {d.mode}, {d.backend}")

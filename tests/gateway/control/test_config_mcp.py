@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from engines.errors import ConfigInvalid
-from gateway.control.config import parse_config
+from gateway.control.config import parse_config, summarize
 
 MODELS = """
 models:
@@ -107,8 +107,11 @@ def test_tools_from_must_name_declared_servers():
         for e in info.value.errors
     ), info.value.errors
     fine = text.replace(", nope", "")
-    (model,) = parse_config(fine, "t.yaml", environ={}).models
+    config = parse_config(fine, "t.yaml", environ={})
+    (model,) = config.models
     assert (model.tools_from, model.run_tools) == (["a"], True)
+    # `gateway check` says where a model's tools come from, and who makes the calls.
+    assert summarize(config)[0].endswith("tools_from=a (run)")
 
 
 def test_a_keys_run_tools_parses():
