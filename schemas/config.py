@@ -142,6 +142,9 @@ class ApiKey(Strict):
     models: list[Identifier] | None = None
     # The MCP servers (`mcp_servers:` names) its requests may use; absent: every one.
     mcp_servers: list[McpName] | None = None
+    # Whether the gateway makes its requests' calls of `tools_from` tools itself (see
+    # ModelConfig.run_tools); absent: as the model says.
+    run_tools: bool | None = None
     priority: KeyPriority = KeyPriority()
     limits: KeyLimits = KeyLimits()
 
@@ -528,6 +531,13 @@ class ModelConfig(Strict):
     # Keep each request's and answer's body (redacted as the log is, the first 64 KiB of
     # each) in the ops page's Activity history; off, no body is ever stored.
     capture: bool = False
+    # Declared MCP servers (`mcp_servers:` names) whose tools chat completions, Anthropic
+    # Messages and Ollama's chat offer this model beside the client's own (docs/mcp.md).
+    tools_from: list[McpName] = []
+    # The gateway makes the model's calls of those tools and goes on until it answers;
+    # false: the calls go back to the client as ordinary tool calls. A key's `run_tools`,
+    # where set, decides for its requests.
+    run_tools: bool = False
     script: ScriptConfig | None = None
     # The Hugging Face token for an `hf:` source (gated or private repositories); usually
     # `${HF_TOKEN}`. Absent: huggingface_hub's own (HF_TOKEN, or `hf auth login`'s).

@@ -58,6 +58,7 @@ MLX = frozenset({"mlx"})
 UPSTREAM = frozenset({"upstream"})
 PROCESS = frozenset({"process"})
 TEXT = frozenset({"chat"})  # text generation without images: the MLX text engine's own keys
+CHATS = frozenset({"chat", "vision"})  # every model that answers chat, images or not
 # Why a key is refused beside `distributed:`.
 _SHARDED = (
     "does not apply to a distributed model (its ranks are processes of their own, each "
@@ -120,6 +121,18 @@ MODEL_KEYS: dict[str, KeyRule] = {
     "task": KeyRule(LOCAL, restart=True),
     "queue": KeyRule(ENGINES, restart=False),
     "capture": KeyRule(ENGINES, restart=False),
+    "tools_from": KeyRule(
+        ENGINES,
+        restart=False,
+        tasks=CHATS,
+        why_task="`tools_from` offers tools to a chat model",
+    ),
+    "run_tools": KeyRule(
+        ENGINES,
+        restart=False,
+        tasks=CHATS,
+        why_task="`run_tools` runs a chat model's tool calls",
+    ),
     "script": KeyRule(LOCAL, restart=True),
     "hf_token": KeyRule(LOCAL, restart=True),
     "vision": KeyRule(ENGINES, restart=True),

@@ -28,6 +28,8 @@ from gateway.control.registry import Generation, announce
 from gateway.http.body import decode_body
 from gateway.http.request_state import client_of
 from gateway.http.streaming import Collected, collect, sse_response, started, unless_client_leaves
+from gateway.mcp.loop import run_each
+from gateway.mcp.offered import offered_tools
 from schemas import anthropic as wire
 from schemas.canonical import (
     ChatAsk,
@@ -180,10 +182,13 @@ def _join(parts: str | list[str] | list[wire.TextBlock]) -> str:
     return "\n\n".join(p.text if isinstance(p, wire.TextBlock) else p for p in parts)
 
 
-async def to_ask(data: wire.PromptRequest, server: ServerConfig) -> ChatAsk:
+async def to_ask(
+    data: wire.PromptRequest, server: ServerConfig, mcp: list[ToolSpec] = ()
+) -> ChatAsk:
     """What the client asked, canonical (remote images fetched where allowed); sampling
-    fields only where the request is a messages request."""
-    tools, controls = _controls(data)
+    fields only where the request is a messages request. `mcp`: the model's `tools_from`
+    tools, offered after the client's."""
+    tools, controls = _controls(data, mcp)
     sampling = {}
     if isinstance(data, wire.MessagesRequest):
         sampling = dict(
@@ -213,7 +218,9 @@ async def to_ask(data: wire.PromptRequest, server: ServerConfig) -> ChatAsk:
     )
 
 
-def _controls(data: wire.PromptRequest) -> tuple[list[ToolSpec], OutputControls]:
+def _controls(
+    data: wire.PromptRequest, mcp: list[ToolSpec] = ()
+) -> tuple[list[ToolSpec], OutputControls]:
     """Tools offered and output controls: `tool_choice` (`none` offers no tools, `any` forces
     a call, `tool` names it, `disable_parallel_tool_use`), `strict` tools, and
     `output_config.format`."""
@@ -224,6 +231,7 @@ def _controls(data: wire.PromptRequest) -> tuple[list[ToolSpec], OutputControls]
         for t in data.tools
         if t.type in (None, "custom")
     ]
+    tools += mcp
     forced = None
     if choice.type == "none":
         tools = []
@@ -287,10 +295,13 @@ async def create_message(request: Request, generation: Generation) -> Response |
     refuse_set(data, REFUSED)
     route = resolve(generation, data.model)
     announce(route, stream=data.stream, protocol="anthropic")
+    mcp = await offered_tools(request, route.model, {t.name for t in data.tools})
     # Its images may be fetched: a fetch stops with its client.
-    ask = await unless_client_leaves(request, to_ask(data, generation.config.server))
+    ask = await unless_client_leaves(request, to_ask(data, generation.config.server, mcp.specs))
+    ask = replace(ask, client=client_of(request))
     runner = route.runner
-    chat, (results,), reads = await serve_chat(runner, replace(ask, client=client_of(request)))
+    chat, answers, reads = await serve_chat(runner, ask)
+    (results,) = run_each(answers, runner, ask, mcp)  # run_tools: the gateway's loop
     tell_dropped_tools(request, chat)
     message_id = f"msg_{uuid.uuid4().hex[:24]}"
     if not data.stream:
@@ -354,8 +365,9 @@ async def count_tokens(request: Request, generation: Generation) -> wire.TokenCo
     data = await decode_body(request, wire.CountTokensRequest)
     route = resolve(generation, data.model)
     announce(route, stream=False, protocol="anthropic")
+    mcp = await offered_tools(request, route.model, {t.name for t in data.tools})
     # Its images may be fetched: a fetch stops with its client.
-    ask = await unless_client_leaves(request, to_ask(data, generation.config.server))
+    ask = await unless_client_leaves(request, to_ask(data, generation.config.server, mcp.specs))
     counted = await unless_client_leaves(request, count_chat(route.runner, ask))
     return wire.TokenCount(input_tokens=counted)
 

@@ -17,7 +17,7 @@ from engines.errors import ConfigInvalid, SourceError
 from engines.sources.hub import NotCached, cache_status, is_hub_source
 from gateway.control.adapter_check import check_adapters
 from gateway.control.field_check import check_value, report_error, unknown_key
-from gateway.control.mcp_check import check_mcp_servers
+from gateway.control.mcp_check import check_mcp_servers, check_tools_from
 from gateway.control.references import check_references, resolve_drafts
 from gateway.control.steering_check import check_steering
 from gateway.control.yaml_source import KeyPath, Source, read_yaml
@@ -114,6 +114,9 @@ def summarize(config: GatewayConfig) -> list[str]:
             parts.append(f"adapters={','.join(ids)}")
         if m.steering:
             parts.append(f"steering={m.steering.vector}")
+        if m.tools_from:
+            run = "run" if m.run_tools else "returned"  # who makes the calls (docs/mcp.md)
+            parts.append(f"tools_from={','.join(m.tools_from)} ({run})")
         if m.distributed:
             d = m.distributed
             parts.append(f"distributed={d.ranks} ranks, {d.mode}, {d.backend}")
@@ -170,6 +173,7 @@ def _validate(doc: Any, src: Source, adapters_dir: Path | None) -> GatewayConfig
         merged.append(model)
         check_value(model, ModelConfig, ("models", i), src)
     check_references(server, merged, src)
+    check_tools_from(mcp_servers, merged, src)
     if not src.errors:  # adapters' directories are read only in a config otherwise valid
         offline = isinstance(server, dict) and server.get("offline") is True
         check_adapters(merged, src, adapters_dir, offline)

@@ -19,6 +19,8 @@ ADMIN_LABEL = "admin"
 ALLOWED_MODELS: ContextVar[tuple[str, ...] | None] = ContextVar("allowed_models", default=None)
 # The MCP servers the request's key may use (`mcp_servers:` of its entry); None: every one.
 ALLOWED_MCP_SERVERS: ContextVar[tuple[str, ...] | None] = ContextVar("allowed_mcp", default=None)
+# The key's `run_tools` (the gateway makes `tools_from` calls itself); None: as the model says.
+KEY_RUN_TOOLS: ContextVar[bool | None] = ContextVar("key_run_tools", default=None)
 
 
 class KeyEntry(NamedTuple):
@@ -30,6 +32,7 @@ class KeyEntry(NamedTuple):
     priority: KeyPriority
     limits: KeyLimits
     mcp_servers: tuple[str, ...] | None = None  # None: every declared MCP server
+    run_tools: bool | None = None  # None: as each model's `run_tools` says
 
 
 def has_keys(server: ServerConfig) -> bool:
@@ -51,7 +54,15 @@ def key_entries(server: ServerConfig, names: KeyNames) -> list[KeyEntry]:
                 models = None if entry.models is None else tuple(entry.models)
                 mcp = None if entry.mcp_servers is None else tuple(entry.mcp_servers)
                 entries.append(
-                    KeyEntry(entry.key, label, models, entry.priority, entry.limits, mcp)
+                    KeyEntry(
+                        entry.key,
+                        label,
+                        models,
+                        entry.priority,
+                        entry.limits,
+                        mcp,
+                        entry.run_tools,
+                    )
                 )
         elif entry:
             entries.append(KeyEntry(entry, names.label(entry), None, KeyPriority(), KeyLimits()))

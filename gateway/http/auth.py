@@ -19,6 +19,7 @@ from gateway.control.key_names import KeyNames
 from gateway.control.keys import (
     ALLOWED_MCP_SERVERS,
     ALLOWED_MODELS,
+    KEY_RUN_TOOLS,
     KeyEntry,
     has_keys,
     key_entries,
@@ -165,6 +166,7 @@ async def require_api_key(connection: ASGIConnection, handler: BaseRouteHandler)
     """
     ALLOWED_MODELS.set(None)
     ALLOWED_MCP_SERVERS.set(None)
+    KEY_RUN_TOOLS.set(None)
     server = connection.app.state.registry.current.config.server
     if handler.opt.get("public") or handler.opt.get("admin"):
         return
@@ -213,6 +215,7 @@ def _admit_on_behalf(connection: ASGIConnection, entries: list[KeyEntry], behalf
 def _admit(connection: ASGIConnection, matched: KeyEntry, priority: int) -> None:
     ALLOWED_MODELS.set(matched.models)
     ALLOWED_MCP_SERVERS.set(matched.mcp_servers)
+    KEY_RUN_TOOLS.set(matched.run_tools)
     bind(key_label=matched.label)
     limiter: KeyLimiter = connection.app.state.limiter
     at_end(connection.scope, limiter.admit(matched.label, matched.limits))  # its slot

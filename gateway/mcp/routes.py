@@ -24,18 +24,7 @@ def _visible(request: Request) -> list[McpServer]:
 @get("/v1/mcp/servers", opt=VISIBLE)
 async def list_servers(request: Request) -> dict:
     """Each server: how it is reached (never its command line, env or headers), its state."""
-    data = [
-        {
-            "name": server.name,
-            "transport": server.transport,
-            "state": server.state,
-            "error": server.last_error,
-            "allowed_tools": server.config.allowed_tools,
-            "timeout": server.config.timeout,
-        }
-        for server in _visible(request)
-    ]
-    return {"object": "list", "data": data}
+    return {"object": "list", "data": [server.describe() for server in _visible(request)]}
 
 
 @get("/v1/mcp/tools", opt=VISIBLE)

@@ -67,6 +67,19 @@ class McpServer:
     def transport(self) -> str:
         return "stdio" if self.config.command else self.config.transport
 
+    def describe(self) -> dict:
+        """What the ops routes and the ops page show: how it is reached (never its command
+        line, env or headers), its state, last error, and its tools' count once listed."""
+        return {
+            "name": self.name,
+            "transport": self.transport,
+            "state": self.state,
+            "error": self.last_error,
+            "tools": None if self._tools is None else len(self._tools),
+            "allowed_tools": self.config.allowed_tools,
+            "timeout": self.config.timeout,
+        }
+
     async def tools(self) -> list[mcp_types.Tool]:
         """The server's tools (as `allowed_tools` in the config leaves them), starting it first
         if it is not running; listed again after the server said its list changed."""

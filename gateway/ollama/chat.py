@@ -25,6 +25,8 @@ from gateway.http.streaming import (
     stream_body,
     unless_client_leaves,
 )
+from gateway.mcp.loop import run_each
+from gateway.mcp.offered import OfferedTools, offered_tools
 from gateway.ollama.controls import controls, wire_logprobs
 from gateway.ollama.models import json_reply, now, ollama_route
 from gateway.ollama.options import keep, options
@@ -145,9 +147,16 @@ def _final(finished: Finished | None, started_ns: int) -> dict[str, Any]:
 
 
 async def _answer(
-    request: Request, route: Route, ask: ChatAsk, stream: bool, frame: Frame
+    request: Request,
+    route: Route,
+    ask: ChatAsk,
+    stream: bool,
+    frame: Frame,
+    mcp: OfferedTools | None = None,
 ) -> Response | Streamed:
-    chat, (results,), _ = await serve_chat(route.runner, replace(ask, client=client_of(request)))
+    ask = replace(ask, client=client_of(request))
+    chat, answers, _ = await serve_chat(route.runner, ask)
+    (results,) = run_each(answers, route.runner, ask, mcp) if mcp else answers
     tell_dropped_tools(request, chat)
     if not stream:
         whole = await unless_client_leaves(request, collect(results))
@@ -222,6 +231,9 @@ async def chat(request: Request, generation: Generation) -> Response | Streamed:
         )
         for t in data.tools or []
     ]
+    # The model's `tools_from` tools, after the client's (gateway/mcp/offered.py).
+    mcp = await offered_tools(request, route.model, {t.name for t in tools})
+    tools += mcp.specs
     messages = await fetch_images(request, to_messages(data.messages), generation.config.server)
     chat = ChatAsk(
         messages=messages,
@@ -230,7 +242,7 @@ async def chat(request: Request, generation: Generation) -> Response | Streamed:
         controls=output,
         **options(data.options),
     )
-    return await _answer(request, route, chat, data.stream, frame)
+    return await _answer(request, route, chat, data.stream, frame, mcp)
 
 
 @post("/api/generate", status_code=200)

@@ -20,6 +20,8 @@ from gateway.control.registry import Generation, announce
 from gateway.http.body import decode_body
 from gateway.http.request_state import client_of
 from gateway.http.streaming import Collected, sse_response, started, unless_client_leaves
+from gateway.mcp.loop import run_each
+from gateway.mcp.offered import offered_tools
 from gateway.openai.controls import (
     controls,
     logprobs_request,
@@ -123,8 +125,11 @@ REFUSED = {
 }
 
 
-def chat_controls(data: wire.ChatCompletionRequest) -> tuple[list[ToolSpec], OutputControls]:
-    """The tools the model is offered and the request's output controls, canonical."""
+def chat_controls(
+    data: wire.ChatCompletionRequest, mcp: list[ToolSpec] = ()
+) -> tuple[list[ToolSpec], OutputControls]:
+    """The tools the model is offered (the client's, then the model's `tools_from` ones) and
+    the request's output controls, canonical."""
     asked = data.response_format
     fmt = None
     if asked is not None:
@@ -134,7 +139,7 @@ def chat_controls(data: wire.ChatCompletionRequest) -> tuple[list[ToolSpec], Out
         fmt = output_format(asked.type, schema, "$.response_format.json_schema")
         if asked.type == "json_object":
             fmt = output_format(asked.type, None, "$.response_format")
-    tools, choice, forced = tool_choice(data.tool_choice, to_tools(data.tools))
+    tools, choice, forced = tool_choice(data.tool_choice, [*to_tools(data.tools), *mcp])
     strict = [t.function.name for t in data.tools or [] if t.function.strict]
     logprobs = logprobs_request(data.logprobs, data.top_logprobs, "$.top_logprobs")
     return tools, controls(
@@ -158,21 +163,21 @@ async def chat_completions(request: Request, generation: Generation) -> Response
     n = check_n(route.model, data.n)
     stop = [data.stop] if isinstance(data.stop, str) else data.stop
     messages = await fetch_images(request, to_messages(data.messages), generation.config.server)
-    tools, output = chat_controls(data)
-    chat, streams, _ = await serve_chat(
-        route.runner,
-        ChatAsk(
-            messages=messages,
-            max_tokens=data.max_completion_tokens or data.max_tokens,
-            **sampling_asked(data),
-            stop=stop,
-            tools=tools,
-            reasoning=effort(data.reasoning_effort),
-            controls=output,
-            client=client_of(request),
-        ),
-        n,
+    declared = {t.function.name for t in data.tools or []}
+    mcp = await offered_tools(request, route.model, declared)
+    tools, output = chat_controls(data, mcp.specs)
+    ask = ChatAsk(
+        messages=messages,
+        max_tokens=data.max_completion_tokens or data.max_tokens,
+        **sampling_asked(data),
+        stop=stop,
+        tools=tools,
+        reasoning=effort(data.reasoning_effort),
+        controls=output,
+        client=client_of(request),
     )
+    chat, streams, _ = await serve_chat(route.runner, ask, n)
+    streams = run_each(streams, route.runner, ask, mcp)  # run_tools: the gateway's loop
     tell_dropped_tools(request, chat)
     completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
     created = int(time.time())

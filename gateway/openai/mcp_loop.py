@@ -7,7 +7,6 @@ made, the model is asked again with no tools and must answer."""
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -15,6 +14,8 @@ from dataclasses import dataclass
 from msgspec.structs import replace
 
 from engines.errors import BadRequest
+from gateway.mcp.calls import call_tool, for_model
+from gateway.mcp.loop import MAX_CALLS, Totals
 from gateway.mcp.server import CallResult
 from gateway.openai.mcp_tools import McpTool, McpTools
 from gateway.openai.response_events import EventBuilder
@@ -28,33 +29,6 @@ from schemas.canonical import (
     ToolCall,
     ToolCallOutput,
 )
-
-MAX_CALLS = 8  # a request that says no `max_tool_calls`: a model that calls forever stops here
-
-
-@dataclass
-class Totals:
-    """Usage over every round: the response's usage is what all its generations spent."""
-
-    prompt: int = 0
-    new: int = 0
-    reused: int = 0
-    written: int = 0
-
-    def add(self, finished: Finished) -> None:
-        self.prompt += finished.prompt_tokens
-        self.new += finished.new_tokens
-        self.reused += finished.reused_prefix_tokens
-        self.written += finished.cache_written_tokens
-
-    def finished(self, last: Finished) -> Finished:
-        return replace(
-            last,
-            prompt_tokens=self.prompt,
-            new_tokens=self.new,
-            reused_prefix_tokens=self.reused,
-            cache_written_tokens=self.written,
-        )
 
 
 @dataclass
@@ -101,7 +75,7 @@ async def answer_approvals(mcp: McpTools, earlier: list[dict], own: list[dict]) 
         result = await made_call(tool, call)
         item = _call_item(tool, call, asked["id"])
         answered.append(
-            Answered(_done(item, result), [turn, _tool_message(call, _for_model(result))])
+            Answered(_done(item, result), [turn, _tool_message(call, for_model(result))])
         )
     return answered
 
@@ -177,7 +151,7 @@ async def run(
                 done = _done(item, result)
                 for event in builder.close_item(done, (_end_event(done), {})):
                     yield event
-                text = _for_model(result)
+                text = for_model(result)
             answers.append(_tool_message(call, text))
         if waiting:
             # The client answers with mcp_approval_response items (previous_response_id).
@@ -223,15 +197,7 @@ def _item_events(builder: EventBuilder, done: wire.OutputMcpCall) -> list[wire.E
 
 
 async def made_call(tool: McpTool, call: ToolCall) -> CallResult:
-    """`tools/call` with the model's arguments; arguments that are no JSON object are an
-    error the model hears, as a failed tool's is."""
-    try:
-        arguments = json.loads(call.arguments or "{}")
-    except json.JSONDecodeError as error:
-        return CallResult(text="", error=f"arguments are not JSON: {error}", protocol_error=True)
-    if not isinstance(arguments, dict):
-        return CallResult(text="", error="arguments are not a JSON object", protocol_error=True)
-    return await tool.server.call(call.name, arguments)
+    return await call_tool(tool.server, call)
 
 
 def _done(item: wire.OutputMcpCall, result: CallResult) -> wire.OutputMcpCall:
@@ -263,13 +229,6 @@ async def _approval_request(
         yield event
     for event in builder.close_item(item):
         yield event
-
-
-def _for_model(result: CallResult) -> str:
-    """A failed call reaches the model as an error it can read, never as the gateway's 500."""
-    if result.error is None:
-        return result.text
-    return f"error: {result.error}"
 
 
 def _next_ask(ask: ChatAsk, messages: list[Message], *, done: bool) -> ChatAsk:

@@ -209,6 +209,14 @@ async def kv_cache(state: State, generation: Generation, viewer: Viewer) -> dict
     }
 
 
+@get("/ui/api/mcp", **API)
+async def mcp_servers(state: State, viewer: Viewer) -> dict:
+    """The declared MCP servers: state (idle, running, failed, stopped), tools listed, last
+    error; never started by this read."""
+    only_admin(viewer)
+    return {"servers": [server.describe() for server in state.mcp_pool.servers()]}
+
+
 @get("/ui/api/benchmarks", **API)
 async def benchmarks(state: State, viewer: Viewer) -> dict:
     """Benchmark runs kept, newest first, each with its settings."""
@@ -225,5 +233,6 @@ ROUTES = [
     plots,
     last_reload,
     kv_cache,
+    mcp_servers,
     benchmarks,
 ]

@@ -91,6 +91,9 @@ export async function showTrail(requestId) {
     $("capture-box").hidden = !row.capture;
     $("capture-request").textContent = row.capture ? row.capture.request : "";
     $("capture-response").textContent = row.capture ? row.capture.response : "";
+    const calls = row.capture ? row.capture.tool_calls : null;
+    $("capture-tools-box").hidden = !calls;
+    $("capture-tools").textContent = calls || "";
     $("trail").replaceChildren(...events.map((event) => eventItem(event)));
     $("trail-box").hidden = false;
   } catch (error) {

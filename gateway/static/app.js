@@ -8,6 +8,7 @@ import { startPlayground } from "./playground.js";
 import { refreshBenchmarks, refreshLogs, startBenchmark } from "./bench.js";
 import { refreshCache } from "./cache.js";
 import { refreshBatches } from "./batches.js";
+import { refreshMcp } from "./mcp.js";
 
 const TABS = [...document.querySelectorAll("[role=tab]")];
 let current = "overview";
@@ -41,6 +42,7 @@ function refreshCurrent() {
     refreshPlots();
     refreshCache();
     refreshBatches();
+    refreshMcp();
   }
   if (current === "benchmark") refreshBenchmarks();
   if (current === "logs") refreshLogs();

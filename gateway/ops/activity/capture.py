@@ -3,18 +3,22 @@
 An ASGI middleware (inside `request_events`, so the request id and its log scope are set)
 keeps the first CAPTURE_LIMIT bytes of each protocol request's body as it is read; once the
 request is routed (`request_routed`, heard as an event listener) to a model that captures,
-it keeps the answer's bytes too. When the request ends, both pass the log's redactor and go
-to the Activity store. Requests to any other model are never kept.
+it keeps the answer's bytes too, and the MCP calls the gateway made for it (each call's
+server, tool, arguments and result: gateway/mcp/calls.py's transcript, held in memory for
+every request and dropped unless it captures). When the request ends, all pass the log's
+redactor and go to the Activity store. Requests to any other model are never kept.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from engines.log import bound
 from gateway.logs.setup import current_redactor
+from gateway.mcp.calls import TRANSCRIPT
 from gateway.ops.activity.rows import protocol_of
 from gateway.ops.activity.store import ActivityStore
 from schemas.config import GatewayConfig
@@ -30,6 +34,7 @@ class _Bodies:
         self.response = bytearray()
         self.request_bytes = 0
         self.response_bytes = 0
+        self.tool_calls: list[dict] = []  # the MCP calls the gateway made (gateway/mcp/calls.py)
 
     def text(self, kept: bytearray, total: int) -> str:
         text = kept.decode("utf-8", errors="replace")
@@ -63,6 +68,7 @@ class Capture:
                 await app(scope, receive, send)
                 return
             bodies = self._live[request_id] = _Bodies()
+            TRANSCRIPT.set(bodies.tool_calls)  # this request's task and what it awaits
 
             async def receive_keeping() -> Message:
                 message = await receive()
@@ -85,10 +91,12 @@ class Capture:
                 del self._live[request_id]
                 if bodies.on:
                     redact = current_redactor().redact
+                    calls = bodies.tool_calls
                     self._store.capture(
                         request_id,
                         redact(bodies.text(bodies.request, bodies.request_bytes)),
                         redact(bodies.text(bodies.response, bodies.response_bytes)),
+                        redact(json.dumps(calls, indent=1)[:CAPTURE_LIMIT]) if calls else None,
                     )
 
         return middleware

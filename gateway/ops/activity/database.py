@@ -31,6 +31,7 @@ CREATE TABLE IF NOT EXISTS samples (
 );
 CREATE INDEX IF NOT EXISTS samples_by_ts ON samples (ts);
 CREATE TABLE IF NOT EXISTS captures (request_id TEXT PRIMARY KEY, request TEXT, response TEXT);
+CREATE TABLE IF NOT EXISTS tool_captures (request_id TEXT PRIMARY KEY, calls TEXT);
 CREATE TABLE IF NOT EXISTS benchmarks (
     id INTEGER PRIMARY KEY, ts REAL, model TEXT, settings TEXT, results TEXT
 );

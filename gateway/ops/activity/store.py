@@ -70,9 +70,12 @@ class ActivityStore:
         """Each model's (id, queue depth, running, memory bytes) at `ts`, for the plots."""
         self._writer.sample(ts, runners)
 
-    def capture(self, request_id: str, request: str, response: str) -> None:
-        """A request's bodies (already redacted): only for models with `capture: true`."""
-        self._writer.capture(request_id, request, response)
+    def capture(
+        self, request_id: str, request: str, response: str, tools: str | None = None
+    ) -> None:
+        """A request's bodies and the MCP calls the gateway made for it (already redacted):
+        only for models with `capture: true`."""
+        self._writer.capture(request_id, request, response, tools)
 
     @property
     def dropped(self) -> int:
@@ -111,7 +114,8 @@ class ActivityStore:
         """A request's row (with `capture`, its bodies, where kept) and its event trail."""
         rows = self.query(
             "SELECT requests.*, captures.request AS request_body, captures.response AS "
-            "response_body FROM requests LEFT JOIN captures USING (request_id) "
+            "response_body, tool_captures.calls AS tool_calls_body FROM requests "
+            "LEFT JOIN captures USING (request_id) LEFT JOIN tool_captures USING (request_id) "
             "WHERE request_id = ?",
             (request_id,),
         )
@@ -161,7 +165,12 @@ def _row(row: sqlite3.Row) -> dict[str, Any]:
     found = dict(row)
     if "request_body" in found:
         request, response = found.pop("request_body"), found.pop("response_body")
-        found["capture"] = None if request is None else {"request": request, "response": response}
+        tools = found.pop("tool_calls_body")
+        found["capture"] = (
+            None
+            if request is None
+            else {"request": request, "response": response, "tool_calls": tools}
+        )
     found["detail"] = json.loads(found["detail"] or "{}")
     found["stream"] = None if found["stream"] is None else bool(found["stream"])
     return rates(found)

@@ -64,9 +64,10 @@ class ActivityWriter:
         """Each model's (id, queue depth, running, memory bytes) at `ts`, for the plots."""
         self._offer(("sample", ts, runners))
 
-    def capture(self, request_id: str, request: str, response: str) -> None:
-        """A request's bodies (already redacted): only for models with `capture: true`."""
-        self._offer(("capture", request_id, request, response))
+    def capture(self, request_id: str, request: str, response: str, tools: str | None) -> None:
+        """A request's bodies, and the MCP calls the gateway made for it (all already
+        redacted): only for models with `capture: true`."""
+        self._offer(("capture", request_id, request, response, tools))
 
     def _offer(self, item: tuple) -> None:
         self._queue.offer(item)
@@ -106,7 +107,7 @@ class ActivityWriter:
                 if item[0] == "sample":
                     samples += [(item[1], *runner) for runner in item[2]]
                 elif item[0] == "capture":
-                    captures.append(item[1:])
+                    captures.append(item[1:])  # (id, request, response, tools or None)
                 elif item[0] == "flush":
                     flushes.append(item[1])
                 else:
@@ -168,7 +169,13 @@ class ActivityWriter:
                 events,
             )
             db.executemany("INSERT INTO samples VALUES (?, ?, ?, ?, ?)", samples)
-            db.executemany("INSERT OR REPLACE INTO captures VALUES (?, ?, ?)", captures)
+            db.executemany(
+                "INSERT OR REPLACE INTO captures VALUES (?, ?, ?)", [c[:3] for c in captures]
+            )
+            db.executemany(
+                "INSERT OR REPLACE INTO tool_captures VALUES (?, ?)",
+                [(c[0], c[3]) for c in captures if c[3] is not None],
+            )
             if time.monotonic() - self._pruned >= self.prune_every:
                 self._prune(db)
 
@@ -190,6 +197,9 @@ class ActivityWriter:
         )
         db.execute("DELETE FROM events WHERE ts < ?", (oldest,))
         db.execute("DELETE FROM captures WHERE request_id NOT IN (SELECT request_id FROM requests)")
+        db.execute(
+            "DELETE FROM tool_captures WHERE request_id NOT IN (SELECT request_id FROM requests)"
+        )
         db.execute(
             "DELETE FROM events WHERE request_id IS NULL AND id NOT IN (SELECT id FROM events "
             "WHERE request_id IS NULL ORDER BY id DESC LIMIT ?)",

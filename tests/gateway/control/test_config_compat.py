@@ -28,7 +28,11 @@ SET = {
     "experts": "{resident: 4}",
     "adapters": f"[{{id: a1, path: {REPO / 'configs/examples/adapters/concise'}}}]",
     "steering": f"{{vector: {REPO / 'configs/examples/steering/seeded.safetensors'}}}",
+    "tools_from": "[tools]",
+    "run_tools": "true",
 }
+# What `tools_from` names, written after the models (their lines stay where they are).
+MCP = "mcp_servers:\n  - {name: tools, command: serve-tools}\n"
 
 
 def errors_of(text: str) -> list[str]:
@@ -90,7 +94,7 @@ def test_either_key_alone_is_kept(key, other):
 @pytest.mark.parametrize("key, task", OFF_TASK)
 def test_a_key_a_declared_task_does_not_take_is_refused_by_name(key, task):
     text = f"models:\n  - id: m\n    source: {SOURCE}\n    task: {task}\n    {key}: {SET[key]}\n"
-    (error,) = errors_of(text)
+    (error,) = errors_of(text + MCP)
     assert error.startswith("t.yaml:5:")
     assert f"models[0].{key}: model 'm': {MODEL_KEYS[key].why_task}" in error
 
@@ -105,8 +109,8 @@ def test_defaults_skip_a_key_for_a_task_it_does_not_apply_to(key, task):
         source: {SOURCE}
         task: {task}
     """
-    model = parse_config(textwrap.dedent(text), "t.yaml", environ={}).models[0]
-    assert getattr(model, key) in (None, "none", [])
+    model = parse_config(textwrap.dedent(text) + MCP, "t.yaml", environ={}).models[0]
+    assert getattr(model, key) in (None, "none", [], False)
 
 
 REQUIRED = [(k, e) for k, rule in MODEL_KEYS.items() for e in sorted(rule.required_by)]
@@ -146,6 +150,8 @@ VALUES = {
     "experts": {"resident": 4},
     "adapters": [{"id": "a1", "path": str(REPO / "configs/examples/adapters/concise")}],
     "steering": {"vector": str(REPO / "configs/examples/steering/seeded.safetensors")},
+    "tools_from": ["tools"],
+    "run_tools": True,
 }
 FOUND_AT_LOAD = [(k, t) for k, rule in MODEL_KEYS.items() for t in TASKS if t not in rule.tasks]
 
@@ -156,9 +162,10 @@ def test_a_task_found_at_load_refuses_what_the_table_does_not_give_it(key, task)
     with pytest.raises(ModelUnavailable) as refused:
         refuse_off_task(model, task)
     shown = f"{key}: {VALUES[key]}" if isinstance(VALUES[key], str) else key
+    # "an MLX text model" -> "MLX text models"; a chat key: "... or vision models"
+    kinds = " or ".join(TASKS[t].split(" ", 1)[1] + "s" for t in sorted(MODEL_KEYS[key].tasks))
     assert refused.value.message == (
-        f"model 'v' is {TASKS[task]}: `{shown}` applies to MLX text models only; remove it "
-        "from this model"
+        f"model 'v' is {TASKS[task]}: `{shown}` applies to {kinds} only; remove it from this model"
     )
 
 

@@ -40,6 +40,8 @@ VALUES = {
     "task": "embed",
     "queue": {"max_depth": 3},
     "capture": True,
+    "tools_from": ["tools"],
+    "run_tools": True,
     "script": {"reply": "x"},
     "hf_token": "t",
     "vision": {"max_pixels": 100},
@@ -65,7 +67,10 @@ def model_of(engine: str) -> dict:
 def parse(doc: dict):
     # What `draft` names; remote, so `defaults:` never give it a draft of its own.
     other = {**model_of("upstream"), "id": "other"}
-    text = yaml.safe_dump({**doc, "models": [*doc["models"], other]}, sort_keys=False)
+    # What `tools_from` names.
+    servers = [{"name": "tools", "command": "serve-tools"}]
+    models = [*doc["models"], other]
+    text = yaml.safe_dump({**doc, "models": models, "mcp_servers": servers}, sort_keys=False)
     return parse_config(text, "t.yaml", environ={})
 
 

@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from engines.errors import ConfigInvalid
-from gateway.control.config import parse_config
+from gateway.control.config import parse_config, summarize
 
 MODELS = """
 models:
@@ -93,3 +93,27 @@ def test_a_wrong_entry_is_refused_with_its_line_and_column(text: str, expected: 
     where = ":".join(expected.split(":")[:3]) + ":"
     message = expected[len(where) :].strip()
     assert any(e.startswith(where) and message in e for e in found), found
+
+
+def test_tools_from_must_name_declared_servers():
+    text = (
+        "mcp_servers:\n  - {name: a, command: x}\n"
+        "models:\n  - {id: m, engine: scripted, tools_from: [a, nope], run_tools: true}\n"
+    )
+    with pytest.raises(ConfigInvalid) as info:
+        parse_config(text, "t.yaml", environ={})
+    assert any(
+        e.startswith("t.yaml:4:47:") and "'nope' names no MCP server (declared: a)" in e
+        for e in info.value.errors
+    ), info.value.errors
+    fine = text.replace(", nope", "")
+    config = parse_config(fine, "t.yaml", environ={})
+    (model,) = config.models
+    assert (model.tools_from, model.run_tools) == (["a"], True)
+    # `gateway check` says where a model's tools come from, and who makes the calls.
+    assert summarize(config)[0].endswith("tools_from=a (run)")
+
+
+def test_a_keys_run_tools_parses():
+    config = parse("server:\n  api_keys:\n    - {key: k, run_tools: false}\n")
+    assert config.server.api_keys[0].run_tools is False

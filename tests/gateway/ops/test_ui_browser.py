@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import sys
 from pathlib import Path
 
 import httpx
@@ -455,5 +456,57 @@ def test_the_figures_read_true_at_a_laptops_width(browser, gateway):
     assert box["x"] + box["width"] <= 1366, box
     for _ in stream:
         pass
+    page.close()
+    assert errors == []
+
+
+MCP_CONFIG = """
+server:
+  api_keys: ["${TEST_UI_KEY}"]
+  admin_key: ${TEST_UI_ADMIN_KEY}
+mcp_servers:
+  - {name: tools, command: PYTHON, args: [SERVER]}
+  - {name: never-starts, command: PYTHON, args: ["-c", "import time; time.sleep(60)"], start_timeout: 1s}
+models:
+  - id: adder
+    engine: scripted
+    tools_from: [tools]
+    run_tools: true
+    capture: true
+    script: {replies: ['<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>', '5.']}
+"""
+
+
+def test_the_overview_shows_the_mcp_servers_state_and_activity_the_calls(browser, start_gateway):
+    server = Path(__file__).parents[1] / "mcp" / "tool_server.py"
+    text = MCP_CONFIG.replace("PYTHON", sys.executable).replace("SERVER", str(server))
+    gateway = start_gateway(text, env={"TEST_UI_KEY": KEY, "TEST_UI_ADMIN_KEY": ADMIN})
+    page, errors = open_page(browser, gateway, ADMIN)
+    # Declared, not yet used: idle, no tools listed.
+    tools = page.locator("tr[data-mcp-server=tools] td")
+    expect(tools.nth(2)).to_have_text("idle")
+    expect(tools.nth(3)).to_have_text("–")
+    # Listing the tools starts both: one runs with its 6 tools, one never starts.
+    listed = httpx.get(
+        f"{gateway.url}/v1/mcp/tools", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30
+    ).json()
+    assert [e["server"] for e in listed["errors"]] == ["never-starts"]
+    page.reload()
+    expect(tools.nth(1)).to_have_text("stdio")
+    expect(tools.nth(2)).to_have_text("running", timeout=10_000)
+    expect(tools.nth(3)).to_have_text("6")
+    never = page.locator("tr[data-mcp-server=never-starts] td")
+    expect(never.nth(2)).to_have_text("failed")
+    expect(never.nth(5)).to_contain_text("did not start within 1s")
+    # A captured request's MCP call (arguments and result) under its bodies.
+    made = gateway.openai(KEY).chat.completions.with_raw_response.create(
+        model="adder", messages=[{"role": "user", "content": "2 + 3?"}]
+    )
+    page.click("#tab-activity")
+    row = page.locator(f"tr[data-rid={made.headers['x-request-id']}]")
+    row.focus()
+    page.keyboard.press("Enter")
+    expect(page.locator("#capture-tools")).to_contain_text('"tool": "add"')
+    expect(page.locator("#capture-tools")).to_contain_text('"result": "5"')
     page.close()
     assert errors == []
