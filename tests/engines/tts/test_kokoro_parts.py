@@ -102,3 +102,36 @@ def test_a_cancelled_speech_stops_at_the_next_piece(engine):
     spoken = engine.speak(asked, chunks.append, cancelled=lambda: bool(chunks))
     assert spoken.segments == 1 and spoken.audio_seconds > 0
     assert len(b"".join(chunks)) == round(spoken.audio_seconds * RATE) * 2
+
+
+def test_hf_source_fetches_the_kokoro_layout(kokoro, tmp_path, monkeypatch):
+    """`source: hf:prince-canuma/Kokoro-82M` against a local stand-in for the Hub in that
+    repository's layout: the weights and voice packs come, the README does not, and the
+    snapshot is a Kokoro source."""
+    from hub_server import FakeHub, Repo
+
+    from engines.sources.hub import fetch
+
+    commit = "c" * 40
+    files = {
+        "config.json": kokoro / "config.json",
+        "kokoro-v1_0.safetensors": kokoro / "kokoro-demo.safetensors",
+        "README.md": kokoro / "config.json",
+        **{f"voices/{p.name}": p for p in (kokoro / "voices").iterdir()},
+    }
+    repos = {"prince-canuma/Kokoro-82M": Repo({commit: files}, {"main": commit})}
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    with FakeHub(repos) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        snapshot = fetch("k", "hf:prince-canuma/Kokoro-82M")
+        got = {
+            path.split("/resolve/", 1)[-1].split("/", 1)[-1] for path, _ in hub.file_requests("GET")
+        }
+    assert got == set(files) - {"README.md"}
+    assert check_source("k", "hf:prince-canuma/Kokoro-82M") == snapshot.path
+    config = ModelConfig(id="k", source="hf:prince-canuma/Kokoro-82M")
+    assert infer_task(config, None) == "speech"
+    assert [v.name for v in KokoroEngine(config, None).voices()] == ["af_heart", "bf_emma"]
