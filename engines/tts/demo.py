@@ -27,6 +27,24 @@ _SYMBOLS = (
 )
 
 
+def full_size_config() -> dict:
+    """Kokoro-82M's own dimensions (12-layer ALBERT of 768, three predictor layers, three
+    resblock kernels, 50 duration bins): for measuring, not for tests."""
+    config = kokoro_config()
+    config["istftnet"]["resblock_kernel_sizes"] = [3, 7, 11]
+    config["istftnet"]["resblock_dilation_sizes"] = [[1, 3, 5]] * 3
+    config["plbert"] = {
+        "hidden_size": 768,
+        "num_attention_heads": 12,
+        "intermediate_size": 2048,
+        "max_position_embeddings": 512,
+        "num_hidden_layers": 12,
+        "dropout": 0.1,
+    }
+    config.update(n_layer=3, max_dur=50)
+    return config
+
+
 def kokoro_config() -> dict:
     vocab = {s: i + 1 for i, s in enumerate(dict.fromkeys(_SYMBOLS))}
     return {
@@ -67,7 +85,9 @@ def kokoro_config() -> dict:
     }
 
 
-def build_kokoro(directory: Path, voices: tuple[str, ...] = VOICES) -> Path:
+def build_kokoro(
+    directory: Path, voices: tuple[str, ...] = VOICES, config: dict | None = None
+) -> Path:
     """Write the demo Kokoro into `directory` (created) and return it. Each weight is stored
     in the form Kokoro's `sanitize` turns into its MLX layout (a checkpoint's PyTorch
     layout), so loading it runs the same path a real checkpoint does."""
@@ -77,7 +97,7 @@ def build_kokoro(directory: Path, voices: tuple[str, ...] = VOICES) -> Path:
     from mlx_audio.tts.models.kokoro.kokoro import Model, ModelConfig
 
     directory.mkdir(parents=True, exist_ok=True)
-    config = kokoro_config()
+    config = config or kokoro_config()
     mx.random.seed(SEED)
     model = Model(ModelConfig.from_dict(config))
     # mlx-audio's weight-normed convs start with every direction at ones (a checkpoint
