@@ -16,8 +16,11 @@ from schemas.canonical import (
     Output,
     Reranked,
     RerankRequest,
+    SpeechRequest,
+    Spoken,
     Transcribed,
     TranscribeRequest,
+    Voice,
 )
 from schemas.events.models import SteeringAnnounced
 
@@ -51,7 +54,7 @@ class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
     The runner refuses what an engine cannot do before it queues: a chat request to an
     engine without `chat`, an embedding to one without `embed`, image parts to one that
     does not read `images`, a rerank to one without `rerank`, audio to one without
-    `transcribe`.
+    `transcribe`, text to read aloud to one without `speech`.
     """
 
     chat: bool = True
@@ -61,16 +64,20 @@ class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
     rerank: bool = False
     # Speech to text: an audio file in, its transcript out (the audio routes).
     transcribe: bool = False
+    # Text to speech: text in, audio out, chunk by chunk (`POST /v1/audio/speech`).
+    speech: bool = False
 
     @property
     def task(self) -> str:
         """What the model listings report: "embed" for an embedding-only engine, "rerank"
-        for a reranker that neither chats nor embeds, "transcribe" for speech to text, else
-        "chat"."""
+        for a reranker that neither chats nor embeds, "transcribe" for speech to text,
+        "speech" for text to speech, else "chat"."""
         if self.chat:
             return "chat"
         if self.transcribe:
             return "transcribe"
+        if self.speech:
+            return "speech"
         return "embed" if self.embed else "rerank" if self.rerank else "chat"
 
 
@@ -123,6 +130,21 @@ class Engine(Protocol):
     ) -> Transcribed:
         """The audio's transcript, whole (only where `capabilities.transcribe`);
         `on_segment`, where given, hears each segment's text as soon as it is decoded."""
+        ...
+
+    def speak(
+        self,
+        request: SpeechRequest,
+        on_chunk: Callable[[bytes], None],
+        cancelled: Callable[[], bool],
+    ) -> Spoken:
+        """Read `request.text` aloud (only where `capabilities.speech`): each piece of
+        encoded audio goes to `on_chunk` as soon as it is made; stops early once
+        `cancelled()`."""
+        ...
+
+    def voices(self) -> list[Voice]:
+        """The voices `speak` reads in (only where `capabilities.speech`)."""
         ...
 
     def reasons(self) -> bool:

@@ -48,6 +48,10 @@ def make_engine(
         from engines.speech.engine import WhisperEngine
 
         return WhisperEngine(model, base_dir)
+    if task == "speech":
+        from engines.tts.engine import KokoroEngine
+
+        return KokoroEngine(model, base_dir)
     if reads_images(model, base_dir):
         from engines.vision.engine import VisionEngine
 
@@ -71,7 +75,12 @@ def reads_images(model: ModelConfig, base_dir: Path | None) -> bool:
     """Whether the model's checkpoint declares a vision tower (`vision_config`): such a
     model is served by the vision engine on mlx-vlm. Only config.json is read."""
     config = _checkpoint_config(model, base_dir)
-    return bool(config.get("vision_config")) and model.task not in ("embed", "rerank", "transcribe")
+    return bool(config.get("vision_config")) and model.task not in (
+        "embed",
+        "rerank",
+        "transcribe",
+        "speech",
+    )
 
 
 def _checkpoint_config(model: ModelConfig, base_dir: Path | None) -> dict:
@@ -87,14 +96,15 @@ def _checkpoint_config(model: ModelConfig, base_dir: Path | None) -> dict:
 
 def infer_task(model: ModelConfig, base_dir: Path | None) -> str:
     """`task` when the config says; else "embed" for an embedding architecture, "rerank" for
-    a cross-encoder's, "transcribe" for a Whisper checkpoint (MLX or CTranslate2), else
-    "chat".
+    a cross-encoder's, "transcribe" for a Whisper checkpoint (MLX or CTranslate2), "speech"
+    for a Kokoro checkpoint, else "chat".
 
     Only a model directory's config.json is read (cheap); a .gguf is a chat model, and a
     source that cannot be read is left for the load to report, for this model alone.
     """
     from engines.embed.engine import EMBEDDING_ARCHITECTURES
     from engines.rerank.cross_encoder import CROSS_ENCODER_ARCHITECTURES
+    from engines.sources.kokoro_dir import KOKORO_KEYS
 
     if model.task is not None:
         return model.task
@@ -109,6 +119,8 @@ def infer_task(model: ModelConfig, base_dir: Path | None) -> str:
         return "chat"
     if config.get("model_type") == "whisper" or "alignment_heads" in config:
         return "transcribe"  # an MLX Whisper's dimensions, or a CTranslate2 Whisper's config
+    if all(k in config for k in KOKORO_KEYS):
+        return "speech"  # a Kokoro checkpoint
     architectures = config.get("architectures") or []
     if EMBEDDING_ARCHITECTURES.intersection(architectures):
         return "embed"

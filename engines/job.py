@@ -19,6 +19,8 @@ from schemas.canonical import (
     ReasoningDelta,
     Reranked,
     RerankRequest,
+    SpeechRequest,
+    Spoken,
     TextDelta,
     ToolCallOutput,
     Transcribed,
@@ -34,7 +36,7 @@ class Job:
 
     def __init__(
         self,
-        request: ChatRequest | EmbedRequest | RerankRequest | TranscribeRequest,
+        request: ChatRequest | EmbedRequest | RerankRequest | TranscribeRequest | SpeechRequest,
         meter: Meter | None = None,
     ) -> None:
         self.request = request
@@ -60,7 +62,7 @@ class Job:
         last one brings the count to the engine's own total (prompt + completion)."""
         if self._meter is None or self.client.key is None:
             return
-        if isinstance(output, Finished | Embedded | Reranked | Transcribed):
+        if isinstance(output, Finished | Embedded | Reranked | Transcribed | Spoken):
             made = getattr(output, "new_tokens", 0)
             tokens = max(0, output.prompt_tokens + made - self._spent)
         elif isinstance(output, TextDelta | ReasoningDelta | ToolCallOutput):

@@ -25,6 +25,7 @@ from gateway import model_list
 from gateway.anthropic import errors as anthropic_errors
 from gateway.anthropic import messages as anthropic_messages
 from gateway.audio import routes as audio_routes
+from gateway.audio import speech as speech_routes
 from gateway.batches import files as batch_files
 from gateway.batches import routes as batch_routes
 from gateway.batches.runner import BatchRunner
@@ -203,6 +204,7 @@ def create_app(
             *ollama_embed.ROUTES,
             *rerank_routes.ROUTES,
             *audio_routes.ROUTES,
+            *speech_routes.ROUTES,
             *health.ROUTES,
             *admin.ROUTES,
             *admin_batches.ROUTES,

@@ -1,6 +1,7 @@
 """OpenAI's audio routes on the wire: `POST /v1/audio/transcriptions` and
 `/v1/audio/translations` take a multipart form (its fields are read by
-gateway/audio/form.py); these are the JSON answers."""
+gateway/audio/form.py); these are the JSON answers. `POST /v1/audio/speech` takes JSON
+(`SpeechBody`) and answers audio, or SSE events; `GET /v1/audio/voices` lists voices."""
 
 from __future__ import annotations
 
@@ -89,3 +90,73 @@ class TranscriptTextDone(msgspec.Struct, frozen=True, tag_field="type", tag="tra
 
     text: str
     usage: DurationUsage
+
+
+# Text to speech: `POST /v1/audio/speech` takes JSON.
+SPEECH_FORMATS: tuple[str, ...] = ("mp3", "opus", "aac", "flac", "wav", "pcm")
+MAX_SPEECH_INPUT = 4096  # characters, as OpenAI bounds `input`
+SPEECH_CONTENT_TYPES = {
+    "mp3": "audio/mpeg",
+    "opus": "audio/ogg",  # Opus in Ogg pages
+    "aac": "audio/aac",  # ADTS frames
+    "flac": "audio/flac",
+    "wav": "audio/wav",
+    "pcm": "audio/pcm",  # signed 16-bit little-endian, mono, at the model's rate
+}
+
+
+class VoiceId(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A voice named as an object (`{"id": "af_heart"}`), as the SDK sends a custom one."""
+
+    id: str
+
+
+class SpeechBody(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """OpenAI's speech request; a field it does not define is refused by name."""
+
+    model: str
+    input: str
+    voice: str | VoiceId
+    response_format: Literal["mp3", "opus", "aac", "flac", "wav", "pcm"] = "mp3"
+    speed: float = 1.0
+    stream_format: Literal["audio", "sse"] = "audio"
+    instructions: str | None = None
+
+    @property
+    def voice_name(self) -> str:
+        return self.voice if isinstance(self.voice, str) else self.voice.id
+
+
+class SpeechUsage(msgspec.Struct, frozen=True):
+    """`speech.audio.done`'s usage: phoneme ids read in, duration frames predicted out."""
+
+    input_tokens: int
+    output_tokens: int
+    total_tokens: int
+
+
+class SpeechAudioDelta(msgspec.Struct, frozen=True, tag_field="type", tag="speech.audio.delta"):
+    """`stream_format: sse`: the next piece of audio, base64, in `response_format`."""
+
+    audio: str
+
+
+class SpeechAudioDone(msgspec.Struct, frozen=True, tag_field="type", tag="speech.audio.done"):
+    """`stream_format: sse`: the last event, what the speech cost."""
+
+    usage: SpeechUsage
+
+
+class VoiceEntry(msgspec.Struct, frozen=True):
+    """One voice of `GET /v1/audio/voices`: its name, the model that reads it, the language
+    its text is phonemized in."""
+
+    id: str
+    model: str
+    language: str
+    object: str = "voice"
+
+
+class VoiceList(msgspec.Struct, frozen=True):
+    data: list[VoiceEntry]
+    object: str = "list"

@@ -272,6 +272,20 @@ class TranscribeRequest(msgspec.Struct, frozen=True, kw_only=True):
     client: Client = NO_CLIENT
 
 
+SpeechFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
+
+
+class SpeechRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """Text to speech (`POST /v1/audio/speech`): the text, the voice it is read in, how fast,
+    and the encoding of the audio that comes back (chunk by chunk, as it is generated)."""
+
+    text: str
+    voice: str
+    speed: float = 1.0  # 0.25 to 4: durations divided by it
+    response_format: SpeechFormat = "mp3"
+    client: Client = NO_CLIENT
+
+
 StopReason = Literal["stop", "length", "stop_string", "tool_calls", "cancelled"]
 
 
@@ -372,6 +386,32 @@ class Transcribed(msgspec.Struct, frozen=True, kw_only=True, tag="transcribed"):
     prompt_tokens: int = 0  # Whisper reads audio, not tokens: usage counts its seconds
 
 
+class Voice(msgspec.Struct, frozen=True):
+    """A voice a speech model reads in, and the language its text is phonemized in."""
+
+    name: str
+    language: str
+
+
+class AudioChunk(msgspec.Struct, frozen=True, tag="audio"):
+    """The next bytes of a speech answer's encoded audio (a sentence's, as it is made)."""
+
+    data: bytes
+
+
+class Spoken(msgspec.Struct, frozen=True, kw_only=True, tag="spoken"):
+    """A speech answer's end: what it made and what it cost."""
+
+    audio_seconds: float  # the audio generated
+    sample_rate: int
+    seconds: float  # phonemizing, generating and encoding it
+    input_tokens: int  # phoneme ids the model read
+    output_tokens: int  # duration frames it predicted (Kokoro: 40 a second of audio)
+    segments: int  # the pieces it was made in (a sentence, or part of a long one)
+    prompt_tokens: int = 0  # per-key limits count tokens; speech spends none of a chat's
+    new_tokens: int = 0
+
+
 Output = (
     TextDelta
     | ReasoningDelta
@@ -383,4 +423,6 @@ Output = (
     | Embedded
     | Reranked
     | Transcribed
+    | AudioChunk
+    | Spoken
 )

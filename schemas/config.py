@@ -484,7 +484,7 @@ WeightsHeld = Literal["auto", "stored"]
 # in a child process with a GIL of its own (engines/llm/isolated.py).
 Isolation = Literal["none", "process"]
 # What an MLX model serves, when its config says (else inferred from its architecture).
-Task = Literal["chat", "embed", "rerank", "transcribe"]
+Task = Literal["chat", "embed", "rerank", "transcribe", "speech"]
 # Requests decoded together: `auto` sizes it at load (engines/mlx/sizing.py `streams`), a
 # number fixes it, `1` is strictly serial.
 Concurrency = PositiveInt | Literal["auto"]

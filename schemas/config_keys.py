@@ -18,13 +18,15 @@ from schemas.config import EngineKind, ModelConfig
 # `vision` (a chat model whose checkpoint has a vision tower: found at load, never declared),
 # `embed` (`task: embed`, or an embedding architecture found at load) and `rerank` (`task:
 # rerank`, or a cross-encoder's architecture found at load) and `transcribe` (`task:
-# transcribe`, or a Whisper checkpoint found at load).
+# transcribe`, or a Whisper checkpoint found at load) and `speech` (`task: speech`, or a
+# Kokoro checkpoint found at load).
 TASKS = {
     "chat": "an MLX text model",
     "vision": "a vision model",
     "embed": "an embedding model",
     "rerank": "a reranking model",
     "transcribe": "a speech-to-text model",
+    "speech": "a text-to-speech model",
 }
 
 

@@ -30,7 +30,13 @@ from engines.base import Engine
 from engines.errors import BadRequest, QueueFull, QueueTimeout
 from engines.job import Job
 from engines.log import emit
-from schemas.canonical import ChatRequest, EmbedRequest, RerankRequest, TranscribeRequest
+from schemas.canonical import (
+    ChatRequest,
+    EmbedRequest,
+    RerankRequest,
+    SpeechRequest,
+    TranscribeRequest,
+)
 from schemas.config import ModelConfig, seconds
 from schemas.events import RequestQueued
 
@@ -128,7 +134,7 @@ class AdmissionQueue:
 def refuse_unable(
     engine: Engine,
     model_id: str,
-    request: ChatRequest | EmbedRequest | RerankRequest | TranscribeRequest,
+    request: ChatRequest | EmbedRequest | RerankRequest | TranscribeRequest | SpeechRequest,
 ) -> None:
     """`BadRequest`, before the request queues, for what the engine cannot do (its
     `capabilities`): a chat for an embedding model, an embedding for a chat model. (Images
@@ -153,11 +159,20 @@ def refuse_unable(
                 "transcribe audio: send audio to a `task: transcribe` model (Whisper)"
             )
         return
+    if isinstance(request, SpeechRequest):
+        if not engine.capabilities.speech:
+            raise BadRequest(
+                f"model {model_id!r} is a {engine.capabilities.task} model; it does not "
+                "speak: send text to read aloud to a `task: speech` model (Kokoro)"
+            )
+        return
     if not engine.capabilities.chat:
         embeds = engine.capabilities.embed
         kind, send = ("an embedding", "embedding") if embeds else ("a reranking", "rerank")
         if engine.capabilities.transcribe:
             kind, send = ("a speech-to-text", "audio transcription")
+        if engine.capabilities.speech:
+            kind, send = ("a text-to-speech", "speech (/v1/audio/speech)")
         raise BadRequest(
             f"model {model_id!r} is {kind} model; it does not generate text: "
             f"send it {send} requests"

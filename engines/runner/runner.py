@@ -35,6 +35,8 @@ from schemas.canonical import (
     PromptRead,
     Reranked,
     RerankRequest,
+    SpeechRequest,
+    Spoken,
     Transcribed,
     TranscribeRequest,
 )
@@ -248,7 +250,8 @@ class Runner:
         self._loader.bind(self._loop, context, after)
 
     def submit(
-        self, request: ChatRequest | EmbedRequest | RerankRequest | TranscribeRequest
+        self,
+        request: ChatRequest | EmbedRequest | RerankRequest | TranscribeRequest | SpeechRequest,
     ) -> Job:
         """Put a request at the back of the line, or refuse it at once (the admission
         order: engines/runner/admission.py)."""
@@ -301,7 +304,7 @@ class Runner:
                 if job.taken is not None:  # back for more: the first token's frame is out
                     job.taken.set()
                     job.taken = None
-                if isinstance(item, Finished | Embedded | Reranked | Transcribed):
+                if isinstance(item, Finished | Embedded | Reranked | Transcribed | Spoken):
                     return
         finally:
             if job.taken is not None:

@@ -27,6 +27,7 @@ from engines.errors import EngineFailed, ModelUnavailable
 from engines.job import Job, Pace, on_their_way
 from engines.log import emit
 from schemas.canonical import (
+    AudioChunk,
     ChatRequest,
     Embedded,
     EmbedRequest,
@@ -35,6 +36,8 @@ from schemas.canonical import (
     ReasoningDelta,
     Reranked,
     RerankRequest,
+    SpeechRequest,
+    Spoken,
     TextDelta,
     ToolCallOutput,
     Transcribed,
@@ -303,6 +306,19 @@ class ModelThread:
         )
 
     def _admit(self, batch: Batch, job: Job) -> None:
+        if isinstance(job.request, SpeechRequest):
+            # Read aloud whole, each piece of audio handed out as it is made; a client that
+            # left stops it at the next piece.
+            try:
+                spoken = self._engine.speak(
+                    job.request,
+                    on_chunk=lambda data: self._deliver(job, AudioChunk(data=data)),
+                    cancelled=job.is_cancelled,
+                )
+                self._deliver(job, spoken)
+            except Exception as error:
+                self._deliver(job, error)
+            return
         if isinstance(job.request, EmbedRequest | RerankRequest | TranscribeRequest):
             # One call answers it whole: it never joins the batch.
             call = (
@@ -337,16 +353,16 @@ class ModelThread:
         """Post one output to its job's channel; the last one also frees the job's slot."""
         post = self._loop.call_soon_threadsafe
         if (
-            isinstance(output, TextDelta | ReasoningDelta | ToolCallOutput)
+            isinstance(output, TextDelta | ReasoningDelta | ToolCallOutput | AudioChunk)
             and not job.first_token_at
         ):
             job.first_token_at = time.perf_counter()
-        if isinstance(output, Finished | Embedded | Reranked | Transcribed):
+        if isinstance(output, Finished | Embedded | Reranked | Transcribed | Spoken):
             # Reported even when nobody reads on (client gone): ops see what it cost.
             post(self._report, job, output, context=job.context)
         post(job.spend, output)
         post(job.outputs.put_nowait, output)
-        if isinstance(output, Finished | Embedded | Reranked | Transcribed | Exception):
+        if isinstance(output, Finished | Embedded | Reranked | Transcribed | Spoken | Exception):
             self._in_batch.discard(job)
             post(self._finished_one)
 
@@ -386,9 +402,21 @@ class ModelThread:
             if isinstance(output, Finished | Exception):
                 self._finished_one()
 
-    def _report(self, job: Job, done: Finished | Embedded | Reranked | Transcribed) -> None:
-        documents, audio_seconds, rtf = 0, 0.0, None
-        if isinstance(done, Transcribed):
+    def _report(
+        self, job: Job, done: Finished | Embedded | Reranked | Transcribed | Spoken
+    ) -> None:
+        documents, audio_seconds, audio_out, rtf = 0, 0.0, 0.0, None
+        if isinstance(done, Spoken):
+            reason, audio_out = "spoken", round(done.audio_seconds, 3)
+            rtf = round(done.seconds / done.audio_seconds, 4) if done.audio_seconds else None
+            done = Finished(
+                stop_reason="stop",
+                prompt_tokens=0,  # phonemes and frames are not tokens: the token
+                new_tokens=0,  # metrics (and tok/s) stay the text models'
+                prefill_s=0.0,
+                decode_s=done.seconds,
+            )
+        elif isinstance(done, Transcribed):
             reason, audio_seconds = "transcribed", round(done.audio_seconds, 3)
             rtf = round(done.seconds / done.audio_seconds, 4) if done.audio_seconds else None
             done = Finished(
@@ -438,6 +466,7 @@ class ModelThread:
                 accepted_tokens=done.accepted_tokens,
                 documents=documents,
                 audio_seconds=audio_seconds,
+                audio_out_seconds=audio_out,
                 real_time_factor=rtf,
                 expert_hits=experts.hits if experts else 0,
                 expert_misses=experts.misses if experts else 0,
@@ -456,7 +485,7 @@ class ModelThread:
 
 
 def truncated_messages(
-    request: ChatRequest | EmbedRequest | RerankRequest | TranscribeRequest,
+    request: ChatRequest | EmbedRequest | RerankRequest | TranscribeRequest | SpeechRequest,
 ) -> int:
     """Messages an overflow policy cut from a chat; an embedding, a rerank or a
     transcription has none."""

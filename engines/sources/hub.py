@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 from engines.errors import SourceError
 from engines.sources.hub_client import Progress, describe_failure, meter
+from engines.sources.kokoro_dir import check_kokoro_dir, is_kokoro_dir
 from engines.sources.layout import check_model_dir
 
 HUB_PREFIX = "hf:"
@@ -28,10 +29,14 @@ COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _REVISION = re.compile(r"^[A-Za-z0-9][\w.\-/]*$")  # becomes a path under the cache's refs/
 # What the engines read: config, tokenizer files, chat template, safetensors weights and
-# their index (mlx-lm's own list, without its *.py: no remote code runs here).
+# their index (mlx-lm's own list, without its *.py: no remote code runs here); and a Kokoro
+# repository's weights and voice packs (prince-canuma/Kokoro-82M: kokoro-v1_0.safetensors,
+# voices/*.safetensors), named so no other repository's extra weights come along.
 ALLOW_PATTERNS = (
     "*.json",
     "model*.safetensors",
+    "kokoro*.safetensors",
+    "voices/*.safetensors",
     "*.jinja",
     "*.txt",
     "*.jsonl",
@@ -142,6 +147,9 @@ def model_dir_problem(model_id: str, path: Path) -> str | None:
     import json
 
     try:
+        if is_kokoro_dir(path):
+            check_kokoro_dir(model_id, path)
+            return None
         check_model_dir(model_id, path)
         index = path / "model.safetensors.index.json"
         if index.is_file():

@@ -1,8 +1,9 @@
 """Model sources: turn a config's `source:` string into a directory `mlx_lm.load` opens.
 
 Four forms: a directory in MLX/Hugging Face layout (or a CTranslate2 Whisper directory,
-faster-whisper's `model.bin`, converted once and cached), a `.gguf` file (converted once and
-cached), `package:MODULE/RESOURCE` for a file shipped inside an installed package, and
+faster-whisper's `model.bin`, converted once and cached; or a Kokoro directory, read as
+is), a `.gguf` file (converted once and cached), `package:MODULE/RESOURCE` for a file
+shipped inside an installed package, and
 `hf:ORG/REPO[/FILE.gguf][@REVISION]` read from the Hugging Face cache (`engines.sources.hub`
 downloads it first: the runner before a load, `gateway pull` ahead of time).
 Every failure is a `SourceError` naming the model, the path and one reason.
@@ -20,6 +21,7 @@ from engines.sources.ct2_whisper import is_ct2_whisper
 from engines.sources.gguf import convert_gguf
 from engines.sources.gguf_check import check_gguf
 from engines.sources.hub import HUB_PREFIX, locate
+from engines.sources.kokoro_dir import check_kokoro_dir, is_kokoro_dir
 from engines.sources.layout import check_model_dir
 
 PACKAGE_PREFIX = "package:"
@@ -75,6 +77,8 @@ def check_source(model_id: str, source: str, *, base_dir: Path | None = None) ->
     if path.is_dir():
         if is_ct2_whisper(path):
             check_ct2_dir(model_id, path)
+        elif is_kokoro_dir(path):
+            check_kokoro_dir(model_id, path)
         else:
             check_model_dir(model_id, path)
     elif not path.is_file():

@@ -33,7 +33,7 @@ def capabilities(generation: Generation, model: ModelConfig) -> list[str]:
     task = task_of(generation, model)
     if task == "embed":
         return ["embedding"]
-    if task in ("rerank", "transcribe"):
+    if task in ("rerank", "transcribe", "speech"):
         return []  # Ollama names no reranking or speech capability
     thinking = ["thinking"] if reasons(generation, model) else []
     return [

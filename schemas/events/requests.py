@@ -54,6 +54,9 @@ class Generated(Event, tag="generated"):
     # Speech to text (stop_reason "transcribed"): the clip's length, and the real-time
     # factor, seconds spent per second of audio (below 1: faster than it plays).
     audio_seconds: float = 0.0
+    # Text to speech (stop_reason "spoken"): the audio generated; real_time_factor is then
+    # seconds spent per second of audio out (its tokens are 0: it spends none).
+    audio_out_seconds: float = 0.0
     real_time_factor: float | None = None
     # `experts:`: routed experts found resident, read from disk, and the bytes read, between
     # the request's start and end (requests decoded together share their steps' look-ups).

@@ -13,6 +13,7 @@ from engines.process.engine import ProcessEngine
 from engines.rerank.engine import RerankEngine
 from engines.scripted import ScriptedEngine
 from engines.speech.engine import WhisperEngine
+from engines.tts.engine import KokoroEngine
 from engines.upstream.engine import UpstreamEngine
 from engines.vision.engine import VisionEngine
 
@@ -28,6 +29,7 @@ DECLARED = [
     (EmbeddingEngine, Capabilities(chat=False, embed=True, rerank=True)),
     (RerankEngine, Capabilities(chat=False, rerank=True)),
     (WhisperEngine, Capabilities(chat=False, transcribe=True)),
+    (KokoroEngine, Capabilities(chat=False, speech=True)),
 ]
 
 
@@ -46,6 +48,7 @@ def test_an_engine_embeds_and_reranks_only_where_it_declares_it(engine, capabili
     assert hasattr(engine, "embed") == capabilities.embed
     assert hasattr(engine, "rerank") == capabilities.rerank
     assert hasattr(engine, "transcribe") == capabilities.transcribe
+    assert hasattr(engine, "speak") == hasattr(engine, "voices") == capabilities.speech
     if capabilities.chat:
         assert all(hasattr(engine, name) for name in CHAT)
     else:
