@@ -10,9 +10,11 @@ It is configured only through its documented settings: environment variables (sl
 login, offline, the gateway as its OpenAI connection, no Ollama, no title/tag/follow-up side
 requests, which would queue behind the chat on a 2-core CPU) and its model editor's
 "Builtin Tools" capability, turned off for smollm2 through the REST call the editor makes. With
-the built-in tools on, the page sends 36 tool definitions (~25k tokens): the shipped
-`tools_overflow: drop_unused` answers that (tests/clients/test_open_webui.py), but the real
-135M model's prefill of the ~8k tokens kept takes minutes on this CPU."""
+the built-in tools on (Open WebUI's default), the page sends 36 tool definitions (~24.9k
+tokens): the shipped `tools_overflow: drop_unused` keeps those that fit, but the real 135M
+model's prefill of the ~8k tokens kept takes minutes on this CPU, so the page's default is
+tested on a scripted model with SmolLM2's window and the same policy, on a second gateway that
+Open WebUI has as its second OpenAI connection."""
 
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import REPO, free_port
+from conftest import REPO, free_port, serving
 from playwright.sync_api import sync_playwright
 from speech_clips import BECKETT, WORDS, words
 
@@ -37,7 +39,19 @@ QUESTION = "What is the capital of France?"
 SCREENSHOTS = os.environ.get("GATEWAY_SCREENSHOTS")
 
 
-def settings(gateway_url: str, data: Path) -> dict[str, str]:
+# A second gateway, for the page as it is by default: its built-in tools on. The scripted model
+# has SmolLM2's window and the shipped policy, and answers at once where SmolLM2's prefill of
+# the ~8k tokens of tools kept would take minutes.
+TOOLS_CONFIG = """
+models:
+  - id: webui-tools
+    engine: scripted
+    context: {max: 8192, tools_overflow: drop_unused}
+    script: {reply: "The capital of France is Paris."}
+"""
+
+
+def settings(gateway_urls: list[str], data: Path) -> dict[str, str]:
     """Open WebUI's own environment variables (docs.openwebui.com, env-configuration)."""
     return {
         "USE_SLIM_DOCKER": "true",  # its slim image: no local embedding, whisper or OCR models
@@ -51,8 +65,9 @@ def settings(gateway_url: str, data: Path) -> dict[str, str]:
         "HF_HUB_OFFLINE": "1",
         "ENABLE_OLLAMA_API": "false",
         "ENABLE_OPENAI_API": "true",
-        "OPENAI_API_BASE_URL": f"{gateway_url}/v1",
-        "OPENAI_API_KEY": "unused",  # the shipped config sets no api_keys
+        # Two OpenAI connections: the shipped gateway and the scripted one. Neither sets api_keys.
+        "OPENAI_API_BASE_URLS": ";".join(f"{url}/v1" for url in gateway_urls),
+        "OPENAI_API_KEYS": ";".join("unused" for _ in gateway_urls),
         "RAG_EMBEDDING_ENGINE": "openai",
         "BYPASS_EMBEDDING_AND_RETRIEVAL": "true",
         "ENABLE_TITLE_GENERATION": "false",
@@ -63,7 +78,13 @@ def settings(gateway_url: str, data: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def open_webui(shipped_gateway, tmp_path_factory):
+def tools_gateway(tmp_path_factory):
+    with serving(tmp_path_factory.mktemp("open-webui-tools"), TOOLS_CONFIG) as process:
+        yield process
+
+
+@pytest.fixture(scope="module")
+def open_webui(shipped_gateway, tools_gateway, tmp_path_factory):
     """`open-webui serve` on a port of its own; yields an httpx client signed in as its admin."""
     if not OPEN_WEBUI.exists():
         pytest.fail("Open WebUI is not installed: run ./setup.sh test (it makes .venv-webui)")
@@ -75,7 +96,7 @@ def open_webui(shipped_gateway, tmp_path_factory):
     process = subprocess.Popen(
         [str(OPEN_WEBUI), "serve", "--host", "127.0.0.1", "--port", str(port)],
         cwd=folder,
-        env={**env, **settings(shipped_gateway.url, folder / "data")},
+        env={**env, **settings([shipped_gateway.url, tools_gateway.url], folder / "data")},
         stdout=log,
         stderr=subprocess.STDOUT,
     )
@@ -120,10 +141,27 @@ def page():
         assert errors == []
 
 
+def ask(page, url: str, question: str) -> str:
+    """Open the page at `url`, type `question` into its chat box, return the reply's text."""
+    page.goto(url)
+    box = page.locator("#chat-input")
+    box.wait_for(timeout=120_000)
+    whats_new = page.get_by_role("button", name="Okay, Let's Go!")  # its release notes, once
+    if whats_new.count():
+        whats_new.click()
+    box.click()
+    page.keyboard.type(question)
+    page.keyboard.press("Enter")
+    reply = page.locator(".chat-assistant").last
+    reply.get_by_text("Paris").wait_for(timeout=300_000)
+    assert page.locator(".chat-user").last.inner_text().startswith(question)
+    return reply.inner_text()
+
+
 def test_open_webuis_models_are_the_gateways(open_webui):
     listed = open_webui.get("/api/models").json()["data"]
     by_id = {model["id"]: model for model in listed}
-    assert {"smollm2", "whisper", "minilm"} <= set(by_id)
+    assert {"smollm2", "whisper", "minilm", "webui-tools"} <= set(by_id)
     assert by_id["smollm2"]["owned_by"] == "openai"  # through its OpenAI connection: the gateway
 
 
@@ -135,19 +173,8 @@ def test_open_webuis_page_chats_with_the_embedded_smollm2(open_webui, shipped_ga
     assert created.status_code == 200, created.text
     before = len(shipped_gateway.events("generated", model="smollm2"))
 
-    page.goto(f"{open_webui.base_url}/")
-    box = page.locator("#chat-input")
-    box.wait_for(timeout=120_000)
-    whats_new = page.get_by_role("button", name="Okay, Let's Go!")  # its release notes, once
-    if whats_new.count():
-        whats_new.click()
-    box.click()
-    page.keyboard.type(QUESTION)
-    page.keyboard.press("Enter")
-    reply = page.locator(".chat-assistant").last
-    reply.get_by_text("Paris").wait_for(timeout=300_000)
-    assert "The capital of France is Paris" in reply.inner_text()
-    assert page.locator(".chat-user").last.inner_text().startswith(QUESTION)
+    reply = ask(page, f"{open_webui.base_url}/", QUESTION)
+    assert "The capital of France is Paris" in reply
 
     generated = shipped_gateway.wait_events("generated", before + 1, model="smollm2")[-1]
     assert generated["stop_reason"] == "stop" and generated["prompt_tokens"] < 200  # no tools
@@ -176,3 +203,12 @@ def test_open_webuis_speech_to_text_transcribes_through_the_gateway(open_webui, 
     assert words(answer.json()["text"]) == WORDS
     event = shipped_gateway.wait_events("generated", before + 1, model="whisper")[-1]
     assert event["stop_reason"] == "transcribed"
+
+
+def test_open_webuis_page_with_its_built_in_tools_is_answered(open_webui, tools_gateway, page):
+    reply = ask(page, f"{open_webui.base_url}/?models=webui-tools", QUESTION)
+    assert "The capital of France is Paris." in reply
+    # The page sent Open WebUI's built-in tools (36 here, ~24.9k tokens): those that fit stayed.
+    event = tools_gateway.wait_event("tools_dropped", model="webui-tools")
+    assert event["window"] == 8192 and event["prompt_tokens"] > 3 * 8192
+    assert event["kept"] > 0 and {"add_memory", "write_note", "view_chat"} <= set(event["dropped"])
