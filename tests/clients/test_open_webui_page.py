@@ -176,7 +176,9 @@ def test_open_webuis_page_chats_with_the_embedded_smollm2(open_webui, shipped_ga
     reply = ask(page, f"{open_webui.base_url}/", QUESTION)
     assert "The capital of France is Paris" in reply
 
-    generated = shipped_gateway.wait_events("generated", before + 1, model="smollm2")[-1]
+    generated = shipped_gateway.wait_events("generated", before + 1, timeout=60, model="smollm2")[
+        -1
+    ]
     assert generated["stop_reason"] == "stop" and generated["prompt_tokens"] < 200  # no tools
     folder = Path(SCREENSHOTS) if SCREENSHOTS else None
     if folder:
@@ -201,7 +203,7 @@ def test_open_webuis_speech_to_text_transcribes_through_the_gateway(open_webui, 
     answer = open_webui.post("/api/v1/audio/transcriptions", files=clip)
     assert answer.status_code == 200, answer.text
     assert words(answer.json()["text"]) == WORDS
-    event = shipped_gateway.wait_events("generated", before + 1, model="whisper")[-1]
+    event = shipped_gateway.wait_events("generated", before + 1, timeout=60, model="whisper")[-1]
     assert event["stop_reason"] == "transcribed"
 
 
@@ -209,6 +211,6 @@ def test_open_webuis_page_with_its_built_in_tools_is_answered(open_webui, tools_
     reply = ask(page, f"{open_webui.base_url}/?models=webui-tools", QUESTION)
     assert "The capital of France is Paris." in reply
     # The page sent Open WebUI's built-in tools (36 here, ~24.9k tokens): those that fit stayed.
-    event = tools_gateway.wait_event("tools_dropped", model="webui-tools")
+    event = tools_gateway.wait_event("tools_dropped", timeout=60, model="webui-tools")
     assert event["window"] == 8192 and event["prompt_tokens"] > 3 * 8192
     assert event["kept"] > 0 and {"add_memory", "write_note", "view_chat"} <= set(event["dropped"])
