@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 PYTHON=${PYTHON:-python3}
+OPEN_WEBUI=0.12.4  # tests/clients/test_open_webui_page.py runs this release
 
 if [ "$(uname -s)" = Linux ] && command -v apt-get >/dev/null; then
     # OpenBLAS: MLX's CPU wheel ships the reference BLAS; the gateway preloads this one
@@ -49,6 +50,17 @@ if [ "${1:-}" = test ]; then
     # (ClientV2.rerank, unchanged): --no-deps, or pip would take cohere back to 5.x. What it
     # imports besides (langchain-core, pydantic, pyyaml) is installed by the extra already.
     .venv/bin/python -m pip install -q --no-deps "langchain-cohere==0.6.0"
+    # Open WebUI's real server and page (tests/clients/test_open_webui_page.py), in a venv of
+    # its own so that its pins never touch ours. `pip install open-webui` pulls ~175 packages
+    # (torch, chromadb, onnxruntime, transformers: local RAG, OCR and whisper); its slim mode
+    # (USE_SLIM_DOCKER=true) imports none of them, so open-webui goes in --no-deps with the 49
+    # it does import (tests/clients/open_webui_requirements.txt): ~2 min, ~650 MB, kept across runs.
+    installed=$(.venv-webui/bin/python -m pip show open-webui 2>/dev/null | sed -n 's/^Version: //p' || true)
+    if [ "$installed" != "$OPEN_WEBUI" ]; then
+        [ -x .venv-webui/bin/python ] || "$PYTHON" -m venv .venv-webui
+        .venv-webui/bin/python -m pip install -q -r tests/clients/open_webui_requirements.txt
+        .venv-webui/bin/python -m pip install -q --no-deps "open-webui==$OPEN_WEBUI"
+    fi
     # Claude Code, the AI SDK and its providers, at the versions pinned in package-lock.json.
     (cd tests/clients/js && npm ci --no-audit --no-fund --loglevel=error)
 fi

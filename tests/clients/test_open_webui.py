@@ -8,9 +8,10 @@ real model's answer after a prefill of ~8k tokens takes minutes on a loaded 2-co
 timed out at 10 min here, so CI does not run it.)
 
 The tools (tests/clients/open_webui_tools.py) are named as Open WebUI 0.12's
-`backend/open_webui/tools/builtin.py` names them, sized as its page sends them. Open WebUI
-itself (its server and page) is not installed here: `pip install open-webui` pulls 175
-packages, torch, chromadb and onnxruntime among them (its page's browser test is left)."""
+`backend/open_webui/tools/builtin.py` names them, sized as its page sends them. Open WebUI's
+own server and page are tested in tests/clients/test_open_webui_page.py (the set its page sends
+there, with no web search, image or knowledge features configured, differs in names: memory,
+notes, automations and calendar tools; 36 too, ~24.9k tokens)."""
 
 from __future__ import annotations
 
