@@ -27,8 +27,9 @@ from schemas.canonical import (
     TranscribeRequest,
 )
 
-# Whom to tell of the tokens a key's jobs spend, as they are spent: (key label, tokens).
-Meter = Callable[[str, int], None]
+# Whom to tell of the tokens a key's jobs spend, as they are spent: (key label, tokens,
+# seconds of audio transcribed or spoken).
+Meter = Callable[[str, int, float], None]
 
 
 class Job:
@@ -62,15 +63,17 @@ class Job:
         last one brings the count to the engine's own total (prompt + completion)."""
         if self._meter is None or self.client.key is None:
             return
+        audio = 0.0
         if isinstance(output, Finished | Embedded | Reranked | Transcribed | Spoken):
             made = getattr(output, "new_tokens", 0)
             tokens = max(0, output.prompt_tokens + made - self._spent)
+            audio = getattr(output, "audio_seconds", 0.0)
         elif isinstance(output, TextDelta | ReasoningDelta | ToolCallOutput):
             tokens = 1
         else:
             return
         self._spent += tokens
-        self._meter(self.client.key, tokens)
+        self._meter(self.client.key, tokens, audio)
 
     def cancel(self) -> None:
         self._cancelled.set()

@@ -129,6 +129,8 @@ class KeyLimits(Strict):
     rpm: PositiveInt | None = None  # requests per minute
     tpm: PositiveInt | None = None  # prompt + completion tokens per minute
     concurrent: PositiveInt | None = None  # requests in flight at once
+    # Audio per minute, sliding: seconds of speech transcribed (in) and spoken (out).
+    audio_per_minute: Duration | None = None
     budget: KeyBudget | None = None
 
 

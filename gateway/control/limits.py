@@ -1,5 +1,5 @@
-"""Per-key limits: requests and tokens per minute, requests in flight, a token budget per
-period (`server.api_keys[].limits`).
+"""Per-key limits: requests, tokens and audio seconds per minute, requests in flight, a token
+budget per period (`server.api_keys[].limits`).
 
 One `KeyLimiter` per app keeps each key's counts under its label; the limits themselves are
 passed in at each check from the config of the moment, so a reload retunes a key's limits
@@ -18,7 +18,7 @@ from engines.log import emit
 from schemas.config import KeyLimits, seconds
 from schemas.events import LimitReached
 
-WINDOW_S = 60.0  # rpm and tpm count the last minute, sliding
+WINDOW_S = 60.0  # rpm, tpm and audio_per_minute count the last minute, sliding
 # Told to a client refused for `concurrent`: a request in flight ends at its own pace.
 CONCURRENT_RETRY_S = 1.0
 
@@ -29,6 +29,7 @@ class KeyUsage:
     def __init__(self) -> None:
         self.requests: deque[float] = deque()  # when each request of the last minute came
         self.tokens: deque[list[float]] = deque()  # [second, tokens] of the last minute
+        self.audio: deque[list[float]] = deque()  # [second, audio seconds] of the last minute
         self.in_flight = 0
         self.period_s = 0.0  # the budget's period, as last configured (0: no budget)
         self.period = -1  # which period `spent` counts (multiples of it since the epoch)
@@ -39,9 +40,14 @@ class KeyUsage:
             self.requests.popleft()
         while self.tokens and self.tokens[0][0] <= now - WINDOW_S:
             self.tokens.popleft()
+        while self.audio and self.audio[0][0] <= now - WINDOW_S:
+            self.audio.popleft()
 
     def tokens_used(self) -> int:
         return int(sum(n for _, n in self.tokens))
+
+    def audio_used(self) -> float:
+        return sum(n for _, n in self.audio)
 
     def budget_spent(self, wall: float) -> int:
         """Tokens spent in the budget's current period (0 at the start of a new one)."""
@@ -66,7 +72,7 @@ class KeyLimiter:
 
     def admit(self, label: str, limits: KeyLimits) -> Callable[[], None]:
         """Count a request of the key `label`, or raise `RateLimited` for the first limit it
-        is past (concurrent, rpm, tpm, budget). Returns what ends the request's slot."""
+        is past (concurrent, rpm, tpm, audio, budget). Returns what ends the request's slot."""
         usage = self._usage[label]
         now = self._clock()
         usage.forget_before(now)
@@ -92,14 +98,18 @@ class KeyLimiter:
 
         return release
 
-    def spend(self, label: str, tokens: int) -> None:
-        """`tokens` more of the key's (prompt or completion), counted as they happen."""
+    def spend(self, label: str, tokens: int, audio_seconds: float = 0.0) -> None:
+        """`tokens` more of the key's (prompt or completion), counted as they happen, and
+        the seconds of audio a finished request transcribed or spoke."""
         usage = self._usage[label]
         second = math.floor(self._clock())
-        if usage.tokens and usage.tokens[-1][0] == second:
-            usage.tokens[-1][1] += tokens
-        else:
-            usage.tokens.append([second, tokens])
+        for counts, amount in ((usage.tokens, tokens), (usage.audio, audio_seconds)):
+            if not amount:
+                continue
+            if counts and counts[-1][0] == second:
+                counts[-1][1] += amount
+            else:
+                counts.append([second, amount])
         usage.budget_spent(self._wall())  # a new period starts from nothing
         usage.spent += tokens
 
@@ -152,6 +162,17 @@ class KeyLimiter:
                 tokens and tokens.reset_s,
             ),
         ]
+        if limits.audio_per_minute is not None:
+            allowed = seconds(limits.audio_per_minute)
+            checks.append(
+                (
+                    "audio_per_minute",
+                    usage.audio_used() >= allowed,
+                    f"sent or asked for {usage.audio_used():.0f} s of audio in the last minute "
+                    f"(limits.audio_per_minute {limits.audio_per_minute})",
+                    usage.audio[0][0] + WINDOW_S - now if usage.audio else 0.0,
+                )
+            )
         if budget is not None:
             reset = (usage.period + 1) * usage.period_s - wall
             checks.append(
@@ -167,7 +188,7 @@ class KeyLimiter:
             if past:
                 if limit == "budget":
                     tokens = Allowance(budget.tokens, 0, retry)
-                elif limit in ("rpm", "tpm"):
+                elif limit in ("rpm", "tpm", "audio_per_minute"):
                     message += f"; retry in {retry:.0f}s"
                 return RateLimited(
                     f"this API key {message}",

@@ -134,5 +134,5 @@ class LimitReached(Event, tag="rate_limited"):
     """A key's request refused past one of its limits; the key is named by its label only."""
 
     key_label: str
-    limit: str  # rpm | tpm | concurrent | budget
+    limit: str  # rpm | tpm | audio_per_minute | concurrent | budget
     retry_after_s: float

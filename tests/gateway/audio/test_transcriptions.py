@@ -16,10 +16,12 @@ from conftest import serving
 from speech_clips import BECKETT, TWO_CITIES, WORDS, words
 
 KEY, ADMIN = "sk-audio-0123456789", "adm-audio-9876543210"
+METERED = "sk-audio-metered-0123"
 CONFIG = f"""
 server:
   api_keys:
     - {{key: {KEY}, label: listener, limits: {{tpm: 100000}}}}
+    - {{key: {METERED}, label: metered, limits: {{audio_per_minute: 15s}}}}
   admin_key: {ADMIN}
   fallback: echo
   limits: {{max_body_bytes: 1MiB, max_audio: 60s}}
@@ -288,3 +290,17 @@ def test_still_serving_after_the_refusals_and_counted_in_metrics(gateway, client
         r'^gateway_audio_transcribe_seconds_total\{model="whisper"\} (\S+)', metrics, re.M
     )
     assert busy and float(busy.group(1)) > 0
+
+
+def test_a_keys_audio_per_minute_counts_the_seconds_it_sent(gateway):
+    """beckett.wav is 10 s: the second clip is let in at 10 of 15 s, the third is a 429."""
+    metered = gateway.openai(api_key=METERED)
+    for _ in range(2):
+        with BECKETT.open("rb") as f:
+            assert words(metered.audio.transcriptions.create(model="whisper", file=f).text)
+    with BECKETT.open("rb") as f, pytest.raises(openai.RateLimitError) as refused:
+        metered.audio.transcriptions.create(model="whisper", file=f)
+    assert "limits.audio_per_minute 15s" in str(refused.value)
+    assert 0 < int(refused.value.response.headers["retry-after"]) <= 60
+    event = gateway.wait_event("rate_limited", key_label="metered")
+    assert event["limit"] == "audio_per_minute"
