@@ -150,6 +150,7 @@ def main() -> None:
                         fmt(got["hit_rate"] * 100 if got["hit_rate"] is not None else None, 1),
                         f"{got['memory'] / 2**20:.1f} / {whole_memory / 2**20:.1f}",
                     ])  # fmt: skip
+                    print(" | ".join(map(str, rows[-1])), flush=True)  # kept if cut off
     body = table(
         ["resident", "streams", "decode tok/s", "whole model tok/s", "ratio (spread)",
          "TTFT ms", "whole TTFT ms", "hit rate %", "MiB held / whole"],

@@ -22,7 +22,7 @@ for part in "$@"; do
     echo "== $part $(date -u +%T)"
     case $part in
     experts)
-        python3 bench/experts.py --shape a3b-12l --dtype bfloat16 --budget 8 --rounds 5 \
+        python3 bench/experts.py --shape a3b-12l --dtype bfloat16 --budget 8 --rounds ${EXPERT_ROUNDS:-5} \
             --tokens 48 --tokenizer "$S/tokenizer" 2>&1 | tee "$out/experts-a3b.log" ;;
     verify)
         model=$(one_b)
