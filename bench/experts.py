@@ -158,7 +158,7 @@ def main() -> None:
     )  # fmt: skip
     report(
         f"Experts on disk: decode and TTFT by resident fraction ({args.shape} qwen3_moe, "
-        f"{args.dtype}, {'GPU' if platform_path.get('cuda') else 'CPU'})",
+        f"{args.dtype}, {platform_path.get('device', 'cpu')})",
         body,
         platform_path=platform_path,
         load_before=load_before,

@@ -130,7 +130,9 @@ RESPONSES = {
     # An unknown id: refused by name (404 is the store's answer; this walk wants the name).
     "previous_response_id": ("found", "resp_1", None),
     "conversation": refused("conv_1"),
-    "background": refused(True),
+    "background": honoured(
+        True, "gateway/openai/test_background_responses.py", "background_is_queued_then_polled"
+    ),
     "prompt": refused({"id": "pmpt_1"}),
     "text": honoured({"format": {"type": "text"}}, CONTROLS, "json_format_holds"),
     "reasoning": honoured({"effort": "low"}, *REASONING),
