@@ -310,7 +310,10 @@ def refuse_speculation_on_cuda(model_id: str, platform) -> None:
     """On MLX's CUDA backend a verified draft costs more than the tokens it saves: on an H200
     the 1B shape decoded 0.16-0.23x as fast with prompt lookup as without, at 1, 8 and 64
     streams, though 93 % of the drafts were kept (bench/RESULTS.md, 2026-12-01). Refused at
-    load rather than run slower than asked for."""
+    load rather than run slower than asked for. The cause, measured on an H100 (2026-12-07):
+    a multi-row pass at a new key length gets a new cuDNN SDPA plan (45-54 ms against 4 ms);
+    with MLX_CUDA_USE_CUDNN_SDPA=0 it costs 4-9 ms, so the refusal can go once speculation is
+    measured that way."""
     if platform.cuda:
         raise ModelUnavailable(
             f"model {model_id!r}: `speculation` is not offered on MLX's CUDA backend (prompt "
