@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterator
 from typing import Protocol
 
+from engines.errors import BadRequest
 from schemas.canonical import ChatRequest, Finished, Output
 
 # One item of a step: whose output it is, and the output (or the error that ended it).
@@ -73,3 +74,14 @@ class SerialBatch:
             if isinstance(output, Finished | Exception):
                 del self._streams[key]
         return out
+
+
+def text_refused(refusal: str) -> SerialBatch:
+    """The batch of a model that makes no text (embed, rerank, speech to or from text): a
+    runner refuses chat before it queues; one that still lets one through meets `refusal`
+    as a 400 when it is added."""
+
+    def refuse(request: ChatRequest, cancelled: Callable[[], bool]) -> Iterator[Output]:
+        raise BadRequest(refusal)
+
+    return SerialBatch(refuse)

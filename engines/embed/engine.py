@@ -11,14 +11,13 @@ vector and the query's (in [-1, 1]), each text cut to the window as an embedding
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import msgspec
 from tokenizers import Tokenizer
 
 from engines.base import Capabilities, LoadInfo
-from engines.batch import Batch, SerialBatch
+from engines.batch import Batch, text_refused
 from engines.compat import refuse_off_task
 from engines.errors import BadRequest, DimensionsUnavailable, GatewayError, SourceError
 from engines.mlx.bert import (
@@ -37,7 +36,7 @@ from engines.mlx.bert import (
 from engines.mlx.memory import release_buffers
 from engines.mlx.weights import weight_bytes
 from engines.sources.resolve import check_source, resolve_source
-from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Output, Reranked, RerankRequest
+from schemas.canonical import ChatRequest, Embedded, EmbedRequest, Reranked, RerankRequest
 from schemas.config import ModelConfig
 
 # Architectures in config.json that mean "this model embeds" (task inference, factory.py).
@@ -116,7 +115,10 @@ class EmbeddingEngine:
     def open_batch(self) -> Batch:
         """The empty batch a runner's thread opens before it takes any job, embeddings too
         (they are answered by `embed` and never join it)."""
-        return SerialBatch(self._refuse_text)
+        return text_refused(
+            f"model {self._config.id!r} is an embedding model; it does not generate text: "
+            "send it embedding requests"
+        )
 
     def embed(self, request: EmbedRequest) -> Embedded:
         """One vector per input, in order; batched by length so padding stays small."""
@@ -169,14 +171,6 @@ class EmbeddingEngine:
         if text is None:
             text = "\n".join(m.content for m in request.messages)
         return len(self._counter.encode(text).ids)
-
-    def _refuse_text(self, request: ChatRequest, cancelled: Callable[[], bool]) -> Iterator[Output]:
-        # No `generate` (`capabilities.chat` is false): a runner refuses chat requests before
-        # they queue; one that still lets one through meets the same refusal here.
-        raise BadRequest(
-            f"model {self._config.id!r} is an embedding model; it does not generate text: "
-            "send it embedding requests"
-        )
 
     def trim(self) -> None:
         """Free MLX's cache of buffers (batches of every shape fill it); the runner calls

@@ -13,16 +13,15 @@ padded batches of at most `DEFAULT_BATCH_TOKENS` tokens.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import msgspec
 from tokenizers import Tokenizer
 
 from engines.base import Capabilities, LoadInfo
-from engines.batch import Batch, SerialBatch
+from engines.batch import Batch, text_refused
 from engines.compat import refuse_off_task
-from engines.errors import BadRequest, GatewayError, SourceError
+from engines.errors import GatewayError, SourceError
 from engines.mlx.bert import (
     DEFAULT_BATCH_TOKENS,
     BertArgs,
@@ -43,7 +42,7 @@ from engines.rerank.cross_encoder import (
     load_cross_encoder_weights,
 )
 from engines.sources.resolve import check_source, resolve_source
-from schemas.canonical import ChatRequest, Output, Reranked, RerankRequest
+from schemas.canonical import ChatRequest, Reranked, RerankRequest
 from schemas.config import ModelConfig
 
 
@@ -126,7 +125,10 @@ class RerankEngine:
     def open_batch(self) -> Batch:
         """The empty batch a runner's thread opens; reranks are answered by `rerank` and
         never join it."""
-        return SerialBatch(self._refuse_text)
+        return text_refused(
+            f"model {self._config.id!r} is a reranking model; it does not generate text: "
+            "send it rerank requests"
+        )
 
     def rerank(self, request: RerankRequest) -> Reranked:
         """One score per document, in order: sigmoid of the first logit of (query, document)."""
@@ -203,11 +205,3 @@ class RerankEngine:
                 f"{positions} positions the model was trained with"
             )
         return wanted
-
-    def _refuse_text(self, request: ChatRequest, cancelled: Callable[[], bool]) -> Iterator[Output]:
-        # No `generate` (`capabilities.chat` is false): a runner refuses chat requests before
-        # they queue; one that still lets one through meets the same refusal here.
-        raise BadRequest(
-            f"model {self._config.id!r} is a reranking model; it does not generate text: "
-            "send it rerank requests"
-        )

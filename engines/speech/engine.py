@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 from engines.base import Capabilities, LoadInfo
-from engines.batch import Batch, SerialBatch
+from engines.batch import Batch, text_refused
 from engines.compat import refuse_off_task
 from engines.errors import BadRequest, SourceError
 from engines.mlx.memory import release_buffers
@@ -23,7 +23,7 @@ from engines.mlx.weights import weight_bytes
 from engines.sources.resolve import check_source, resolve_source
 from engines.speech.audio import NotAudio, TooLong, decode_audio
 from engines.speech.whisper import load_whisper, transcribe
-from schemas.canonical import ChatRequest, Output, Transcribed, TranscribeRequest
+from schemas.canonical import ChatRequest, Transcribed, TranscribeRequest
 from schemas.config import ModelConfig
 
 
@@ -80,7 +80,10 @@ class WhisperEngine:
 
     def open_batch(self) -> Batch:
         """The empty batch a runner's thread opens; transcriptions never join it."""
-        return SerialBatch(self._refuse_text)
+        return text_refused(
+            f"model {self._config.id!r} is a speech-to-text model; it does not generate text "
+            "from messages: send it audio on /v1/audio/transcriptions"
+        )
 
     def transcribe(
         self, request: TranscribeRequest, on_segment: Callable[[str], None] | None = None
@@ -135,13 +138,6 @@ class WhisperEngine:
     def count_prompt(self, request: ChatRequest) -> int:
         """Nothing is read as a prompt: Whisper's input is audio."""
         return 0
-
-    def _refuse_text(self, request: ChatRequest, cancelled: Callable[[], bool]) -> Iterator[Output]:
-        # The runner refuses chat before it queues; one that still lets one through meets this.
-        raise BadRequest(
-            f"model {self._config.id!r} is a speech-to-text model; it does not generate text "
-            "from messages: send it audio on /v1/audio/transcriptions"
-        )
 
     def trim(self) -> None:
         release_buffers()

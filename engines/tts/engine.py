@@ -8,11 +8,11 @@ the answer streams as it is generated. Runs on the model's own thread, like ever
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 from engines.base import Capabilities, LoadInfo
-from engines.batch import Batch, SerialBatch
+from engines.batch import Batch, text_refused
 from engines.compat import refuse_off_task
 from engines.errors import BadRequest, SourceError
 from engines.mlx.memory import release_buffers
@@ -22,7 +22,7 @@ from engines.sources.resolve import check_source, resolve_source
 from engines.tts.encode import AudioEncoder
 from engines.tts.frontend import UNSERVED_LANGUAGES, language_of, pieces
 from engines.tts.kokoro import load_kokoro, load_voice, synthesize
-from schemas.canonical import ChatRequest, Output, SpeechRequest, Spoken, Voice
+from schemas.canonical import ChatRequest, SpeechRequest, Spoken, Voice
 from schemas.config import ModelConfig
 
 
@@ -131,16 +131,13 @@ class KokoroEngine:
 
     def open_batch(self) -> Batch:
         """The empty batch a runner's thread opens; speech never joins it."""
-        return SerialBatch(self._refuse_text)
-
-    def count_prompt(self, request: ChatRequest) -> int:
-        return 0
-
-    def _refuse_text(self, request: ChatRequest, cancelled: Callable[[], bool]) -> Iterator[Output]:
-        raise BadRequest(
+        return text_refused(
             f"model {self._config.id!r} is a text-to-speech model; it does not generate text "
             "from messages: send it text to read aloud on /v1/audio/speech"
         )
+
+    def count_prompt(self, request: ChatRequest) -> int:
+        return 0
 
     def trim(self) -> None:
         release_buffers()
