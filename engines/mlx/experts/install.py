@@ -62,8 +62,9 @@ class ExpertSet:
         )
 
     def resize(self, resident: int) -> None:
+        """Hold `resident` experts per layer, laid out (and read) now."""
         for layer in self.layers:
-            layer.cache.resize(resident)
+            layer.hold(resident)
 
     def close(self) -> None:
         self.reader.close()

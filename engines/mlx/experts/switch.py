@@ -1,8 +1,13 @@
-"""The stand-in for a layer's SwitchGLU/SwitchMLP: the router's indices are read on the host,
-the routed experts fetched from the layer's cache (the missing ones read from disk), stacked,
-and the original module run over that stack with the indices remapped into it. The matmuls
-are mlx-lm's own (`gather_mm`, or `gather_qmm` for quantized experts): the module runs
-unchanged, only its expert stacks are the routed experts'."""
+"""The stand-in for a layer's SwitchGLU/SwitchMLP. The layer's resident experts live in stacks
+of `capacity` slots, one per stacked tensor, which mlx-lm's own module (`shell`) runs over
+with the router's indices mapped to slots: the same `gather_mm` (or `gather_qmm` for
+quantized experts) as the whole model, over the resident stack itself (nothing is copied
+while the step's experts are resident).
+
+When every expert fits, the stacks hold them in expert order and the router's indices are
+used as they are, on the device: no step waits on the host. Otherwise each step reads the
+routing on the host (one sync a layer: which experts are missing can be known no other way),
+reads the missing experts into the slots the policy frees, and maps the indices to slots."""
 
 from __future__ import annotations
 
@@ -16,7 +21,8 @@ from engines.mlx.experts.files import ExpertReader, TensorRecord
 
 class ExpertLayer:
     """One layer's experts: the original module emptied of its stacks (`shell`), the records
-    of each stacked tensor (`leaves`: its path inside the module -> record), the cache."""
+    of each stacked tensor (`leaves`: its path inside the module -> record), the cache and the
+    resident stacks (`stacks`: path -> `[capacity, ...]`)."""
 
     def __init__(
         self,
@@ -33,14 +39,38 @@ class ExpertLayer:
         self.counts = counts
         self.experts = next(iter(leaves.values())).experts
         self.expert_bytes = sum(r.stride for r in leaves.values())
-        self.cache = ExpertCache(capacity, policy, self._read, self._read_many)
+        self.cache = ExpertCache(capacity, policy)
+        self.stacks: dict[str, mx.array] = {}  # laid out by `hold`, at load or the first step
+        self.whole = False  # every expert resident, in expert order
 
-    def _read(self, expert: int) -> dict[str, mx.array]:
-        return self._read_many([expert])[0]
+    def hold(self, capacity: int) -> None:
+        """Lay the resident stacks out for `capacity` experts: the kept ones first (least
+        recent first), then the lowest others read from disk, so a model starts warm; every
+        expert in its own order when all fit."""
+        kept = self.cache.resize(capacity)
+        capacity = self.cache.capacity
+        if capacity >= self.experts:
+            order = list(range(self.experts))
+        else:
+            others = [e for e in range(self.experts) if e not in set(kept)]
+            order = kept + others[: capacity - len(kept)]
+        fresh = [e for e in order if self.cache.slot(e) is None]
+        read = dict(zip(fresh, self._read_many(fresh), strict=True)) if fresh else {}
+        stacks = {}
+        for path in self.leaves:
+            parts = [
+                read[e][path] if e in read else self.stacks[path][self.cache.slot(e)] for e in order
+            ]
+            stacks[path] = mx.stack(parts)
+            mx.eval(stacks[path])  # one tensor at a time: the parts are freed as it goes
+        self.stacks = stacks
+        self.cache.fill(order)
+        self.whole = len(order) == self.experts
+        self._set(self.stacks)
 
     def _read_many(self, experts: list[int]) -> list[dict[str, mx.array]]:
-        """A step's missing experts: every (expert, tensor) read at once on the reader's
-        threads (pread lets the others run meanwhile), made arrays here."""
+        """Experts read from disk: every (expert, tensor) at once on the reader's threads
+        (pread lets the others run meanwhile), made arrays here."""
         jobs = [(e, path, record) for e in experts for path, record in self.leaves.items()]
         raws = self.reader.read_all([(record, e) for e, _, record in jobs])
         read: list[dict[str, mx.array]] = [{} for _ in experts]
@@ -51,7 +81,7 @@ class ExpertLayer:
         self.counts.bytes_read += self.expert_bytes * len(experts)
         return read
 
-    def _set(self, stacks: dict[str, mx.array | None]) -> None:
+    def _set(self, stacks: dict[str, mx.array]) -> None:
         for path, value in stacks.items():
             owner_path, _, leaf = path.rpartition(".")
             owner = self.shell
@@ -60,19 +90,46 @@ class ExpertLayer:
             owner[leaf] = value
 
     def __call__(self, x: mx.array, indices: mx.array) -> mx.array:
+        if not self.stacks:
+            self.hold(self.cache.capacity)
+        if self.whole:
+            self.counts.hits += indices.size  # every routed expert is resident
+            return self.shell(x, indices)
         routed = np.array(indices)  # evaluates the router: which experts this step needs
-        needed = np.unique(routed)
-        values = self.cache.fetch(needed.tolist(), self.counts)
-        stacks = {path: mx.stack([v[path] for v in values]) for path in self.leaves}
+        needed, uses = np.unique(routed, return_counts=True)
+        wanted = needed.tolist()
+        missing = [e for e in wanted if self.cache.slot(e) is None]
+        slots = self.cache.place(wanted, uses.tolist(), self.counts)
+        read = {}
+        if missing:
+            try:
+                read = dict(zip(missing, self._read_many(missing), strict=True))
+            except BaseException:
+                self.cache.forget(missing)
+                raise
+            into = [(slot, read[e]) for e, slot in zip(wanted, slots) if e in read and slot is not None]
+            if into:
+                at = mx.array([slot for slot, _ in into])
+                for path, stack in self.stacks.items():
+                    # In place: mlx writes into the stack's own buffer when nothing else holds it.
+                    stack[at] = mx.stack([tensors[path] for _, tensors in into])
         position = np.zeros(self.experts, dtype=np.uint32)
+        if all(slot is not None for slot in slots):
+            position[needed] = slots
+            return self.shell(x, mx.array(position[routed]))
+        # More experts routed than fit (a long prefill): this step runs on a stack of its own.
+        step = {
+            path: mx.stack(
+                [stack[slot] if slot is not None else read[e][path] for e, slot in zip(wanted, slots)]
+            )
+            for path, stack in self.stacks.items()
+        }
         position[needed] = np.arange(len(needed), dtype=np.uint32)
-        local = mx.array(position[routed])
-        self._set(stacks)
+        self._set(step)
         try:
-            return self.shell(x, local)
+            return self.shell(x, mx.array(position[routed]))
         finally:
-            # The step's graph holds the stacks it needs; the shell keeps none between steps.
-            self._set(dict.fromkeys(self.leaves))
+            self._set(self.stacks)
 
 
 class CachedExperts(nn.Module):

@@ -74,22 +74,28 @@ def full(moe):
 
 
 def test_lru_drops_the_least_recently_routed_and_lfu_the_least_often():
-    lru = ExpertCache(2, "lru", lambda e: f"expert {e}")
+    lru = ExpertCache(2, "lru")
     counts = Counts()
     for step in ([0], [1], [0], [2]):  # 1 is the least recent when 2 comes
-        lru.fetch(step, counts)
+        lru.place(step, [1], counts)
     assert sorted(lru.resident) == [0, 2]
     assert (counts.hits, counts.misses, counts.evictions) == (1, 3, 1)
-    lfu = ExpertCache(2, "lfu", lambda e: e)
+    assert lru.slot(2) == 1  # 2 took the slot 1 left
+    lfu = ExpertCache(2, "lfu")
     for step in ([0], [0], [1], [2], [3]):  # 0 was routed twice: it stays
-        lfu.fetch(step, Counts())
+        lfu.place(step, [1], Counts())
     assert 0 in lfu.resident and len(lfu.resident) == 2
 
 
-def test_a_step_routing_more_experts_than_fit_keeps_none_of_its_own_out():
-    cache = ExpertCache(2, "lru", lambda e: e)
-    assert cache.fetch([5, 6, 7], Counts()) == [5, 6, 7]  # all three answered
-    assert len(cache.resident) == 2
+def test_a_look_up_is_a_routed_use_and_a_step_routing_more_than_fit_keeps_its_own():
+    cache = ExpertCache(2, "lru")
+    counts = Counts()
+    slots = cache.place([5, 6, 7], [3, 1, 2], counts)
+    assert slots == [0, 1, None]  # the third is used for this step only
+    assert (counts.hits, counts.misses) == (0, 6)
+    assert cache.place([5, 6], [2, 2], counts) == [0, 1] and counts.hits == 4
+    cache.forget([5])  # a failed read frees its slot
+    assert cache.slot(5) is None and cache.place([8], [1], counts) == [0]
 
 
 @pytest.mark.parametrize("resident", [1, 4, 16])
@@ -107,6 +113,17 @@ def test_greedy_answers_equal_the_fully_resident_models(moe, full, resident):
     assert info.memory_bytes < full["memory"]
     assert int(detail["expert_bytes_on_disk"]) == 32 * experts.expert_bytes
     assert all(len(layer.cache.resident) <= resident for layer in experts.layers)
+
+
+def test_every_expert_resident_runs_on_the_router_s_indices_with_no_read(moe, full):
+    """All 32 fit: the stacks hold them in expert order and the router's indices are used on
+    the device as they are (no host read of the routing), every routed use a hit."""
+    loaded, _ = engine(moe, experts={"resident": 32})
+    assert all(layer.whole for layer in loaded.experts.layers)
+    read_at_load = loaded.experts.counts.bytes_read
+    assert answers(loaded) == full["batched"]
+    counts = loaded.experts.counts
+    assert counts.misses == 0 and counts.hits > 0 and counts.bytes_read == read_at_load
 
 
 def test_lfu_answers_alike(moe, full):
@@ -223,7 +240,7 @@ def test_the_identity_above_can_fail_a_wrong_expert_changes_the_answers(moe, ful
     loaded, _ = engine(moe, experts={"resident": 4})
     layer = loaded.experts.layers[0]
     right = layer._read_many
-    layer.cache._load_many = lambda wanted: right([(e + 1) % layer.experts for e in wanted])
+    layer._read_many = lambda wanted: right([(e + 1) % layer.experts for e in wanted])
     assert answers(loaded) != full["batched"]
 
 
