@@ -100,6 +100,7 @@ class ExpertLayer:
         wanted = needed.tolist()
         missing = [e for e in wanted if self.cache.slot(e) is None]
         slots = self.cache.place(wanted, uses.tolist(), self.counts)
+        placed = list(zip(wanted, slots, strict=True))
         read = {}
         if missing:
             try:
@@ -107,7 +108,7 @@ class ExpertLayer:
             except BaseException:
                 self.cache.forget(missing)
                 raise
-            into = [(slot, read[e]) for e, slot in zip(wanted, slots) if e in read and slot is not None]
+            into = [(slot, read[e]) for e, slot in placed if e in read and slot is not None]
             if into:
                 at = mx.array([slot for slot, _ in into])
                 for path, stack in self.stacks.items():
@@ -120,7 +121,7 @@ class ExpertLayer:
         # More experts routed than fit (a long prefill): this step runs on a stack of its own.
         step = {
             path: mx.stack(
-                [stack[slot] if slot is not None else read[e][path] for e, slot in zip(wanted, slots)]
+                [stack[slot] if slot is not None else read[e][path] for e, slot in placed]
             )
             for path, stack in self.stacks.items()
         }
