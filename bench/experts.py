@@ -124,6 +124,15 @@ def main() -> None:
     parser.add_argument(
         "--budget", type=float, help="GiB: add an `auto` level under this memory_budget"
     )
+    parser.add_argument(
+        "--levels", type=float, nargs="+", default=[f * 100 for f in FRACTIONS],
+        help="resident percentages to measure",
+    )  # fmt: skip
+    parser.add_argument(
+        "--all-but-one", action="store_true",
+        help="add a level with every expert but one resident: the host-synced path's own cost "
+        "(one sync a MoE layer) at nearly no misses, beside 100 %'s sync-free path",
+    )  # fmt: skip
     args = parser.parse_args()
     load_before = os.getloadavg()
     experts = SHAPES[args.shape]["num_experts"]
@@ -134,7 +143,9 @@ def main() -> None:
             asyncio.run(burst(whole.url, 1, 8, 0))
             whole_memory = whole.events("model_attached")[-1]["memory_bytes"]
             platform_path = whole.platform()
-            levels = [(f"{f * 100:g} %", max(1, round(experts * f)), None) for f in FRACTIONS]
+            levels = [(f"{p:g} %", max(1, round(experts * p / 100)), None) for p in args.levels]
+            if args.all_but_one:
+                levels.insert(1, ("all but one", experts - 1, None))
             if args.budget:
                 levels.append((f"auto, budget {args.budget:g} GiB", "auto", args.budget))
             for name, resident, budget in levels:

@@ -23,7 +23,7 @@ for part in "$@"; do
     case $part in
     experts)
         python3 bench/experts.py --shape a3b-12l --dtype bfloat16 --budget 8 --rounds ${EXPERT_ROUNDS:-5} \
-            --tokens 48 --tokenizer "$S/tokenizer" 2>&1 | tee "$out/experts-a3b.log" ;;
+            --levels ${EXPERT_LEVELS:-100 50 25 12.5} --all-but-one --tokens 48 --tokenizer "$S/tokenizer" 2>&1 | tee "$out/experts-a3b.log" ;;
     verify)
         model=$(one_b)
         for sdpa in 1 0 1 0; do
