@@ -330,6 +330,8 @@ class Finished(msgspec.Struct, frozen=True, kw_only=True, tag="finished"):
     replica: str | None = None  # the upstream replica that served it (engine upstream/process)
     drafted_tokens: int = 0  # tokens speculation proposed (engines/llm/speculate.py)
     accepted_tokens: int = 0  # of those, the ones the model's own decoding kept
+    # Seconds it waited in the batch for room in the KV pool (engines/llm/pool.py).
+    kv_wait_s: float = 0.0
 
 
 class PromptRead(msgspec.Struct, frozen=True, kw_only=True, tag="prompt_read"):

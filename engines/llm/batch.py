@@ -11,6 +11,7 @@ A request whose prompt starts like a conversation seen before continues from tha
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Protocol
@@ -18,6 +19,7 @@ from typing import Protocol
 from engines import timeline
 from engines.batch import Step
 from engines.llm.adapters import tag
+from engines.llm.pool import fits, reach
 from engines.llm.prepared import Prepared
 from engines.llm.single import Solo
 from engines.llm.speculate import BatchDrafting, batch_positions, make_drafter
@@ -53,6 +55,7 @@ class BatchHost(Protocol):
     disk: DiskKV | None  # the disk tier under the parked caches (None: off)
     parked_bytes: int  # the byte limits of the parked caches, the draft model's too
     parked_draft_bytes: int
+    kv_pool: int | None  # tokens of KV the batch's rows share (None: a window each)
 
     @property
     def draft_model(self): ...
@@ -109,9 +112,18 @@ class MLXBatch:
         )
         self._disk = engine.disk  # the disk tier under the parked caches (None: off)
         self._sequences: dict[int, tuple[Hashable, Sequence]] = {}
+        # Requests waiting, in order, for room in the KV pool its rows share (None: no pool,
+        # `concurrency` rows each with a whole window; engines/llm/pool.py).
+        self._pool: int | None = engine.kv_pool
+        self._waiting: deque[tuple[Hashable, ChatRequest, Sequence]] = deque()
 
     @property
     def active(self) -> int:
+        """The requests it holds: decoding, and waiting for room in the KV pool."""
+        return len(self._sequences) + len(self._waiting)
+
+    @property
+    def decoding(self) -> int:
         return len(self._sequences)
 
     def add(
@@ -122,14 +134,44 @@ class MLXBatch:
         prepared: Prepared | None = None,
     ) -> None:
         """`prepared`: the request's `MLXEngine.prepare`, when it was made on its arrival (a
-        model's own process prepares each request as it comes, before the burst joins)."""
+        model's own process prepares each request as it comes, before the burst joins).
+
+        It starts decoding now, or once the KV pool has room for it (engines/llm/pool.py)."""
         # A seeded request's sampler has its own key. The first of an idle batch is
         # tokenized aside: after a burst this thread is a slow place for it
         # (engines/mlx/encode.py).
-        aside = not self._sequences
+        aside = not self.active
         job = prepared if prepared is not None else self._engine.prepare(request, aside=aside)
         if timeline.ON:  # the prompt is rendered and tokenized
             timeline.mark("prepared")
+        seq = Sequence(
+            uid=SOLO,
+            parser=job.parser,
+            detokenizer=self._engine.detokenizer(),
+            cancelled=cancelled,
+            prompt_tokens=len(job.prompt),
+            started=time.perf_counter(),
+            job=job,
+        )
+        self._waiting.append((key, request, seq))
+        self._start_waiting()
+
+    def _start_waiting(self) -> None:
+        """Start the requests at the front of the line while the KV pool has room for them."""
+        while self._waiting:
+            key, request, seq = self._waiting[0]
+            rows = (reach(s.prompt_tokens, s.job.max_tokens) for _, s in self._sequences.values())
+            if not fits(self._pool, rows, reach(seq.prompt_tokens, seq.job.max_tokens)):
+                return
+            self._waiting.popleft()
+            now = time.perf_counter()
+            seq.kv_wait_s, seq.started = now - seq.started, now
+            self._start(key, request, seq)
+
+    def _start(self, key: Hashable, request: ChatRequest, seq: Sequence) -> None:
+        """Decode `seq` from its nearest parked prefix: alone on the single-sequence path, or
+        as a row of the batch generator."""
+        job = seq.job
         # A row under an adapter reuses no prefix (and parks none): a base prefix is never
         # read under an adapter, nor the other way round (docs/adapters.md).
         if job.adapter is None:
@@ -144,20 +186,10 @@ class MLXBatch:
             timeline.mark("looked up")
         reused = len(job.prompt) - len(rest)
         echoed = self._engine.prompt_logprobs(request, job.prompt)  # echo's prompt logprobs
-        seq = Sequence(
-            uid=SOLO,
-            parser=job.parser,
-            detokenizer=self._engine.detokenizer(),
-            cancelled=cancelled,
-            prompt_tokens=len(job.prompt),
-            reused=reused,
-            writing=len(job.prompt) - reused
-            if self._parking.ram is not None and job.adapter is None
-            else 0,
-            started=time.perf_counter(),
-            job=job,
-            drafter=self._drafter(job),
-        )
+        seq.reused = reused
+        if self._parking.ram is not None and job.adapter is None:
+            seq.writing = len(job.prompt) - reused
+        seq.drafter = self._drafter(job)
         if hit is not None:
             seq.reused_disk, seq.disk_load_s = hit.tokens, hit.seconds
         if echoed is not None:  # the prompt's logprobs, before the first token
@@ -178,6 +210,8 @@ class MLXBatch:
 
     def step(self) -> list[Step]:
         out, self._pending = self._pending, []
+        if self._waiting:
+            out += self._cancel_waiting()
         gone = cancelled_uids(self._sequences)
         if gone:
             if SOLO in gone:
@@ -186,6 +220,9 @@ class MLXBatch:
             for uid in gone:
                 key, seq = self._sequences.pop(uid)
                 out += [(key, o) for o in seq.finish("cancelled")]
+        if self._waiting:  # rows that ended at the last step left room
+            self._start_waiting()
+            out, self._pending = out + self._pending, []
         if not self._sequences:
             return out
         if SOLO in self._sequences:
@@ -203,6 +240,15 @@ class MLXBatch:
                     lambda r=response: (r.all_tokens, r.prompt_cache),
                     response.logprobs,
                 )
+        return out
+
+    def _cancel_waiting(self) -> list[Step]:
+        """The end of each waiting request whose client left."""
+        out: list[Step] = []
+        for entry in [e for e in self._waiting if e[2].cancelled()]:
+            self._waiting.remove(entry)
+            key, _, seq = entry
+            out += [(key, o) for o in seq.finish("cancelled")]
         return out
 
     def _drafter(self, job):

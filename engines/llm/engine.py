@@ -63,6 +63,7 @@ class MLXEngine:
         self._model = self._tokenizer = self._draft = None
         self.parked_bytes = 0  # the byte limit of the parked sessions' KV caches
         self.parked_draft_bytes = 0  # and of their draft model's caches (`draft:`)
+        self.kv_pool = None  # tokens of KV the batch's rows share (engines/llm/pool.py)
         self.experts = None  # the cached experts (`experts:`, an ExpertSet), while loaded
         self.adapters = None  # the attached adapters (`adapters:`, an AdapterSet), while loaded
         # The steering vectors (`steering:`, the base's and its adapters'), while loaded.
@@ -134,6 +135,7 @@ class MLXEngine:
         self._model, self._tokenizer, self._draft = loaded.model, loaded.tokenizer, loaded.draft
         self.experts = loaded.experts  # the cached experts (`experts:`), or None
         self.parked_bytes, self.parked_draft_bytes = loaded.parked_bytes, loaded.parked_draft_bytes
+        self.kv_pool = loaded.pool_tokens
         self._preparer = Preparer(config, loaded.model, loaded.tokenizer, loaded.context)
         self.steering = self._steer(loaded.model) if config.steering or config.adapters else None
         self.disk, disk_detail = self._open_disk(loaded.model, loaded.path, loaded.held)
@@ -168,7 +170,10 @@ class MLXEngine:
                 "kv_bytes_per_token": str(loaded.per_token),
                 **decoding_detail(config, self.parked_bytes, loaded.draft_weights),
                 "concurrency": streams_detail(
-                    self._declared.concurrency, loaded.streams, self._platform.device
+                    self._declared.concurrency,
+                    loaded.streams,
+                    self._platform.device,
+                    loaded.pool_tokens,
                 ),
                 "disk_cache": disk_detail,
                 **experts_detail(loaded),
@@ -197,6 +202,8 @@ class MLXEngine:
         self.parked_bytes = self.parked_bytes * context // wide
         self.parked_draft_bytes = self.parked_draft_bytes * context // wide
         self._preparer.context = context
+        if self.kv_pool is not None:
+            self.kv_pool = self.kv_pool * context // wide
 
     def count_prompt(self, request: ChatRequest) -> int:
         return self._preparer.count(request)

@@ -54,6 +54,9 @@ class Loaded:
     streams: int = 1  # requests decoded together (`concurrency`, `auto` resolved)
     experts: object | None = None  # the cached experts (`experts:`), an ExpertSet
     dense_weights: int = 0  # the weights but the resident experts
+    # `auto` past the whole windows the memory holds: the tokens of KV those windows make,
+    # shared by the rows (engines/llm/pool.py); None: a whole window a row.
+    pool_tokens: int | None = None
 
     @property
     def memory_bytes(self) -> int:
@@ -122,6 +125,7 @@ def load_text(
         experts.resize(resident)
         weights = dense + experts.resident_bytes
     context = sizing(weights, per_token + draft_per_token)
+    rows, pool = pooled(config, platform, count, context)
     if config.speculation is not None:
         refuse_speculation_on_cuda(config.id, platform)
         refuse_untrimmable(config.id, model)
@@ -144,10 +148,28 @@ def load_text(
         draft,
         draft_weights,
         draft_per_token,
-        count,
+        rows,
         experts,
         dense,
+        pool,
     )
+
+
+def pooled(
+    config: ModelConfig, platform: PlatformPath, windows: int, context: int
+) -> tuple[int, int | None]:
+    """The rows a batch decodes, and the KV pool they share (None: none, a window each).
+
+    `concurrency: auto` where the memory holds fewer whole windows than `auto_streams`:
+    that many rows, sharing those `windows` of `context` tokens by what each can reach
+    (engines/llm/pool.py). The budget still counts `windows`, which the pool never
+    exceeds. A fixed `concurrency` keeps a whole window a row."""
+    if config.concurrency != "auto" or config.kv_bits:
+        return windows, None
+    cap = auto_streams(platform.device)
+    if windows >= cap:
+        return windows, None
+    return cap, windows * context
 
 
 def decoded_together(

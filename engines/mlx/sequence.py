@@ -34,6 +34,7 @@ class Sequence:
     new_tokens: int = 0
     job: object = None  # the engine's prepared request, where the batch needs it again
     drafter: object = None  # its drafter (lookup.py, draft_model.py), when it speculates
+    kv_wait_s: float = 0.0  # waited for room in the batch's KV pool (engines/llm/pool.py)
 
     def take(
         self, token: int | None, finish_reason: str | None, eos: Container[int]
@@ -90,6 +91,7 @@ class Sequence:
             image_tokens=self.image_tokens,
             drafted_tokens=self.drafter.drafted if self.drafter is not None else 0,
             accepted_tokens=self.drafter.accepted if self.drafter is not None else 0,
+            kv_wait_s=self.kv_wait_s,
         )
 
 

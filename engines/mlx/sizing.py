@@ -124,10 +124,15 @@ def streams(
     return next((n for n in range(cap, 1, -1) if sized(n) >= enough), 1)
 
 
-def streams_detail(wanted: int | str, resolved: int, device: str) -> str:
-    """What `model_attached` says of `concurrency`."""
+def streams_detail(wanted: int | str, resolved: int, device: str, pool: int | None = None) -> str:
+    """What `model_attached` says of `concurrency` (`pool`: the KV pool's tokens, if any)."""
     if wanted != "auto":
         return str(resolved)
+    if pool is not None:
+        return (
+            f"auto: {resolved} (at most {auto_streams(device)} on this device), sharing a KV "
+            f"pool of {pool} tokens by what each request can reach: its prompt and max_tokens"
+        )
     return (
         f"auto: {resolved} (at most {auto_streams(device)} on this device, as many as leave each "
         f"a whole window, or {AUTO_STREAM_WINDOW} tokens where the whole one is longer)"

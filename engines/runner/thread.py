@@ -471,6 +471,7 @@ class ModelThread:
                 expert_hits=experts.hits if experts else 0,
                 expert_misses=experts.misses if experts else 0,
                 expert_bytes_read=experts.bytes_read if experts else 0,
+                kv_wait_s=round(done.kv_wait_s, 4),
             )
         )
 

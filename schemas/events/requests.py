@@ -63,6 +63,9 @@ class Generated(Event, tag="generated"):
     expert_hits: int = 0
     expert_misses: int = 0
     expert_bytes_read: int = 0
+    # `concurrency: auto`: seconds it waited in the batch for room in the KV pool its rows
+    # share (engines/llm/pool.py), counted in ttft_s, not in queue_wait_s nor prefill_s.
+    kv_wait_s: float = 0.0
 
 
 class OptionsIgnored(Event, tag="options_ignored"):
