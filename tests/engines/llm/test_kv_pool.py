@@ -82,3 +82,24 @@ def test_a_request_cancelled_while_it_waits_ends_at_once(engine):
     _, done, _ = run(engine, whole, 512, cancel={2})
     assert done[2].stop_reason == "cancelled" and done[2].new_tokens == 0
     assert done[0].new_tokens > 0 and done[1].new_tokens > 0
+
+
+def test_auto_past_the_whole_windows_that_fit_takes_the_ceiling_sharing_them():
+    from engines.llm.engine import MLXEngine
+    from engines.mlx.platform import detect
+    from schemas.config import ModelConfig
+
+    config = {"id": "m", "source": SMOLLM2, "context": {"max": 2048}, "session_slots": 0}
+    model = msgspec.convert(config, ModelConfig)
+    engine = MLXEngine(model, detect(), None)
+    info = engine.load(None)
+    weights, per_token = info.weights_bytes, int(info.detail["kv_bytes_per_token"])
+    engine.unload()
+    engine = MLXEngine(model, detect(), None)
+    info = engine.load(weights + 3 * 2048 * per_token + 1000)  # three whole windows
+    try:
+        assert info.concurrency == 8 and engine.kv_pool == 3 * 2048
+        assert "KV pool of 6144 tokens" in info.detail["concurrency"]
+        assert info.memory_bytes - weights == 3 * 2048 * per_token  # the budget's count
+    finally:
+        engine.unload()
