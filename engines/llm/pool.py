@@ -26,7 +26,7 @@ def fits(pool: int | None, rows: Iterable[int], joining: int) -> bool:
     """Whether a request reaching `joining` tokens may join rows reaching `rows` in a pool
     of `pool` tokens (None: no pool, the batch's width is the only bound). A batch with
     nothing decoding takes any request: its window is within the pool."""
-    rows = list(rows)
-    if pool is None or not rows:
+    if pool is None:  # read no rows: every admission of a batch without a pool asks
         return True
-    return (len(rows) + 1) * max(*rows, joining) <= pool
+    rows = list(rows)
+    return not rows or (len(rows) + 1) * max(*rows, joining) <= pool
